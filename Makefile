@@ -1,0 +1,25 @@
+# `make run` trains the digits classifier; `make test` runs the test suite.
+# Both create (or reuse) the virtual environment .venv and install what they need.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cpu,test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) recipes/classify.py $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(ARGS)
+
+bench: $(STAMP)
+	$(PY) benchmarks/throughput.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,18 @@
+"""gluonkit: a Gluon-first training toolkit for Apache MXNet 1.9.1.
+
+Exact gradient accumulation over micro-batches and devices, multi-branch networks that are
+safe with deferred initialization, per-block parameter helpers, recipes and benchmarks.
+"""
+__version__ = "0.1.0"
+
+from ._check import check_versions as _check_versions
+
+_check_versions()
+
+from .train.split import split_and_load  # noqa: E402
+try:  # the Trainer module lands next
+    from .train.trainer import Trainer  # noqa: E402
+except ImportError:
+    pass
+
+__all__ = ["__version__", "Trainer", "split_and_load"]

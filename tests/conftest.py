@@ -1,0 +1,30 @@
+"""Shared fixtures: context lists, hybridization and a fixed seed."""
+import random
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+ONE_CPU = [mx.cpu(0)]
+TWO_CPUS = [mx.cpu(0), mx.cpu(1)]
+
+
+@pytest.fixture(params=[1, 2], ids=["1ctx", "2ctx"])
+def ctx_list(request):
+    """One and two CPU contexts (several devices are simulated as cpu(0), cpu(1))."""
+    return [mx.cpu(i) for i in range(request.param)]
+
+
+@pytest.fixture(params=[False, True], ids=["imperative", "hybrid"])
+def hybridize(request):
+    """Whether the network under test is hybridized."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    """Seed Python, NumPy and MXNet so every test is reproducible."""
+    random.seed(0)
+    np.random.seed(0)
+    mx.random.seed(0)
+    return 0

@@ -10,9 +10,6 @@ from ._check import check_versions as _check_versions
 _check_versions()
 
 from .train.split import split_and_load  # noqa: E402
-try:  # the Trainer module lands next
-    from .train.trainer import Trainer  # noqa: E402
-except ImportError:
-    pass
+from .train.trainer import Trainer  # noqa: E402
 
 __all__ = ["__version__", "Trainer", "split_and_load"]

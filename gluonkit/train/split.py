@@ -66,9 +66,7 @@ def split_and_load(data, ctx_list, batch_axis=0):
         [(3,), (2,)]
     """
     ctx_list = _check_ctx_list(ctx_list)
-    if isinstance(data, np.ndarray):
-        data = mx.nd.array(data, ctx=mx.cpu(), dtype=data.dtype)
-    elif not isinstance(data, mx.nd.NDArray):
+    if not isinstance(data, (mx.nd.NDArray, np.ndarray)):
         raise TypeError(f"data must be an NDArray or a numpy array, got {type(data).__name__}.")
     if not -data.ndim <= batch_axis < data.ndim:
         raise ValueError(f"batch_axis={batch_axis} is out of range for data of shape {data.shape}.")
@@ -76,11 +74,22 @@ def split_and_load(data, ctx_list, batch_axis=0):
     if batch_size == 0:
         raise ValueError(f"Cannot split an empty batch (data of shape {data.shape} has no samples "
                          f"on axis {batch_axis}); skip empty batches before splitting.")
-    if len(ctx_list) == 1:
-        return [data.as_in_context(ctx_list[0])]
     slices, begin = [], 0
     for ctx, size in zip(ctx_list, split_sizes(batch_size, len(ctx_list))):
-        part = data.slice_axis(axis=batch_axis, begin=begin, end=begin + size)
-        slices.append(part.as_in_context(ctx))
+        slices.append(_load(_slice(data, batch_axis, begin, begin + size), ctx))
         begin += size
     return slices
+
+
+def _slice(data, axis, begin, end):
+    if begin == 0 and end == data.shape[axis]:
+        return data
+    if isinstance(data, np.ndarray):
+        return np.take(data, range(begin, end), axis=axis)
+    return data.slice_axis(axis=axis, begin=begin, end=end)
+
+
+def _load(data, ctx):
+    if isinstance(data, np.ndarray):
+        return mx.nd.array(data, ctx=ctx, dtype=data.dtype)
+    return data.as_in_context(ctx)

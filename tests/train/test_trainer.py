@@ -1,0 +1,363 @@
+"""gluonkit.Trainer against plain Gluon doing the same work the long way."""
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mxnet import autograd, gluon, nd
+from numpy.testing import assert_allclose, assert_array_equal
+
+import gluonkit
+
+OPTIMIZERS = {
+    "sgd": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}),
+    "adam": ("adam", {"learning_rate": 0.01, "wd": 0.01}),
+}
+
+
+def _mlp():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(5, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=5))
+    return net
+
+
+def _copy_params(src, dst, ctx_list):
+    """Initialize ``dst`` on ``ctx_list`` with the values of ``src``."""
+    dst.initialize(ctx=ctx_list)
+    for a, b in zip(src.collect_params().values(), dst.collect_params().values()):
+        b.set_data(a.data(a.list_ctx()[0]))
+
+
+def _twins(make, ctx_list):
+    """A reference network on cpu(0) and an identical one on ``ctx_list``."""
+    ref = make()
+    ref.initialize(mx.init.Xavier(), ctx=mx.cpu(0))
+    net = make()
+    _copy_params(ref, net, ctx_list)
+    return ref, net
+
+
+def _params(net):
+    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
+
+
+def _assert_same(ref, net, rtol=1e-5, atol=1e-6):
+    expected, actual = _params(ref), _params(net)
+    for name in expected:
+        assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+def _loss(out, y):
+    return ((out - y) ** 2).sum(axis=1)
+
+
+def _backward_on(net, x, y, ctx_list):
+    """Forward and backward one micro-batch split over ``ctx_list``; return its size."""
+    xs = gluonkit.split_and_load(x, ctx_list)
+    ys = gluonkit.split_and_load(y, ctx_list)
+    with autograd.record():
+        losses = [_loss(net(a), b) for a, b in zip(xs, ys)]
+    autograd.backward(losses)
+    return x.shape[0]
+
+
+def _reference_step(ref, trainer, x, y):
+    with autograd.record():
+        loss = _loss(ref(nd.array(x)), nd.array(y))
+    loss.backward()
+    trainer.step(x.shape[0])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(num_ctx=st.integers(1, 3), accumulate=st.integers(1, 4), optimizer=st.sampled_from(sorted(OPTIMIZERS)),
+       data=st.data())
+def test_accumulation_equals_one_big_batch(num_ctx, accumulate, optimizer, data):
+    sizes = data.draw(st.lists(st.integers(1, 17), min_size=2 * accumulate, max_size=2 * accumulate),
+                      label="micro-batch sizes")
+    ctx_list = [mx.cpu(i) for i in range(num_ctx)]
+    rng = np.random.RandomState(sum(sizes))
+    x = rng.randn(sum(sizes), 4).astype("float32")
+    y = rng.randn(sum(sizes), 3).astype("float32")
+    ref, net = _twins(_mlp, ctx_list)
+    name, opt_params = OPTIMIZERS[optimizer]
+    ref_trainer = gluon.Trainer(ref.collect_params(), name, dict(opt_params))
+    trainer = gluonkit.Trainer(net.collect_params(), name, dict(opt_params), accumulate=accumulate)
+
+    offsets = np.cumsum([0] + sizes)
+    for window in range(2):
+        window_sizes = range(window * accumulate, (window + 1) * accumulate)
+        updated = [trainer.step(_backward_on(net, nd.array(x[offsets[j]:offsets[j + 1]]),
+                                             nd.array(y[offsets[j]:offsets[j + 1]]), ctx_list))
+                   for j in window_sizes]
+        assert updated == [False] * (accumulate - 1) + [True]
+        begin, end = offsets[window * accumulate], offsets[(window + 1) * accumulate]
+        _reference_step(ref, ref_trainer, x[begin:end], y[begin:end])
+        _assert_same(ref, net, atol=1e-5)
+    for param in net.collect_params().values():  # every replica holds the same weights
+        for arr in param.list_data()[1:]:
+            assert_array_equal(arr.asnumpy(), param.list_data()[0].asnumpy())
+
+
+class _ConvNet(gluon.nn.HybridBlock):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = gluon.nn.Conv2D(4, 3, padding=1, in_channels=2)
+        self.pool = gluon.nn.GlobalAvgPool2D()
+        self.out = gluon.nn.Dense(3, in_units=4)
+
+    def hybrid_forward(self, F, x):
+        return self.out(self.pool(F.relu(self.conv(x))))
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["imperative", "hybrid"])
+def test_micro_batches_of_different_spatial_sizes_match_summed_gradients(ctx_list, hybrid):
+    """Three micro-batches of 6x6, 9x9 and 7x7 images against gradients summed by hand."""
+    lr, wd = 0.5, 0.01
+    ref, net = _twins(_ConvNet, ctx_list)
+    if hybrid:
+        net.hybridize()
+    rng = np.random.RandomState(1)
+    batches = [(rng.rand(n, 2, s, s).astype("float32"), rng.randn(n, 3).astype("float32"))
+               for n, s in [(3, 6), (5, 9), (2, 7)]]
+    total = sum(x.shape[0] for x, _ in batches)
+
+    grad_sums = {k: 0.0 for k in _params(ref)}
+    for x, y in batches:
+        with autograd.record():
+            loss = _loss(ref(nd.array(x)), nd.array(y))
+        loss.backward()
+        for k, p in ref._collect_params_with_prefix().items():
+            grad_sums[k] = grad_sums[k] + p.grad().asnumpy()
+    before = _params(ref)
+    expected = {k: w - lr * (grad_sums[k] / total + wd * w) for k, w in before.items()}
+
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": lr, "wd": wd}, accumulate=3)
+    for x, y in batches:
+        trainer.step(_backward_on(net, nd.array(x), nd.array(y), ctx_list))
+    actual = _params(net)
+    for k in expected:
+        assert_allclose(actual[k], expected[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_batch_of_one_over_three_contexts_trains_like_one_context():
+    ctx_list = [mx.cpu(0), mx.cpu(1), mx.cpu(2)]
+    ref, net = _twins(_mlp, ctx_list)
+    opt_name, opt_params = OPTIMIZERS["sgd"]
+    ref_trainer = gluon.Trainer(ref.collect_params(), opt_name, dict(opt_params))
+    trainer = gluonkit.Trainer(net.collect_params(), opt_name, dict(opt_params))
+    rng = np.random.RandomState(2)
+    for _ in range(3):
+        x, y = rng.randn(1, 4).astype("float32"), rng.randn(1, 3).astype("float32")
+        assert trainer.step(_backward_on(net, nd.array(x), nd.array(y), ctx_list))
+        _reference_step(ref, ref_trainer, x, y)
+    _assert_same(ref, net)
+
+
+@pytest.mark.parametrize("update_on_kvstore", [True, False])
+def test_context_without_data_contributes_zero_not_its_old_gradient(update_on_kvstore):
+    """Batches of 6, 1, 4 over 3 contexts: cpu(1) and cpu(2) get nothing in the second step."""
+    ctx_list = [mx.cpu(0), mx.cpu(1), mx.cpu(2)]
+    opt_name, opt_params = OPTIMIZERS["sgd"]
+    rng = np.random.RandomState(3)
+    batches = [(rng.randn(n, 4).astype("float32"), rng.randn(n, 3).astype("float32")) for n in (6, 1, 4)]
+
+    def train(trainer_class, net):
+        trainer = trainer_class(net.collect_params(), opt_name, dict(opt_params),
+                                update_on_kvstore=update_on_kvstore)
+        for x, y in batches:
+            trainer.step(_backward_on(net, nd.array(x), nd.array(y), ctx_list), ignore_stale_grad=True)
+        return net
+
+    ref, net = _twins(_mlp, ctx_list)
+    plain = _mlp()
+    _copy_params(ref, plain, ctx_list)
+    ref_trainer = gluon.Trainer(ref.collect_params(), opt_name, dict(opt_params))
+    for x, y in batches:
+        _reference_step(ref, ref_trainer, x, y)
+    _assert_same(ref, train(gluonkit.Trainer, net))
+
+    # plain gluon.Trainer mixes the stale gradients in here: the scenario is a real trap
+    stale = _params(train(gluon.Trainer, plain))
+    assert max(np.abs(stale[k] - v).max() for k, v in _params(ref).items()) > 1e-3
+
+
+class _TwoHeads(gluon.nn.Block):
+    """A trunk and two heads; ``use`` picks the heads a forward runs through."""
+
+    def __init__(self, in_units=4, **kwargs):
+        super().__init__(**kwargs)
+        kw = {"in_units": 5} if in_units else {}
+        self.trunk = gluon.nn.Dense(5, in_units=in_units, activation="tanh")
+        self.head_a = gluon.nn.Dense(3, **kw)
+        self.head_b = gluon.nn.Dense(3, **kw)
+
+    def forward(self, x, use=("a",)):
+        h = self.trunk(x)
+        return sum(getattr(self, "head_" + k)(h) for k in use)
+
+
+def test_unused_parameters_stay_bit_identical_and_keep_no_optimizer_state(ctx_list):
+    net = _TwoHeads()
+    net.initialize(mx.init.Xavier(), ctx=ctx_list)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd",
+                               {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.1})
+    head_b = {k: v.copy() for k, v in _params(net).items() if k.startswith("head_b")}
+    trunk_before = _params(net)["trunk.weight"].copy()
+    rng = np.random.RandomState(4)
+    with pytest.warns(UserWarning, match=net.head_b.weight.name):
+        for _ in range(4):
+            x, y = nd.array(rng.randn(6, 4)), nd.array(rng.randn(6, 3))
+            assert trainer.step(_backward_on(net, x, y, ctx_list))
+    after = _params(net)
+    for k, v in head_b.items():
+        for arr in net._collect_params_with_prefix()[k].list_data():
+            assert_array_equal(arr.asnumpy(), v, err_msg=k)
+    assert not np.array_equal(after["trunk.weight"], trunk_before)
+    assert set(trainer.skipped) == {p.name for p in net.head_b.collect_params().values()}
+
+    # head_b's first real update is a first step: no momentum was built up while unused
+    check = _TwoHeads()
+    _copy_params(net, check, [mx.cpu(0)])
+    x, y = nd.array(rng.randn(6, 4)), nd.array(rng.randn(6, 3))
+    fresh = gluon.Trainer(check.head_b.collect_params(), "sgd",
+                          {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.1})
+    with autograd.record():
+        loss = _loss(check(x, ("a", "b")), y)
+    loss.backward()
+    fresh.step(6)
+    xs, ys = gluonkit.split_and_load(x, ctx_list), gluonkit.split_and_load(y, ctx_list)
+    with autograd.record():
+        losses = [_loss(net(a, ("a", "b")), b) for a, b in zip(xs, ys)]
+    autograd.backward(losses)
+    trainer.step(6)
+    assert trainer.skipped == ()
+    for k in head_b:
+        assert_allclose(_params(net)[k], _params(check)[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_deferred_parameter_does_not_stop_step_and_joins_once_initialized(ctx_list):
+    lr, wd = 0.1, 0.01
+    net = _TwoHeads(in_units=0)
+    net.initialize(mx.init.Xavier(), ctx=ctx_list)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": lr, "wd": wd})
+    rng = np.random.RandomState(5)
+    x, y = nd.array(rng.randn(4, 4)), nd.array(rng.randn(4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert trainer.step(_backward_on(net, x, y, ctx_list))
+    assert net.head_b.weight.name in trainer.skipped
+    with pytest.raises(gluon.parameter.DeferredInitializationError):
+        net.head_b.weight.data()
+
+    xs, ys = gluonkit.split_and_load(x, ctx_list), gluonkit.split_and_load(y, ctx_list)
+    with autograd.record():
+        losses = [_loss(net(a, ("b",)), b) for a, b in zip(xs, ys)]
+    autograd.backward(losses)
+    w0 = net.head_b.weight.data().asnumpy()
+    grad = sum(g.asnumpy() for g in net.head_b.weight.list_grad())
+    trainer.step(4)
+    assert net.head_b.weight.name not in trainer.skipped
+    expected = w0 - lr * (grad / 4 + wd * w0)
+    for arr in net.head_b.weight.list_data():
+        assert_allclose(arr.asnumpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_flush_applies_a_partial_window_scaled_by_its_samples(ctx_list):
+    ref, net = _twins(_mlp, ctx_list)
+    opt_name, opt_params = OPTIMIZERS["sgd"]
+    ref_trainer = gluon.Trainer(ref.collect_params(), opt_name, dict(opt_params))
+    trainer = gluonkit.Trainer(net.collect_params(), opt_name, dict(opt_params), accumulate=4)
+    assert trainer.flush() is False
+    rng = np.random.RandomState(6)
+    x, y = rng.randn(7, 4).astype("float32"), rng.randn(7, 3).astype("float32")
+    assert trainer.step(_backward_on(net, nd.array(x[:5]), nd.array(y[:5]), ctx_list)) is False
+    assert trainer.step(_backward_on(net, nd.array(x[5:]), nd.array(y[5:]), ctx_list)) is False
+    assert trainer.pending == (2, 7)
+    assert trainer.flush() is True
+    assert trainer.pending == (0, 0)
+    assert trainer.flush() is False
+    _reference_step(ref, ref_trainer, x, y)
+    _assert_same(ref, net)
+
+
+@pytest.mark.parametrize("update_on_kvstore", [None, True, False])
+@pytest.mark.parametrize("kvstore", ["device", "local"])
+def test_accumulate_one_is_a_drop_in_for_gluon_trainer(kvstore, update_on_kvstore):
+    ctx_list = [mx.cpu(0), mx.cpu(1)]
+    plain, net = _twins(_mlp, ctx_list)
+    plain_net = _mlp()
+    _copy_params(plain, plain_net, ctx_list)
+    kwargs = dict(kvstore=kvstore, update_on_kvstore=update_on_kvstore)
+    plain_trainer = gluon.Trainer(plain_net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, **kwargs)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, **kwargs)
+    rng = np.random.RandomState(7)
+    for _ in range(4):
+        x, y = nd.array(rng.randn(8, 4)), nd.array(rng.randn(8, 3))
+        plain_trainer.step(_backward_on(plain_net, x, y, ctx_list))
+        trainer.step(_backward_on(net, x, y, ctx_list))
+    _assert_same(plain_net, net, rtol=0, atol=0)
+
+
+def test_accumulate_switches_to_add_and_zeroes_after_each_update():
+    net = _mlp()
+    net.initialize(ctx=mx.cpu(0))
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, accumulate=2)
+    assert {p.grad_req for p in net.collect_params().values()} == {"add"}
+    x, y = nd.ones((2, 4)), nd.ones((2, 3))
+    trainer.step(_backward_on(net, x, y, [mx.cpu(0)]))
+    assert any(np.abs(p.grad().asnumpy()).sum() > 0 for p in net.collect_params().values())
+    trainer.step(_backward_on(net, x, y, [mx.cpu(0)]))
+    for p in net.collect_params().values():
+        assert_array_equal(p.grad().asnumpy(), 0)
+
+
+@pytest.mark.parametrize("batch_size", [0, -3, 2.5, "8", True, None])
+def test_step_rejects_a_batch_size_that_is_not_a_positive_integer(batch_size):
+    net = _mlp()
+    net.initialize()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd")
+    with pytest.raises(ValueError, match=f"batch_size must be a positive integer.*{batch_size!r}"):
+        trainer.step(batch_size)
+
+
+@pytest.mark.parametrize("accumulate", [0, -1, 1.5, True])
+def test_accumulate_must_be_a_positive_integer(accumulate):
+    net = _mlp()
+    net.initialize()
+    with pytest.raises(ValueError, match=f"accumulate must be a positive integer.*{accumulate!r}"):
+        gluonkit.Trainer(net.collect_params(), "sgd", accumulate=accumulate)
+
+
+def test_step_without_backward_says_backward_is_missing():
+    net = _mlp()
+    net.initialize()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd")
+    before = _params(net)
+    with pytest.raises(RuntimeError, match=r"no backward\(\) ran"):
+        trainer.step(4)
+    for k, v in _params(net).items():
+        assert_array_equal(v, before[k])
+
+
+def test_unused_parameters_are_warned_about_once():
+    net = _TwoHeads()
+    net.initialize()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    x, y = nd.ones((2, 4)), nd.ones((2, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            trainer.step(_backward_on(net, x, y, [mx.cpu(0)]))
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert len(messages) == 1
+    assert net.head_b.weight.name in messages[0] and net.head_b.bias.name in messages[0]
+
+
+@pytest.mark.parametrize("kvstore,update_on_kvstore", [("dist_async", None), ("dist_sync", True)])
+def test_distributed_settings_that_cannot_normalize_exactly_are_refused(kvstore, update_on_kvstore):
+    net = _mlp()
+    net.initialize()
+    with pytest.raises(ValueError, match=kvstore if update_on_kvstore is None else "update_on_kvstore=True"):
+        gluonkit.Trainer(net.collect_params(), "sgd", kvstore=kvstore, update_on_kvstore=update_on_kvstore)

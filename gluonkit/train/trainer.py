@@ -1,4 +1,5 @@
 """Trainer: exact gradient accumulation, no stale gradients, deferred parameters skipped."""
+import math
 import numbers
 import warnings
 from collections import defaultdict
@@ -7,6 +8,9 @@ import mxnet as mx
 from mxnet import gluon
 
 __all__ = ["Trainer"]
+
+_NONFINITE_POLICIES = ("ignore", "skip", "raise")
+_FINITE_CHUNK = 200  # arrays per multi_all_finite call (the operator takes a bounded list)
 
 
 def _check_count(batch_size):
@@ -26,6 +30,27 @@ def _zero(grads):
             mx.nd.zeros_like(grad, out=grad)
     for arrays in by_ctx.values():
         mx.nd.reset_arrays(*arrays, num_arrays=len(arrays))
+
+
+def _check_learning_rate(lr):
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"learning_rate must be a finite number >= 0, got {lr!r}.")
+    return lr
+
+
+def _all_finite(grads):
+    """Whether every element of every dense array is finite (one small result per context)."""
+    by_ctx = defaultdict(list)
+    for grad in grads:
+        by_ctx[grad.context].append(grad.data if grad.stype == "row_sparse" else grad)
+    flags = []
+    for ctx, arrays in by_ctx.items():
+        flag = mx.nd.ones((1,), ctx=ctx)
+        for begin in range(0, len(arrays), _FINITE_CHUNK):
+            chunk = arrays[begin:begin + _FINITE_CHUNK]
+            mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=flag)
+        flags.append(flag)
+    return all(flag.asscalar() > 0 for flag in flags)
 
 
 def _replicas(param):
@@ -74,6 +99,11 @@ class Trainer(gluon.Trainer):
     accumulate : int, default 1
         Number of ``step`` calls per update. With ``accumulate > 1`` every trainable
         parameter gets ``grad_req='add'`` and its gradient is zeroed now and after each update.
+    on_nonfinite : {'ignore', 'skip', 'raise'}, default 'ignore'
+        What an update does when a gradient holds NaN or Inf: 'ignore' applies it as
+        ``gluon.Trainer`` would; 'skip' leaves parameters and optimizer states unchanged,
+        zeroes the gradients, counts it in ``nonfinite_skips`` and warns; 'raise' raises
+        ``FloatingPointError`` naming the first parameter affected.
 
     Example::
 
@@ -88,10 +118,14 @@ class Trainer(gluon.Trainer):
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
-                 compression_params=None, update_on_kvstore=None, accumulate=1):
+                 compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore"):
         if isinstance(accumulate, bool) or not isinstance(accumulate, numbers.Integral) or accumulate < 1:
             raise ValueError(f"accumulate must be a positive integer (micro-batches per update), "
                              f"got {accumulate!r}; use 1 to update on every step.")
+        if on_nonfinite not in _NONFINITE_POLICIES:
+            raise ValueError(f"on_nonfinite must be one of {_NONFINITE_POLICIES}, got {on_nonfinite!r}.")
+        if optimizer_params and "learning_rate" in optimizer_params:
+            _check_learning_rate(optimizer_params["learning_rate"])
         distributed, asynchronous = _is_distributed(kvstore)
         if distributed:
             if asynchronous:
@@ -108,12 +142,13 @@ class Trainer(gluon.Trainer):
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
         self._accumulate = int(accumulate)
+        self._on_nonfinite = on_nonfinite
+        self._nonfinite_skips = 0
         self._pending_steps = 0
         self._pending_samples = 0
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
-        self._count_key_ready = False
         if self._accumulate > 1:
             if self._contains_sparse_grad:
                 raise ValueError("accumulate > 1 needs dense gradients; a parameter has a sparse "
@@ -122,6 +157,11 @@ class Trainer(gluon.Trainer):
                 if param.grad_req != "null":
                     param.grad_req = "add"
             self._zero_grads(self._params)
+        self._window_key_ready = False
+        if distributed:
+            # every worker starts from worker 0's weights, before its first forward
+            self._init_kvstore()
+            self._init_params()
 
     @property
     def accumulate(self):
@@ -132,6 +172,15 @@ class Trainer(gluon.Trainer):
     def pending(self):
         """tuple of int: ``(steps, samples)`` collected since the last update."""
         return self._pending_steps, self._pending_samples
+
+    @property
+    def nonfinite_skips(self):
+        """int: Updates skipped so far because a gradient held NaN or Inf (``on_nonfinite='skip'``)."""
+        return self._nonfinite_skips
+
+    def set_learning_rate(self, lr):
+        """Set a new learning rate; it must be a finite number >= 0."""
+        super().set_learning_rate(_check_learning_rate(lr))
 
     @property
     def skipped(self):
@@ -152,14 +201,14 @@ class Trainer(gluon.Trainer):
         Returns
         -------
         bool
-            True if this call applied an update.
+            True if this call applied an update (False while the window fills, or when
+            ``on_nonfinite='skip'`` dropped it).
         """
         self._pending_samples += _check_count(batch_size)
         self._pending_steps += 1
         if self._pending_steps < self._accumulate:
             return False
-        self._apply(ignore_stale_grad)
-        return True
+        return self._apply(ignore_stale_grad)
 
     def flush(self, ignore_stale_grad=False):
         """Apply a partial window now, normalized by the samples it holds.
@@ -171,29 +220,57 @@ class Trainer(gluon.Trainer):
         """
         if not self._pending_steps:
             return False
-        self._apply(ignore_stale_grad)
-        return True
+        return self._apply(ignore_stale_grad)
 
     def _apply(self, ignore_stale_grad):
-        samples = self._global_count(self._pending_samples)
+        """Apply the pending window as one update; False if it was dropped as non-finite."""
+        if not self._kv_initialized:
+            self._init_kvstore()
+        if self._params_to_init:
+            self._init_params()
+        local_samples = self._pending_samples
         self._pending_steps = self._pending_samples = 0
+        selected = self._select(ignore_stale_grad)
+        finite = self._on_nonfinite == "ignore" or _all_finite(self._grads(selected))
+        samples, finite = self._reduce_window(local_samples, finite)
+        if not finite:
+            self._discard(selected)
+            return False
         self._check_and_rescale_grad(self._scale / samples)
         self._allreduce_grads()
         self._update(ignore_stale_grad)
+        return True
 
-    def _global_count(self, local_count):
-        """The number of samples in this window summed over all workers."""
-        if not self._kv_initialized:
-            self._init_kvstore()
+    def _reduce_window(self, samples, finite):
+        """Sum the window's sample count and non-finite flag over all workers."""
         if not self._distributed:
-            return local_count
+            return samples, finite
         key = len(self._params)  # one past the parameters' keys
-        count = mx.nd.array([local_count], dtype="float64")
-        if not self._count_key_ready:
-            self._kvstore.init(key, mx.nd.zeros(1, dtype="float64"))
-            self._count_key_ready = True
-        self._kvstore.pushpull(key, count, out=count)
-        return int(round(count.asscalar()))
+        if not self._window_key_ready:
+            self._kvstore.init(key, mx.nd.zeros(2))
+            self._window_key_ready = True
+        window = mx.nd.array([samples, 0 if finite else 1])  # float32: exact up to 2**24 samples
+        self._kvstore.pushpull(key, window, out=window)
+        total, nonfinite = window.asnumpy()
+        return int(round(total)), nonfinite == 0
+
+    def _grads(self, selected):
+        return [g for i in selected for g in self._params[i].list_grad()]
+
+    def _discard(self, selected):
+        """Drop a window whose gradients hold NaN or Inf, then warn or raise."""
+        params = [self._params[i] for i in selected]
+        culprit = next((p.name for p in params if not _all_finite(p.list_grad())),
+                       "a parameter on another worker")
+        self._selected = None
+        self._finish(params)
+        if self._on_nonfinite == "raise":
+            raise FloatingPointError(
+                f"The gradient of {culprit} holds NaN or Inf; no update was applied. Lower the learning "
+                "rate, clip gradients or check the inputs; on_nonfinite='skip' drops such updates instead.")
+        self._nonfinite_skips += 1
+        warnings.warn(f"Skipped an update: the gradient of {culprit} holds NaN or Inf "
+                      f"({self._nonfinite_skips} skipped so far).", stacklevel=4)
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.
@@ -267,6 +344,10 @@ class Trainer(gluon.Trainer):
                 if upd:
                     indices, grads, arrays = zip(*upd)
                     updater(list(indices), list(grads), list(arrays))
+        self._finish(params)
+
+    def _finish(self, params):
+        """Mark the parameters' gradients as consumed; zero the accumulating ones."""
         for param in params:
             for arr in _replicas(param):
                 arr._fresh_grad = False

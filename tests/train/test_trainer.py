@@ -361,3 +361,85 @@ def test_distributed_settings_that_cannot_normalize_exactly_are_refused(kvstore,
     net.initialize()
     with pytest.raises(ValueError, match=kvstore if update_on_kvstore is None else "update_on_kvstore=True"):
         gluonkit.Trainer(net.collect_params(), "sgd", kvstore=kvstore, update_on_kvstore=update_on_kvstore)
+
+
+def _two_parameters(ctx_list):
+    a = gluon.Parameter("a", shape=(3,))
+    b = gluon.Parameter("b", shape=(3,))
+    for p in (a, b):
+        p.initialize(mx.init.One(), ctx=ctx_list)
+    return a, b
+
+
+def _backward_two(a, b, scale_b, ctx_list):
+    with autograd.record():
+        losses = [(a.data(c) * 2).sum() + (b.data(c) * scale_b).sum() for c in ctx_list]
+    autograd.backward(losses)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_skip_drops_a_nonfinite_update_and_keeps_optimizer_state(ctx_list, accumulate):
+    a, b = _two_parameters(ctx_list)
+    trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+                               accumulate=accumulate, on_nonfinite="skip")
+    ref_a, ref_b = _two_parameters([mx.cpu(0)])
+    ref = gluon.Trainer([ref_a, ref_b], "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+
+    def window(scale_b):
+        for _ in range(accumulate):
+            _backward_two(a, b, scale_b, ctx_list)
+            updated = trainer.step(len(ctx_list))
+        return updated
+
+    assert window(1.0) is True
+    _backward_two(ref_a, ref_b, 1.0, [mx.cpu(0)])
+    ref.step(1)
+    before = [p.data().asnumpy() for p in (a, b)]
+    with pytest.warns(UserWarning, match=r"gradient of b holds NaN or Inf \(1 skipped so far\)"):
+        assert window(float("inf")) is False
+    assert trainer.nonfinite_skips == 1
+    for p, v in zip((a, b), before):
+        assert_array_equal(p.data().asnumpy(), v)
+    assert window(1.0) is True  # the momentum carried on as if the bad window never happened
+    _backward_two(ref_a, ref_b, 1.0, [mx.cpu(0)])
+    ref.step(1)
+    for p, r in zip((a, b), (ref_a, ref_b)):
+        for arr in p.list_data():
+            assert_allclose(arr.asnumpy(), r.data().asnumpy(), rtol=1e-6)
+
+
+def test_raise_names_the_first_parameter_with_a_nonfinite_gradient():
+    a, b = _two_parameters([mx.cpu(0)])
+    trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1}, on_nonfinite="raise")
+    _backward_two(a, b, float("nan"), [mx.cpu(0)])
+    with pytest.raises(FloatingPointError, match="gradient of b holds NaN or Inf"):
+        trainer.step(1)
+    assert_array_equal(b.data().asnumpy(), 1.0)
+    _backward_two(a, b, 1.0, [mx.cpu(0)])
+    assert trainer.step(1) is True  # the bad window was dropped whole
+    assert_allclose(b.data().asnumpy(), 0.9, rtol=1e-6)
+
+
+def test_ignore_applies_nonfinite_updates_like_gluon():
+    a, b = _two_parameters([mx.cpu(0)])
+    trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1})
+    _backward_two(a, b, float("nan"), [mx.cpu(0)])
+    assert trainer.step(1) is True
+    assert np.isnan(b.data().asnumpy()).all() and np.isfinite(a.data().asnumpy()).all()
+
+
+@pytest.mark.parametrize("lr", [float("nan"), float("inf"), -0.1, "0.1"])
+def test_learning_rate_must_be_finite_and_non_negative(lr):
+    a, b = _two_parameters([mx.cpu(0)])
+    with pytest.raises(ValueError, match=f"learning_rate must be a finite number >= 0, got {lr!r}"):
+        gluonkit.Trainer([a, b], "sgd", {"learning_rate": lr})
+    trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1})
+    with pytest.raises(ValueError, match="learning_rate must be a finite number"):
+        trainer.set_learning_rate(lr)
+    assert trainer.learning_rate == 0.1
+
+
+def test_unknown_nonfinite_policy_is_refused():
+    a, b = _two_parameters([mx.cpu(0)])
+    with pytest.raises(ValueError, match="on_nonfinite must be one of .*'warn'"):
+        gluonkit.Trainer([a, b], "sgd", on_nonfinite="warn")

@@ -1,0 +1,275 @@
+"""Branches: a trunk with named branches, routes through some of them, deferred-init safety."""
+import keyword
+
+from mxnet import symbol
+from mxnet.base import MXNetError
+from mxnet.gluon import HybridBlock
+from mxnet.gluon.utils import shape_is_known
+from mxnet.ndarray import NDArray
+
+__all__ = ["Branches"]
+
+
+def _flat(outputs):
+    """The leaves of a nested tuple/list of outputs, in order."""
+    if isinstance(outputs, (list, tuple)):
+        return [leaf for out in outputs for leaf in _flat(out)]
+    return [outputs]
+
+
+def _tuples(outputs):
+    """Outputs with lists made tuples: a hybridized block regroups its outputs as lists."""
+    if isinstance(outputs, (list, tuple)):
+        return tuple(_tuples(out) for out in outputs)
+    return outputs
+
+
+def _run(trunk, branches, inputs):
+    """Trunk on the inputs (if any), then every branch on the trunk's output."""
+    features = trunk(*inputs) if trunk is not None else inputs
+    if not isinstance(features, (list, tuple)):
+        features = (features,)
+    return tuple(branch(*features) for branch in branches)
+
+
+def _infer_shapes(block, in_shapes, what):
+    """Shapes of ``block``'s parameters (a dict by name) and outputs for inputs of ``in_shapes``.
+
+    Builds the block's graph on symbols and runs shape inference: nothing is computed.
+    """
+    inputs = [symbol.var(f"data{i}") for i in range(len(in_shapes))]
+    graph = symbol.Group(_flat(block(*inputs)))
+    try:
+        arg_shapes, out_shapes, aux_shapes = graph.infer_shape_partial(
+            **{var.name: shape for var, shape in zip(inputs, in_shapes)})
+    except MXNetError as err:
+        reason = str(err).strip().splitlines()[-1]
+    else:
+        reason = "some remain unknown"
+        if all(map(shape_is_known, arg_shapes + aux_shapes + out_shapes)):
+            shapes = dict(zip(graph.list_arguments(), arg_shapes))
+            shapes.update(zip(graph.list_auxiliary_states(), aux_shapes))
+            return shapes, out_shapes
+    raise ValueError(f"cannot infer the shapes of {what} from its input shapes "
+                     f"{list(in_shapes)} ({reason}); make it accept the trunk's output, "
+                     "or give its layers their input sizes (in_units, in_channels).")
+
+
+class _Views:
+    """Routes by their names. Not a dict: Gluon would take the routes for unregistered children."""
+
+    def __init__(self):
+        self._by_names = {}
+
+    def get(self, names):
+        return self._by_names.get(names)
+
+    def put(self, names, route):
+        self._by_names[names] = route
+
+    def __iter__(self):
+        return iter(self._by_names.values())
+
+
+class _Route(HybridBlock):
+    """The trunk and some branches of a :class:`Branches` network, sharing its parameters.
+
+    Its children are the network's own trunk and branch blocks, registered under the same
+    names, so its parameters save under the same structural names as the network's.
+    """
+
+    def __init__(self, owner, names):
+        super().__init__(prefix=f"{owner.prefix}route_{'_'.join(names)}_")
+        self._names = names
+        self._complete = owner._complete_deferred_init
+        if owner.trunk is not None:
+            self.register_child(owner.trunk, "trunk")
+        for name in names:
+            self.register_child(getattr(owner, name), name)
+
+    def __repr__(self):
+        trunk = "trunk -> " if "trunk" in self._children else ""
+        return f"Route({trunk}{', '.join(self._names)})"
+
+    def forward(self, x, *args):
+        out = _tuples(super().forward(x, *args))
+        if isinstance(x, NDArray):
+            self._complete((x,) + args, skip=self._names)
+        return out
+
+    def hybrid_forward(self, F, x, *args):
+        outputs = _run(self._children.get("trunk"),
+                       [self._children[name] for name in self._names], (x,) + args)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+class Branches(HybridBlock):
+    """A trunk followed by named branches, each fed the trunk's output.
+
+    Subclass it, build the trunk and add the branches in ``__init__``. Calling the network
+    returns every branch's output; :meth:`route` gives a view that computes the trunk and only
+    some branches, sharing all parameters, with its own cached graph once hybridized (a
+    hybridized block replays the graph traced at its first call, so a Python flag that picks a
+    branch would be ignored: pick a route instead).
+
+    After ``initialize()`` the first forward through any route completes the deferred
+    initialization of every branch, from the trunk's output shape by symbolic shape inference;
+    inactive branches never run on data. So ``save_parameters`` and ``Trainer.step`` work even
+    when a branch has not been used yet.
+
+    Parameters
+    ----------
+    trunk : HybridBlock, optional
+        Shared layers run before the branches; without one, branches get the inputs. It can
+        also be assigned later as ``self.trunk``. Its parameters save as ``trunk.*``.
+    prefix, params :
+        As for ``HybridBlock``.
+
+    Example::
+
+        class MultiTask(Branches):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                with self.name_scope():
+                    self.trunk = nn.HybridSequential()
+                    self.trunk.add(nn.Dense(64, activation='relu'))
+                    self.add('digit', nn.Dense(10))
+                    self.add('parity', nn.Dense(2))
+
+        net = MultiTask()
+        net.initialize()
+        net.hybridize()
+        digit, parity = net(x)
+        digit = net.route('digit')(x)   # parity's parameters are initialized too
+    """
+
+    def __init__(self, trunk=None, prefix=None, params=None):
+        super().__init__(prefix=prefix, params=params)
+        self._names = []
+        self._routes = _Views()
+        self._hybrid_args = None
+        self.trunk = trunk
+
+    def __setattr__(self, name, value):
+        if name == "trunk" and value is not None and not isinstance(value, HybridBlock):
+            raise TypeError(f"the trunk must be a HybridBlock, got {type(value).__name__}; "
+                            "wrap plain layers in a mxnet.gluon.nn.HybridSequential.")
+        super().__setattr__(name, value)
+        if name == "trunk" and value is not None:
+            for route in self._routes:
+                route.register_child(value, "trunk")
+
+    @property
+    def names(self):
+        """The branch names, in the order they were added."""
+        return tuple(self._names)
+
+    def add(self, name, block):
+        """Register ``block`` as the branch ``name``, fed by the trunk's output.
+
+        The branch becomes the attribute ``self.<name>`` and its parameters save as
+        ``<name>.*``.
+
+        Example::
+
+            net.add('parity', nn.Dense(2))
+        """
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) \
+                or name.startswith("_"):
+            raise ValueError(f"branch name {name!r} is not usable: use a Python identifier "
+                             "that does not start with '_', such as 'digit' or 'head_1'.")
+        if name in self._names:
+            raise ValueError(f"a branch named {name!r} already exists (branches: "
+                             f"{self.names}); give each branch its own name.")
+        if hasattr(self, name):
+            raise ValueError(f"branch name {name!r} clashes with the attribute "
+                             f"{type(self).__name__}.{name}; choose another name.")
+        if not isinstance(block, HybridBlock):
+            raise TypeError(f"branch {name!r} must be a HybridBlock, got "
+                            f"{type(block).__name__}; wrap plain layers in a "
+                            "mxnet.gluon.nn.HybridSequential.")
+        setattr(self, name, block)
+        self._names.append(name)
+
+    def route(self, *names):
+        """A HybridBlock computing the trunk and only the branches ``names``.
+
+        It shares every parameter with this network and returns the branches' outputs in the
+        order given (the output itself for one name). The same names give the same view.
+
+        Example::
+
+            with autograd.record():
+                loss = loss_fn(net.route('digit')(x), y)
+        """
+        if not names:
+            raise ValueError(f"route() needs at least one branch name; the branches are "
+                             f"{self.names}.")
+        unknown = [name for name in names if name not in self._names]
+        if unknown:
+            raise KeyError(f"no branch named {unknown[0]!r}; the branches are {self.names}.")
+        if len(set(names)) != len(names):
+            raise ValueError(f"route{names} names a branch twice; name each branch once.")
+        route = self._routes.get(names)
+        if route is None:
+            route = _Route(self, names)
+            if self._hybrid_args is not None:
+                args, kwargs = self._hybrid_args
+                route.hybridize(*args, **kwargs)
+            self._routes.put(names, route)
+        return route
+
+    def hybridize(self, active=True, *args, **kwargs):
+        """Hybridize (or not) this network and its routes, those made so far and later ones.
+
+        Takes the arguments of ``HybridBlock.hybridize``.
+        """
+        super().hybridize(active, *args, **kwargs)
+        self._hybrid_args = ((active,) + args, kwargs)
+        for route in self._routes:
+            route.hybridize(active, *args, **kwargs)
+
+    def export(self, path, epoch=0, remove_amp_cast=True):
+        """Export the graph of the whole network, every branch, as ``HybridBlock.export``.
+
+        It needs ``hybridize()`` and one call of the network itself: calling a route does not
+        trace the whole network.
+        """
+        if not self._cached_graph:
+            raise RuntimeError("export() writes the graph of the whole network: call "
+                               "net.hybridize() and then net(x) once (a route's call does not "
+                               "trace the whole network), then export.")
+        super().export(path, epoch=epoch, remove_amp_cast=remove_amp_cast)
+
+    def forward(self, x, *args):
+        return _tuples(super().forward(x, *args))
+
+    def hybrid_forward(self, F, x, *args):
+        if not self._names:
+            raise RuntimeError(f"{type(self).__name__} has no branch yet: add one with "
+                               "add(name, block) before calling it.")
+        return _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
+
+    def _complete_deferred_init(self, inputs, skip=()):
+        """Finish the deferred initialization of branches that have not run yet.
+
+        The trunk's output shapes come from symbolic shape inference on the input shapes, and
+        each pending branch's parameter shapes from its graph on those: nothing is computed.
+        """
+        pending = {}
+        for name in self._names:
+            if name not in skip:
+                params = [param for param in getattr(self, name).collect_params().values()
+                          if param._deferred_init]
+                if params:
+                    pending[name] = params
+        if not pending:
+            return
+        in_shapes = [x.shape for x in inputs]
+        if self.trunk is not None:
+            in_shapes = _infer_shapes(self.trunk, in_shapes, "the trunk")[1]
+        for name, params in pending.items():
+            shapes = _infer_shapes(getattr(self, name), in_shapes, f"branch {name!r}")[0]
+            for param in params:
+                param.shape = shapes[param.name]
+                param._finish_deferred_init()

@@ -1,0 +1,451 @@
+"""Backward over named heads with checked head gradients; custom operators with keywords.
+
+``backward`` is ``mx.autograd.backward`` for heads given as an NDArray, a list or a dict,
+with every head gradient checked against its head. ``custom_op`` turns a forward function
+written with NDArray operators into an operator with a hand-written backward that runs
+imperatively under ``autograd.record()``, inside hybridized blocks, and after ``export``.
+"""
+import functools
+import inspect
+import itertools
+import json
+import re
+import threading
+
+import mxnet as mx
+import numpy as np
+
+__all__ = ["backward", "custom_op", "CustomOperator"]
+
+
+# ---------------------------------------------------------------------------------------------
+# backward over several heads
+# ---------------------------------------------------------------------------------------------
+
+def _flatten_heads(heads, head_grads):
+    """Labels, heads and head gradients (None where omitted) as three aligned lists."""
+    if isinstance(heads, mx.nd.NDArray):
+        if head_grads is not None and not isinstance(head_grads, mx.nd.NDArray):
+            raise TypeError(f"heads is a single NDArray, so head_grads must be an NDArray or "
+                            f"None, got {type(head_grads).__name__}.")
+        return ["heads"], [heads], [head_grads]
+    if isinstance(heads, dict):
+        labels = [f"heads[{name!r}]" for name in heads]
+        if head_grads is None:
+            head_grads = {}
+        if not isinstance(head_grads, dict):
+            raise TypeError(f"heads is a dict, so head_grads must be a dict with some of its "
+                            f"keys {list(heads)} (or None), got {type(head_grads).__name__}.")
+        unknown = [name for name in head_grads if name not in heads]
+        if unknown:
+            raise KeyError(f"head_grads has key(s) {unknown} that name no head; the heads are "
+                           f"{list(heads)}.")
+        return labels, list(heads.values()), [head_grads.get(name) for name in heads]
+    if isinstance(heads, (list, tuple)):
+        labels = [f"heads[{i}]" for i in range(len(heads))]
+        if head_grads is None:
+            head_grads = [None] * len(heads)
+        if not isinstance(head_grads, (list, tuple)):
+            raise TypeError(f"heads is a {type(heads).__name__}, so head_grads must be a list "
+                            f"or tuple of the same length (or None), got "
+                            f"{type(head_grads).__name__}.")
+        if len(head_grads) != len(heads):
+            raise ValueError(f"{len(heads)} heads but {len(head_grads)} head_grads; pass one "
+                             "gradient per head, None for ones.")
+        return labels, list(heads), list(head_grads)
+    raise TypeError(f"heads must be an NDArray, a list/tuple or a dict of NDArrays, got "
+                    f"{type(heads).__name__}.")
+
+
+def _checked_grad(label, head, grad):
+    """``grad`` for ``head``: None stays None (ones); otherwise checked, moved to its context."""
+    if not isinstance(head, mx.nd.NDArray):
+        raise TypeError(f"{label} must be an NDArray, got {type(head).__name__}.")
+    if grad is None:
+        return None
+    if not isinstance(grad, mx.nd.NDArray):
+        raise TypeError(f"head_grads for {label} must be an NDArray or None, got "
+                        f"{type(grad).__name__}; wrap it with mx.nd.array(...).")
+    if grad.shape != head.shape:
+        raise ValueError(f"head_grads for {label} has shape {grad.shape} but the head has shape "
+                         f"{head.shape}; pass a gradient of the head's shape, or None for ones.")
+    if grad.dtype != head.dtype:
+        raise TypeError(f"head_grads for {label} has dtype {np.dtype(grad.dtype).name} but the "
+                        f"head has dtype {np.dtype(head.dtype).name}; cast it with "
+                        f".astype('{np.dtype(head.dtype).name}').")
+    if grad.context != head.context:
+        grad = grad.as_in_context(head.context)
+    return grad
+
+
+def backward(heads, head_grads=None, retain_graph=False, train_mode=True):
+    """Compute the gradients of one or several heads, with their head gradients checked.
+
+    Parameters
+    ----------
+    heads : NDArray, list/tuple of NDArray or dict of str to NDArray
+        The recorded outputs to differentiate.
+    head_grads : NDArray, list/tuple or dict, optional
+        The gradients with respect to the heads, in the structure of ``heads``. None, a None
+        entry or a key missing from the dict means ones, as for a loss. Each must have the
+        shape and dtype of its head; one on another context is copied to the head's context.
+    retain_graph : bool, default False
+        Keep the recorded graph for another backward.
+    train_mode : bool, default True
+        Whether to run the backward in training mode.
+
+    Example::
+
+        >>> with mx.autograd.record():
+        ...     out = {"score": net(x), "aux": aux_net(x)}
+        >>> backward(out, {"score": g})      # "aux" gets ones
+    """
+    labels, head_list, grad_list = _flatten_heads(heads, head_grads)
+    if not head_list:
+        raise ValueError("heads is empty; pass at least one recorded NDArray.")
+    grads = [_checked_grad(label, head, grad)
+             for label, head, grad in zip(labels, head_list, grad_list)]
+    mx.autograd.backward(head_list, None if all(g is None for g in grads) else grads,
+                         retain_graph=retain_graph, train_mode=train_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# keyword serialization: every Custom attribute reaches the operator as a string
+# ---------------------------------------------------------------------------------------------
+
+_SCALARS = (bool, int, float, str)
+_TUPLE_TAG = "tuple"
+
+
+def _encode(value, where):
+    """``value`` as a JSON-ready structure where tuples are tagged objects."""
+    if value is None or type(value) in _SCALARS:
+        return value
+    if type(value) is list:
+        return [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if type(value) is tuple:
+        return {_TUPLE_TAG: [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+    raise TypeError(f"{where} is {value!r} of type {type(value).__name__}, which cannot be "
+                    "serialized; pass int, float, bool, str, None or a list/tuple of them "
+                    "(e.g. float(value) for a NumPy scalar).")
+
+
+def _decode(value):
+    """Inverse of :func:`_encode`."""
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        return tuple(_decode(v) for v in value[_TUPLE_TAG])
+    return value
+
+
+def _dumps_keywords(kwargs):
+    return json.dumps({k: _encode(v, f"keyword {k!r}") for k, v in kwargs.items()},
+                      sort_keys=True)
+
+
+def _loads_keywords(text):
+    return {k: _decode(v) for k, v in json.loads(text).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# custom operators
+# ---------------------------------------------------------------------------------------------
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_op_counter = itertools.count()
+
+
+def _as_list(result, count, what):
+    """``result`` of a forward or backward function as a list of ``count`` entries."""
+    if count == 1 and not isinstance(result, (list, tuple)):
+        result = [result]
+    if not isinstance(result, (list, tuple)) or len(result) != count:
+        got = len(result) if isinstance(result, (list, tuple)) else type(result).__name__
+        raise ValueError(f"{what} must return {count} value(s) (a tuple if several), got {got}.")
+    return list(result)
+
+
+def _shape_known(shape):
+    return len(shape) > 0 and all(d > 0 for d in shape)
+
+
+class _Kernel(mx.operator.CustomOp):
+    """Runs the user's forward and backward on the NDArrays MXNet hands over."""
+
+    def __init__(self, op, kwargs):
+        super().__init__()
+        self._op = op
+        self._kwargs = kwargs
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        with mx.autograd.pause(train_mode=bool(is_train)):
+            outs = _as_list(self._op._forward(*in_data, **self._kwargs),
+                            len(out_data), f"the forward of {self._op.__name__}")
+        for i, (dst, src) in enumerate(zip(out_data, outs)):
+            if src.shape != dst.shape:
+                raise ValueError(f"output {i} of {self._op.__name__} has shape {src.shape}, but "
+                                 f"{dst.shape} was inferred on zero inputs; the output shapes "
+                                 "must depend only on the input shapes.")
+            self.assign(dst, req[i], src)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        with mx.autograd.pause():
+            grads = _as_list(self._op._backward(*out_grad, *in_data, **self._kwargs),
+                             len(in_grad), f"the backward of {self._op.__name__}")
+        for i, (dst, src) in enumerate(zip(in_grad, grads)):
+            if src is None:
+                if req[i] in ("write", "inplace"):
+                    dst[:] = 0
+                continue
+            if not isinstance(src, mx.nd.NDArray):
+                raise TypeError(f"the backward of {self._op.__name__} returned a "
+                                f"{type(src).__name__} for input {i}; return NDArrays "
+                                "(None for zeros).")
+            if src.shape != dst.shape:
+                raise ValueError(f"the backward of {self._op.__name__} returned a gradient of "
+                                 f"shape {src.shape} for input {i} of shape {dst.shape}; return "
+                                 "one gradient of the input's shape per input (None for zeros).")
+            self.assign(dst, req[i], src)
+
+
+class _Prop(mx.operator.CustomOpProp):
+    """Shape and type inference for one node; ``_op`` is set on each registered subclass."""
+
+    _op = None
+
+    def __init__(self, keywords="{}"):
+        super().__init__(need_top_grad=True)
+        self._keywords = keywords
+        self._kwargs = self._op._resolve(_loads_keywords(keywords))
+        self._in_shapes = None
+        self._in_types = None
+
+    def list_arguments(self):
+        return list(self._op._inputs)
+
+    def list_outputs(self):
+        return [f"output{i}" for i in range(self._op.num_outputs)]
+
+    def infer_shape(self, in_shape):
+        n_out = self._op.num_outputs
+        if not all(_shape_known(s) for s in in_shape):
+            return in_shape, [()] * n_out, []
+        self._in_shapes = tuple(tuple(s) for s in in_shape)
+        types = self._in_types or (np.float32,) * len(in_shape)
+        out_shapes, _ = self._op._infer(self._keywords, self._in_shapes, types)
+        return in_shape, list(out_shapes), []
+
+    def infer_type(self, in_type):
+        n_out = self._op.num_outputs
+        if any(t is None for t in in_type):
+            return in_type, [None] * n_out, []
+        self._in_types = tuple(in_type)
+        if self._in_shapes is None:  # no shapes yet: MXNet's convention, the first input's type
+            return in_type, [in_type[0]] * n_out, []
+        _, out_types = self._op._infer(self._keywords, self._in_shapes, self._in_types)
+        return in_type, list(out_types), []
+
+    def create_operator(self, ctx, in_shapes, in_dtypes):
+        return _Kernel(self._op, self._kwargs)
+
+
+class CustomOperator:
+    """An operator made of a forward function and a backward registered on it.
+
+    Built by :func:`custom_op`; see there. Calling it on NDArrays runs the operator
+    imperatively (recorded by autograd); calling it on Symbols adds it to the graph.
+
+    Attributes
+    ----------
+    op_type : str
+        The name registered with ``mx.operator.register``, unique per decorated function; it
+        is the ``op_type`` of the ``Custom`` nodes in exported graphs.
+    num_outputs : int or None
+        The number of outputs, known once the backward is registered.
+    """
+
+    def __init__(self, forward):
+        if not callable(forward):
+            raise TypeError(f"custom_op decorates a function, got {forward!r}.")
+        functools.update_wrapper(self, forward)
+        self.__name__ = getattr(forward, "__name__", type(forward).__name__)
+        self._forward = forward
+        self._backward = None
+        self.num_outputs = None
+        self._inputs, self._keywords, self._defaults = self._parse_forward(forward, self.__name__)
+        qualname = getattr(forward, "__qualname__", type(forward).__name__)
+        name = re.sub(r"[^A-Za-z0-9_.]", "_", f"{forward.__module__}.{qualname}")
+        self.op_type = f"gluonkit.{name}.{next(_op_counter)}"
+        self._infer = functools.lru_cache(maxsize=256)(self._run_on_zeros)
+        mx.operator.register(self.op_type)(type("_Prop", (_Prop,), {"_op": self}))
+
+    @staticmethod
+    def _parse_forward(forward, name):
+        inputs, keywords, defaults = [], [], {}
+        for p in inspect.signature(forward).parameters.values():
+            if p.kind in _POSITIONAL and p.default is p.empty:
+                inputs.append(p.name)
+            elif p.kind == p.KEYWORD_ONLY:
+                keywords.append(p.name)
+                if p.default is not p.empty:
+                    defaults[p.name] = p.default
+            else:
+                raise TypeError(f"parameter {p.name!r} of {name}: a custom_op forward "
+                                "takes its arrays as positional parameters without defaults and "
+                                "its options as keyword-only parameters (after '*'); *args, "
+                                "**kwargs and positional defaults are not supported.")
+        if not inputs:
+            raise TypeError(f"{name} takes no array input; a custom_op forward needs "
+                            "at least one positional array parameter.")
+        return tuple(inputs), tuple(keywords), defaults
+
+    def backward(self, function):
+        """Register ``function(*output_grads, *inputs, **keywords)`` as the backward.
+
+        It receives one gradient per output, then the inputs, then every keyword of the
+        forward (omitted ones at the forward's defaults), and returns one gradient per input
+        (a tuple if several; None means zeros). The number of outputs is the number of its
+        positional parameters minus the number of inputs. Returns ``function`` unchanged.
+        """
+        if self._backward is not None:
+            raise RuntimeError(f"{self.__name__} already has a backward; decorate a new "
+                               "forward to change it.")
+        params = inspect.signature(function).parameters.values()
+        if any(p.kind == p.VAR_POSITIONAL for p in params):
+            raise TypeError(f"the backward of {self.__name__} takes *args; name one parameter "
+                            "per output gradient, then one per input.")
+        positional = [p.name for p in params if p.kind in _POSITIONAL
+                      and p.name not in self._keywords]
+        num_outputs = len(positional) - len(self._inputs)
+        if num_outputs < 1:
+            raise TypeError(f"the backward of {self.__name__} takes positional parameters "
+                            f"{positional}; it needs one per output gradient, then one per "
+                            f"input {list(self._inputs)}.")
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in params)
+        names = {p.name for p in params}
+        missing = [k for k in self._keywords if k not in names]
+        if missing and not takes_any:
+            raise TypeError(f"the backward of {self.__name__} does not accept the keyword(s) "
+                            f"{missing} of the forward; add them (or **kwargs).")
+        self._backward = function
+        self.num_outputs = num_outputs
+        return function
+
+    def _resolve(self, given):
+        """Every keyword of the forward: ``given`` over the forward's defaults."""
+        kwargs = dict(self._defaults)
+        kwargs.update(given)
+        return kwargs
+
+    def _run_on_zeros(self, keywords, shapes, types):
+        """Output shapes and dtypes of the forward run on zeros of these input shapes/types.
+
+        MXNet calls shape and type inference from inside its own C API calls, whose
+        per-thread buffers a nested imperative call would overwrite; the forward therefore
+        runs in a fresh thread (which records nothing), and the caller waits for it.
+        """
+        result = {}
+
+        def target():
+            try:
+                result["value"] = self._zero_forward(_loads_keywords(keywords), shapes, types)
+            except Exception as err:  # re-raised in the calling thread below
+                result["error"] = err
+
+        thread = threading.Thread(target=target, name=f"infer-{self.__name__}")
+        thread.start()
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+
+    def _zero_forward(self, given, shapes, types):
+        zeros = [mx.nd.zeros(s, ctx=mx.cpu(), dtype=t) for s, t in zip(shapes, types)]
+        outs = _as_list(self._forward(*zeros, **self._resolve(given)), self.num_outputs,
+                        f"the forward of {self.__name__} (its backward takes "
+                        f"{self.num_outputs} output gradient(s))")
+        for i, out in enumerate(outs):
+            if not isinstance(out, mx.nd.NDArray):
+                raise TypeError(f"output {i} of {self.__name__} is a {type(out).__name__}; "
+                                "the forward must return NDArrays.")
+        return tuple(o.shape for o in outs), tuple(np.dtype(o.dtype).type for o in outs)
+
+    def _check_call(self, args, kwargs):
+        """The encoded keywords of a call, after checking its arguments."""
+        if self._backward is None:
+            raise RuntimeError(f"{self.__name__} has no backward; register one with "
+                               f"@{self.__name__}.backward before calling it.")
+        if len(args) != len(self._inputs):
+            raise TypeError(f"{self.__name__} takes {len(self._inputs)} array input(s) "
+                            f"{list(self._inputs)}, got {len(args)}.")
+        if not (all(isinstance(a, mx.nd.NDArray) for a in args)
+                or all(isinstance(a, mx.sym.Symbol) for a in args)):
+            kinds = sorted({type(a).__name__ for a in args})
+            raise TypeError(f"{self.__name__} takes NDArrays or Symbols (not mixed) as its "
+                            f"array inputs, got {kinds}.")
+        for name, value in kwargs.items():
+            if isinstance(value, (mx.nd.NDArray, mx.sym.Symbol)):
+                raise TypeError(f"keyword {name!r} of {self.__name__} got an array; array "
+                                "arguments are positional: make it a positional parameter of "
+                                "the forward and pass it positionally.")
+            if name not in self._keywords:
+                raise TypeError(f"{self.__name__} got an unknown keyword {name!r}; its "
+                                f"keywords are {list(self._keywords)}.")
+        missing = [k for k in self._keywords if k not in kwargs and k not in self._defaults]
+        if missing:
+            raise TypeError(f"{self.__name__} needs the keyword(s) {missing}.")
+        return _dumps_keywords(kwargs)
+
+    def __call__(self, *args, **kwargs):
+        keywords = self._check_call(args, kwargs)
+        if isinstance(args[0], mx.sym.Symbol):
+            out = mx.sym.Custom(*args, op_type=self.op_type, keywords=keywords)
+            outs = [out[i] for i in range(self.num_outputs)]
+        else:
+            # infer here first: forward errors surface as themselves, not inside MXNet's callback
+            self._infer(keywords, tuple(a.shape for a in args),
+                        tuple(np.dtype(a.dtype).type for a in args))
+            out = mx.nd.Custom(*args, op_type=self.op_type, keywords=keywords)
+            outs = out if isinstance(out, (list, tuple)) else [out]
+        return outs[0] if self.num_outputs == 1 else tuple(outs)
+
+    def __repr__(self):
+        return f"<custom_op {self.__name__} op_type={self.op_type!r}>"
+
+
+def custom_op(forward):
+    """Turn ``forward`` into an operator whose backward is registered with ``.backward``.
+
+    The forward takes its arrays as positional parameters and its options as keyword-only
+    parameters, and returns an NDArray or a tuple of NDArrays built with ``mx.nd`` operators:
+    forward and backward always receive NDArrays, also inside hybridized graphs, and run as
+    Python code (convenient, but slower than built-in operators).
+    The operator works on NDArrays under ``autograd.record()`` and on Symbols inside
+    hybridized blocks (``static_alloc`` too), and survives ``export`` +
+    ``SymbolBlock.imports`` in the same process (the exported graph names ``op_type``).
+
+    Keyword values keep their Python types (int, float, bool, None, str, and lists/tuples of
+    them) in forward and backward; omitted keywords take the forward's defaults in both. An
+    unknown keyword, a value of another type, or an array passed as a keyword raises
+    ``TypeError``.
+
+    Output shapes and dtypes are inferred by running the forward on zero-filled inputs of
+    the input shapes and dtypes (once per distinct shapes, dtypes and keywords). The forward
+    must therefore run on zeros, and its output shapes and dtypes must depend only on the
+    input shapes, dtypes and keywords, never on the values.
+
+    Example::
+
+        @gluonkit.autograd.custom_op
+        def scaled_sin(x, *, scale=1.0, shift=None):
+            return nd.sin(x) * scale + (0 if shift is None else shift)
+
+        @scaled_sin.backward
+        def _(dy, x, *, scale=1.0, shift=None):     # output grads, then inputs, then keywords
+            return dy * nd.cos(x) * scale            # one gradient per input (None -> zeros)
+
+        with mx.autograd.record():
+            y = scaled_sin(x, scale=2.0)
+    """
+    return CustomOperator(forward)

@@ -24,6 +24,9 @@ from mxnet import gluon
 __all__ = ["select", "freeze", "unfreeze", "set_lr_mult", "set_wd_mult", "average_grads",
            "load_into", "summary"]
 
+_NDARRAY_FILE_MAGIC = (0x112).to_bytes(8, "little")  # the header mx.nd.save writes
+
+
 # grad_req of each parameter before freeze() set it to 'null', for unfreeze() to restore.
 _FROZEN = weakref.WeakKeyDictionary()
 
@@ -71,7 +74,8 @@ def select(block, pattern=None):
     chosen = {name: param for name, param in params.items() if regex.search(name)}
     if not chosen:
         raise ValueError(f"pattern {pattern!r} matches none of the {len(params)} parameter names "
-                         f"of the block, which are: {_brief(params)}.")
+                         f"of the block, which are: {_brief(params)}; pass a regular expression "
+                         "that one of them contains (it is searched, not matched in full).")
     return chosen
 
 
@@ -220,13 +224,17 @@ def _load_file(filename):
     """The dict of arrays in an MXNet parameter file, with clear errors for anything else."""
     path = os.fspath(filename)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"parameter file {path!r} does not exist.")
+        raise FileNotFoundError(f"parameter file {path!r} does not exist; check the path, or write "
+                                "the file with block.save_parameters(filename).")
+    not_params = ValueError(f"{path!r} is not an MXNet parameter file; write one with "
+                            "block.save_parameters(filename).")
+    with open(path, "rb") as f:
+        if f.read(8) != _NDARRAY_FILE_MAGIC:
+            raise not_params
     try:
         saved = mx.nd.load(path)
-    except mx.base.MXNetError as err:
-        reason = str(err).strip().splitlines()[-1]
-        raise ValueError(f"{path!r} is not an MXNet parameter file ({reason}); "
-                         "write one with block.save_parameters(filename).") from None
+    except mx.base.MXNetError:
+        raise not_params from None
     if not isinstance(saved, dict) or not saved:
         raise ValueError(f"{path!r} holds no named arrays; write parameter files with "
                          "block.save_parameters(filename).")
@@ -287,7 +295,8 @@ def _plan(params, saved, prefix, ctx, strict, path):
         array = saved[key]
         if not _fits(param.shape, array.shape):
             raise ValueError(f"parameter {name!r} has shape {param.shape} but {path!r} stores "
-                             f"{key!r} with shape {array.shape}.")
+                             f"{key!r} with shape {array.shape}; load a file saved by a network "
+                             "that contains this block, or name the sub-block with prefix=.")
         want, have = np.dtype(param.dtype).name, np.dtype(array.dtype).name
         if want != have:
             raise ValueError(f"parameter {name!r} is {want} but {path!r} stores {key!r} as "

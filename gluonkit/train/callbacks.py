@@ -1,0 +1,350 @@
+"""Callbacks for ``fit``: checkpoints, early stopping, learning-rate schedules, logs and plots."""
+import csv
+import io
+import json
+import logging
+import math
+import numbers
+import os
+
+from .checkpoint import Checkpoint, _atomic_write
+
+__all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
+           "PlotCurves"]
+
+log = logging.getLogger("gluonkit")
+
+
+class Callback:
+    """Base class of ``fit`` callbacks: override the hooks you need.
+
+    Every hook receives the ``FitState`` (``state.net``, ``state.trainer``, ``state.epoch``,
+    ``state.batch``, ``state.step``, ``state.logs``, ``state.history``, ...). Set
+    ``state.stop_training = True`` to stop after the current epoch. A callback whose
+    decisions depend on the past returns it from ``state_dict`` so that checkpoints carry it.
+
+    Example::
+
+        class PrintLR(Callback):
+            def on_epoch_end(self, state):
+                print(state.epoch, state.trainer.learning_rate)
+    """
+
+    def on_train_begin(self, state):
+        """Called once before the first epoch (a resumed run restores its state here)."""
+
+    def on_epoch_begin(self, state):
+        """Called at the start of every epoch."""
+
+    def on_batch_end(self, state):
+        """Called after every batch's ``trainer.step``."""
+
+    def on_epoch_end(self, state):
+        """Called after every epoch, validation included; ``state.logs`` holds its row."""
+
+    def on_train_end(self, state):
+        """Called once at the end, also when a signal stopped training."""
+
+    def state_dict(self):
+        """dict: What a checkpoint must remember of this callback (picklable)."""
+        return {}
+
+    def load_state_dict(self, state):
+        """Restore what ``state_dict`` returned."""
+
+
+class _Monitor:
+    """Tracks the best value of one key of the epoch logs."""
+
+    def __init__(self, monitor, mode, min_delta=0.0):
+        if mode == "auto":
+            mode = "min" if "loss" in monitor else "max"
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min', 'max' or 'auto', got {mode!r}.")
+        self.monitor, self.mode, self.min_delta = monitor, mode, abs(min_delta)
+        self.best = None
+
+    def improved(self, logs):
+        """Whether ``logs[monitor]`` beats the best so far (which it then becomes)."""
+        if self.monitor not in logs:
+            raise KeyError(f"Cannot monitor {self.monitor!r}: the epoch logs hold "
+                           f"{sorted(logs)}; pass one of them (val_ keys need val_data).")
+        value = float(logs[self.monitor])
+        if math.isnan(value):
+            return False
+        better = (self.best is None
+                  or (value < self.best - self.min_delta if self.mode == "min"
+                      else value > self.best + self.min_delta))
+        if better:
+            self.best = value
+        return better
+
+
+class ModelCheckpoint(Callback):
+    """Save a ``Checkpoint`` every ``every`` epochs, the best one by ``monitor``, and at the end.
+
+    The end-of-training save also covers a stop by SIGINT/SIGTERM in mid-epoch (the pending
+    accumulation window and the data position are saved). With ``resume=True`` training
+    continues from the latest checkpoint, if any, exactly where it stopped.
+
+    Parameters
+    ----------
+    checkpoint : Checkpoint or str
+        A ``Checkpoint`` or its directory.
+    every : int, default 1
+        Save after every ``every``-th epoch.
+    monitor : str, optional
+        A key of the epoch logs, e.g. 'val_accuracy'; an improvement saves ``best.ckpt``.
+    mode : {'auto', 'min', 'max'}
+        'auto': 'min' for keys containing 'loss', else 'max'.
+    resume : bool, default False
+        Load the latest checkpoint at the start of training.
+
+    Example::
+
+        fit(net, loss, trainer, train_loader, epochs=20, val_data=val_loader, metrics="acc",
+            callbacks=[ModelCheckpoint("runs/cnn/checkpoints", monitor="val_accuracy",
+                                       resume=True)])
+    """
+
+    def __init__(self, checkpoint, every=1, monitor=None, mode="auto", resume=False):
+        self.checkpoint = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint(checkpoint)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive int (epochs between saves), got {every!r}.")
+        self.every = every
+        self._monitor = _Monitor(monitor, mode) if monitor else None
+        self.resume = resume
+        self._saved_at = None
+
+    def on_train_begin(self, state):
+        self._saved_at = None
+        if self._monitor:
+            self._monitor.best = None
+        if not self.resume:
+            return
+        if self.checkpoint.latest is None:
+            log.info("No checkpoint in %s: training from the start.", self.checkpoint.directory)
+            return
+        saved = self.checkpoint.load(state.net, state.trainer)
+        state.restore(saved)
+        self._saved_at = state.position
+        log.info("Resumed from %s: %d epoch(s) and %d batch(es) done.", self.checkpoint.latest,
+                 *state.position)
+
+    def _save(self, state, best=False):
+        position = state.position
+        path = self.checkpoint.save(state.net, state.trainer, position[0], best=best,
+                                    fit=state.snapshot())
+        self._saved_at = position
+        log.info("Saved checkpoint %s%s.", path, " (best)" if best else "")
+
+    def on_epoch_end(self, state):
+        best = bool(self._monitor) and self._monitor.improved(state.logs)
+        if best or (state.epoch + 1) % self.every == 0:
+            self._save(state, best=best)
+
+    def on_train_end(self, state):
+        if self._saved_at != state.position:
+            self._save(state)
+
+    def state_dict(self):
+        return {"best": self._monitor.best if self._monitor else None}
+
+    def load_state_dict(self, state):
+        if self._monitor:
+            self._monitor.best = state["best"]
+
+
+class EarlyStopping(Callback):
+    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs.
+
+    Example::
+
+        EarlyStopping(monitor="val_loss", patience=3)
+    """
+
+    def __init__(self, monitor="val_loss", patience=5, min_delta=0.0, mode="auto"):
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"patience must be a positive int (epochs), got {patience!r}.")
+        self._monitor = _Monitor(monitor, mode, min_delta)
+        self.patience = patience
+        self.wait = 0
+
+    def on_train_begin(self, state):
+        self._monitor.best, self.wait = None, 0
+
+    def on_epoch_end(self, state):
+        if self._monitor.improved(state.logs):
+            self.wait = 0
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            state.stop_training = True
+            log.info("Early stopping: %s has not improved on %.4g for %d epoch(s).",
+                     self._monitor.monitor, self._monitor.best, self.wait)
+
+    def state_dict(self):
+        return {"best": self._monitor.best, "wait": self.wait}
+
+    def load_state_dict(self, state):
+        self._monitor.best, self.wait = state["best"], state["wait"]
+
+
+class LRSchedule(Callback):
+    """Set the learning rate before every update: a linear warm-up, then a scheduler.
+
+    The rate for update ``t`` (``state.step``, one per batch without accumulation) ramps
+    linearly from ``warmup_begin_lr`` to the scheduler's first rate over ``warmup_steps``
+    updates, then follows ``scheduler(t - warmup_steps)``. It depends only on ``t``, so a
+    resumed run follows the same curve. The optimizer must not have an ``lr_scheduler``.
+
+    Parameters
+    ----------
+    scheduler : float or callable
+        A constant rate, or a scheduler called with the update count: any of
+        ``mx.lr_scheduler`` (``FactorScheduler``, ``MultiFactorScheduler``, ``PolyScheduler``,
+        ``CosineScheduler``) or ``gluoncv.utils.LRScheduler`` / ``LRSequential``.
+    warmup_steps : int, default 0
+    warmup_begin_lr : float, default 0.0
+
+    Example::
+
+        cosine = mx.lr_scheduler.CosineScheduler(max_update=90 * steps_per_epoch, base_lr=0.1)
+        LRSchedule(cosine, warmup_steps=5 * steps_per_epoch)
+    """
+
+    def __init__(self, scheduler, warmup_steps=0, warmup_begin_lr=0.0):
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be a non-negative int, got {warmup_steps!r}.")
+        if not (isinstance(scheduler, numbers.Real) or callable(scheduler)):
+            raise TypeError(f"scheduler must be a learning rate or a callable of the update count "
+                            f"(an mx.lr_scheduler or gluoncv.utils.LRScheduler), got {scheduler!r}.")
+        self.scheduler = scheduler
+        self.warmup_steps = warmup_steps
+        self.warmup_begin_lr = float(warmup_begin_lr)
+        self._target = self._scheduled(0)
+
+    def _scheduled(self, t):
+        if isinstance(self.scheduler, numbers.Real):
+            return float(self.scheduler)
+        return float(self.scheduler(t))
+
+    def learning_rate(self, step):
+        """The learning rate of update ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            ramp = (self._target - self.warmup_begin_lr) / self.warmup_steps
+            return self.warmup_begin_lr + ramp * step
+        return self._scheduled(step - self.warmup_steps)
+
+    def _apply(self, state):
+        state.trainer.set_learning_rate(self.learning_rate(state.step))
+
+    def on_train_begin(self, state):
+        if state.trainer.optimizer.lr_scheduler is not None:
+            raise ValueError("The optimizer already has an lr_scheduler; give the scheduler either "
+                             "to the optimizer or to LRSchedule, not both.")
+        self._apply(state)
+
+    def on_epoch_begin(self, state):
+        self._apply(state)
+
+    def on_batch_end(self, state):
+        self._apply(state)
+
+
+def _atomic_text(path, text):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    _atomic_write(directory, os.path.basename(path), lambda f: f.write(text.encode()))
+
+
+class HistoryLogger(Callback):
+    """Write the history (one row per epoch) to a CSV or JSON file after every epoch.
+
+    The format follows the suffix: ``.csv`` or ``.json``. The file is replaced atomically.
+
+    Example::
+
+        HistoryLogger("runs/cnn/history.csv")
+    """
+
+    def __init__(self, path):
+        path = os.fspath(path)
+        self.format = os.path.splitext(path)[1].lower().lstrip(".")
+        if self.format not in ("csv", "json"):
+            raise ValueError(f"HistoryLogger writes .csv or .json files, got {path!r}.")
+        self.path = path
+        self._rows = None
+
+    def _write(self, history):
+        rows = len(history.get("epoch", ()))
+        if rows == self._rows and os.path.exists(self.path):
+            return
+        self._rows = rows
+        if self.format == "json":
+            text = json.dumps(history, indent=1)
+        else:
+            buf = io.StringIO()
+            writer = csv.writer(buf, lineterminator="\n")
+            writer.writerow(list(history))
+            writer.writerows(zip(*history.values()))
+            text = buf.getvalue()
+        _atomic_text(self.path, text)
+
+    def on_epoch_end(self, state):
+        self._write(state.history)
+
+    def on_train_end(self, state):
+        self._write(state.history)
+
+
+class PlotCurves(Callback):
+    """Plot the training curves to a PNG after every epoch (matplotlib, no display needed).
+
+    One panel per quantity: the loss and each metric (train and val together), and the
+    learning rate.
+
+    Example::
+
+        PlotCurves("runs/cnn/curves.png")
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._rows = None
+
+    def _plot(self, history):
+        rows = len(history.get("epoch", ()))
+        if rows == self._rows and os.path.exists(self.path):
+            return
+        self._rows = rows
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        skip = {"epoch", "time", "samples_per_sec"}
+        names = [k for k in history if k not in skip and not k.startswith("val_")]
+        if not names:
+            return
+        fig = Figure(figsize=(4 * len(names), 3.2), tight_layout=True)
+        FigureCanvasAgg(fig)
+        epochs = history.get("epoch", list(range(1, len(history[names[0]]) + 1)))
+        for i, name in enumerate(names):
+            ax = fig.add_subplot(1, len(names), i + 1)
+            ax.plot(epochs, history[name], marker="o", label="train" if name != "lr" else name)
+            if f"val_{name}" in history:
+                ax.plot(epochs, history[f"val_{name}"], marker="o", label="val")
+            ax.set_xlabel("epoch")
+            ax.set_title(name)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        _atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
+
+    def on_epoch_end(self, state):
+        self._plot(state.history)
+
+    def on_train_end(self, state):
+        self._plot(state.history)

@@ -1,0 +1,442 @@
+"""fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
+import contextlib
+import copy
+import logging
+import numbers
+import signal
+import threading
+import time
+
+import mxnet as mx
+from mxnet import autograd, gluon
+from tqdm.auto import tqdm
+
+from .callbacks import Callback
+from .checkpoint import get_rng_state, reseed_mxnet, set_rng_state
+from .split import split_and_load
+
+__all__ = ["fit", "evaluate", "FitState"]
+
+log = logging.getLogger("gluonkit")
+
+
+class FitState:
+    """What ``fit`` is doing; every callback hook receives it.
+
+    Attributes
+    ----------
+    net, loss, trainer, ctx : the objects ``fit`` was given (``ctx`` a list of Context).
+    epochs : int
+        Number of epochs to reach.
+    epoch : int
+        Index of the current epoch (0-based); after the last one, the number completed.
+    batch : int
+        Batches done in the current epoch.
+    step : int
+        Optimizer updates applied so far (one per ``accumulate`` batches).
+    logs : dict
+        During an epoch: running 'loss' and metrics; at ``on_epoch_end``: the epoch's row.
+    history : dict of list
+        One entry per completed epoch for each key of the rows.
+    stop_training : bool
+        Set it in a callback to stop after the current epoch.
+    interrupted : signal.Signals or None
+        The signal (SIGINT, SIGTERM) that asked training to stop, if any.
+    """
+
+    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics):
+        self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
+        self.epochs = epochs
+        self.epoch = self.batch = self.step = 0
+        self.logs, self.history = {}, {}
+        self.stop_training = False
+        self.interrupted = None
+        self._callbacks = callbacks
+        self._metrics = metrics
+        self._phase = "idle"          # 'train' inside an epoch, 'end' at on_epoch_end
+        self._loss_sum = 0.0
+        self._samples = 0
+        self._epoch_rng = None        # generator states at the start of the epoch
+        self._resume = None           # mid-epoch resumption: batches to skip, states after them
+        self._callback_states = None
+
+    @property
+    def position(self):
+        """tuple: ``(epochs completed, batches done in the next epoch)``."""
+        if self._phase == "train":
+            return self.epoch, self.batch
+        if self._resume is not None:
+            return self.epoch, self._resume["batch"]
+        return self.epoch + (self._phase == "end"), 0
+
+    def snapshot(self):
+        """Everything ``restore`` needs to continue exactly from here (picklable).
+
+        Example::
+
+            ckpt.save(state.net, state.trainer, state.position[0], fit=state.snapshot())
+        """
+        epoch, batch = self.position
+        snap = {"epoch": epoch, "batch": batch, "step": self.step,
+                "history": copy.deepcopy(self.history),
+                "callbacks": [(type(cb).__name__, cb.state_dict()) for cb in self._callbacks]}
+        if batch:
+            snap.update(epoch_rng=self._epoch_rng, rng=get_rng_state(), loss_sum=self._loss_sum,
+                        samples=self._samples, metrics=copy.deepcopy(self._metrics))
+        return snap
+
+    def restore(self, saved):
+        """Continue from what ``Checkpoint.load`` returned (a ``snapshot`` under 'fit').
+
+        A checkpoint saved without a snapshot resumes at the start of the epoch after its
+        ``epoch``.
+        """
+        snap = saved.get("fit")
+        if snap is None:
+            self.epoch, self.step = saved["epoch"], saved.get("step", 0)
+            return
+        self.epoch, self.step = snap["epoch"], snap["step"]
+        self.history = copy.deepcopy(snap["history"])
+        self._callback_states = snap["callbacks"]
+        self._resume = snap if snap["batch"] else None
+
+    def _apply_callback_states(self):
+        saved, self._callback_states = self._callback_states, None
+        if saved is None:
+            return
+        for cb, (name, cb_state) in zip(self._callbacks, saved):
+            if type(cb).__name__ == name:
+                cb.load_state_dict(cb_state)
+
+    def _begin_epoch(self):
+        """Reset the epoch's sums, or take them from a mid-epoch snapshot; return batches to skip."""
+        self._phase = "train"
+        snap, self._resume = self._resume, None
+        if snap is None:
+            self.batch, self._loss_sum, self._samples = 0, 0.0, 0
+            for metric in self._metrics:
+                metric.reset()
+            self._epoch_rng = get_rng_state()
+            self._epoch_rng["mxnet_seed"] = reseed_mxnet(salt=self.epoch)
+            return 0, None
+        self.batch, self._loss_sum, self._samples = snap["batch"], snap["loss_sum"], snap["samples"]
+        if [m.name for m in snap["metrics"]] == [m.name for m in self._metrics]:
+            self._metrics[:] = snap["metrics"]
+        self._epoch_rng = snap["epoch_rng"]
+        set_rng_state(self._epoch_rng)   # replay the epoch's data order from its start
+        return snap["batch"], snap["rng"]
+
+    def _running(self):
+        logs = {"loss": self._loss_sum / max(self._samples, 1)}
+        for metric in self._metrics:
+            logs.update(metric.get_name_value())
+        return logs
+
+
+def _call(callbacks, hook, state):
+    for cb in callbacks:
+        getattr(cb, hook)(state)
+
+
+def _check_epochs(epochs):
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0:
+        raise ValueError(f"epochs must be a non-negative int (the number of epochs to reach), "
+                         f"got {epochs!r}.")
+    return int(epochs)
+
+
+def _contexts(ctx, net):
+    if ctx is not None:
+        ctx = [ctx] if isinstance(ctx, mx.Context) else list(ctx)
+        if not ctx or not all(isinstance(c, mx.Context) for c in ctx):
+            raise TypeError(f"ctx must be a Context or a non-empty list of them, got {ctx!r}.")
+        return ctx
+    params = list(net.collect_params().values())
+    if not params:
+        return [mx.current_context()]
+    try:
+        return params[0].list_ctx()
+    except RuntimeError as err:
+        raise ValueError(f"The network is not initialized ({err}); call "
+                         "net.initialize(ctx=...) before fit.") from err
+
+
+def _metrics(metrics):
+    """Fresh metric objects from names ('acc', 'ce', ...) and/or EvalMetric instances."""
+    if metrics is None:
+        return []
+    if isinstance(metrics, (str, mx.metric.EvalMetric)):
+        metrics = [metrics]
+    made = []
+    for metric in metrics:
+        if isinstance(metric, mx.metric.EvalMetric):
+            made.append(copy.deepcopy(metric))
+        elif isinstance(metric, str):
+            try:
+                made.append(mx.metric.create(metric))
+            except (AssertionError, ValueError) as err:  # mxnet asserts on unknown names
+                raise ValueError(f"Unknown metric {metric!r}; use a name mx.metric.create knows "
+                                 "('acc', 'top_k_accuracy', 'ce', 'mae', 'f1', ...) or an "
+                                 "mx.metric.EvalMetric instance.") from err
+        else:
+            raise TypeError(f"metrics must hold metric names or mx.metric.EvalMetric objects, "
+                            f"got {metric!r}.")
+    return made
+
+
+def _check_callbacks(callbacks):
+    callbacks = list(callbacks)
+    for cb in callbacks:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks must be gluonkit Callback instances, got {cb!r}; "
+                            "subclass gluonkit.train.callbacks.Callback.")
+    return callbacks
+
+
+def _unpack(batch, index, name):
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        kind = type(batch).__name__
+        size = f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else ""
+        raise TypeError(f"{name} must yield (data, label) pairs, but batch {index} is a {kind}{size}; "
+                        "build it from gluon.data.ArrayDataset(data, label) or a dataset whose "
+                        "samples are (data, label).")
+    data, label = batch
+    if not (hasattr(data, "shape") and hasattr(label, "shape")):
+        raise TypeError(f"Batch {index} of {name} holds {type(data).__name__} and "
+                        f"{type(label).__name__}; data and label must be NDArrays or numpy arrays.")
+    if data.shape[0] != label.shape[0]:
+        raise ValueError(f"Batch {index} of {name} has {data.shape[0]} samples of data but "
+                         f"{label.shape[0]} labels; data and label must have the same batch size.")
+    return data, label
+
+
+def _forward_losses(net, loss, xs, ys):
+    outputs = [net(x) for x in xs]
+    losses = [loss(out, y) for out, y in zip(outputs, ys)]
+    for x, value in zip(xs, losses):
+        if value.ndim == 0 or value.shape[0] != x.shape[0]:
+            raise ValueError(f"loss returned shape {value.shape} for {x.shape[0]} samples; it must "
+                             "return one value per sample (gluon.loss losses do), not a mean.")
+    return outputs, losses
+
+
+def _train_batch(state, data, label):
+    """Forward, backward and trainer.step on one batch split over the contexts."""
+    xs, ys = split_and_load(data, state.ctx), split_and_load(label, state.ctx)
+    with autograd.record():
+        outputs, losses = _forward_losses(state.net, state.loss, xs, ys)
+    autograd.backward(losses)
+    count = data.shape[0]
+    if state.trainer.step(count) is not False:   # gluon.Trainer returns None: it always updates
+        state.step += 1
+    state._loss_sum += sum(value.sum().asscalar() for value in losses)
+    state._samples += count
+    for metric in state._metrics:
+        metric.update(ys, outputs)
+    return count
+
+
+def _evaluate(net, data, ctx, metrics, loss, name):
+    loss_sum, samples = 0.0, 0
+    for metric in metrics:
+        metric.reset()
+    for index, batch in enumerate(data):
+        x, y = _unpack(batch, index, name)
+        xs, ys = split_and_load(x, ctx), split_and_load(y, ctx)
+        outputs = [net(part) for part in xs]
+        if loss is not None:
+            loss_sum += sum(loss(out, part).sum().asscalar() for out, part in zip(outputs, ys))
+        samples += x.shape[0]
+        for metric in metrics:
+            metric.update(ys, outputs)
+    if not samples:
+        raise ValueError(f"{name} yielded no batches; pass a non-empty loader (a generator "
+                         "is exhausted after one pass: use a gluon.data.DataLoader).")
+    logs = {"loss": loss_sum / samples} if loss is not None else {}
+    for metric in metrics:
+        logs.update(metric.get_name_value())
+    return logs
+
+
+def evaluate(net, data, *, ctx=None, metrics="acc", loss=None):
+    """Evaluate ``net`` on every batch of ``data`` (prediction mode, no gradients).
+
+    Parameters
+    ----------
+    net : Block
+    data : iterable of (data, label)
+        E.g. a ``gluon.data.DataLoader``.
+    ctx : Context or list of Context, optional
+        Defaults to the contexts of the network's parameters.
+    metrics : str, EvalMetric or list of them, default 'acc'
+    loss : gluon.loss.Loss, optional
+        Also report the mean per-sample loss under 'loss'.
+
+    Returns
+    -------
+    dict
+        Metric name -> value, e.g. ``{'accuracy': 0.97}``.
+
+    Example::
+
+        >>> evaluate(net, test_loader)["accuracy"]
+        0.9721
+    """
+    return _evaluate(net, data, _contexts(ctx, net), _metrics(metrics), loss, "data")
+
+
+@contextlib.contextmanager
+def _stop_on_signals(state):
+    """While training, SIGINT and SIGTERM ask to stop after the current step; a second aborts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield   # signal handlers can only be installed from the main thread
+        return
+
+    def handler(signum, frame):
+        if state.interrupted is not None:
+            raise KeyboardInterrupt
+        state.interrupted = signal.Signals(signum)
+        log.warning("%s received: stopping after the current step (send it again to abort now).",
+                    state.interrupted.name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
+def _run_epoch(state, train_data, val_data, val_metrics, progress):
+    skip, rng_after_skip = state._begin_epoch()
+    _call(state._callbacks, "on_epoch_begin", state)
+    batches = iter(train_data)
+    for _ in range(skip):
+        if next(batches, None) is None:
+            raise ValueError(f"train_data yielded fewer than the {skip} batches the checkpoint "
+                             "was saved after; resume with the same data and batch size.")
+    if rng_after_skip is not None:
+        set_rng_state(rng_after_skip)
+    total = len(train_data) if hasattr(train_data, "__len__") else None
+    bar = tqdm(total=total, initial=skip, disable=not progress, unit="batch", leave=True,
+               desc=f"epoch {state.epoch + 1}/{state.epochs}", dynamic_ncols=True)
+    tic, seen = time.perf_counter(), 0
+    try:
+        for batch in batches:
+            data, label = _unpack(batch, state.batch, "train_data")
+            seen += _train_batch(state, data, label)
+            state.batch += 1
+            state.logs = state._running()
+            rate = seen / max(time.perf_counter() - tic, 1e-9)
+            bar.set_postfix({**{k: f"{v:.4f}" for k, v in state.logs.items()},
+                             "samples/s": f"{rate:.0f}"}, refresh=False)
+            bar.update(1)
+            _call(state._callbacks, "on_batch_end", state)
+            if state.interrupted is not None:
+                return
+    finally:
+        bar.close()
+    if state.batch == 0:
+        raise ValueError(f"train_data yielded no batches in epoch {state.epoch + 1}; pass a "
+                         "non-empty loader that can be iterated once per epoch (a generator is "
+                         "exhausted after one pass: use a gluon.data.DataLoader).")
+    if getattr(state.trainer, "flush", None) and state.trainer.flush():
+        state.step += 1
+    train_time = time.perf_counter() - tic
+    logs = {"epoch": state.epoch + 1, **state._running()}
+    if val_data is not None:
+        val = _evaluate(state.net, val_data, state.ctx, val_metrics, state.loss, "val_data")
+        logs.update({f"val_{k}": v for k, v in val.items()})
+    logs.update(lr=state.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
+                time=time.perf_counter() - tic)
+    for key, value in logs.items():
+        state.history.setdefault(key, []).append(value)
+    log.info("epoch %d/%d: %s", state.epoch + 1, state.epochs,
+             ", ".join(f"{k} {v:.4g}" for k, v in logs.items() if k != "epoch"))
+    state.logs, state._phase = logs, "end"
+    _call(state._callbacks, "on_epoch_end", state)
+    state.epoch += 1
+    state._phase = "idle"
+
+
+def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metrics=None,
+        callbacks=(), progress=True):
+    """Train ``net`` for ``epochs`` epochs; return the per-epoch history.
+
+    Each batch is split over ``ctx`` with ``gluonkit.split_and_load``, the per-sample losses
+    are back-propagated, and ``trainer.step`` gets the batch's true sample count, so
+    accumulation (``gluonkit.Trainer(accumulate=k)``) and uneven splits are exact; a partial
+    accumulation window is flushed at the end of every epoch. A tqdm bar shows each epoch
+    (running loss, metrics, samples/s) and a summary line goes to the 'gluonkit' logger.
+
+    MXNet's generator is reseeded at the start of every epoch from the Python and NumPy
+    states, so seeding NumPy makes a run reproducible and a run resumed from a checkpoint
+    (``ModelCheckpoint(..., resume=True)``) ends with the same parameters as one never
+    stopped. A stop in mid-epoch resumes at the same batch, with the same data order and
+    accumulation window; it is bit-exact unless the rest of that epoch draws from MXNet's
+    generator (dropout, MXNet random augmentations), which cannot be replayed.
+
+    SIGINT (Ctrl-C) or SIGTERM finish the current step, run ``on_train_end`` (where
+    ``ModelCheckpoint`` saves), then raise ``KeyboardInterrupt`` or ``SystemExit(143)``; a
+    second signal aborts at once. The handlers are installed only while ``fit`` runs (from
+    the main thread) and the previous ones are restored.
+
+    Parameters
+    ----------
+    net : Block
+        Initialized (parameters may wait for deferred initialization).
+    loss : gluon.loss.Loss
+        Must return one value per sample.
+    trainer : gluon.Trainer
+        Usually a ``gluonkit.Trainer``.
+    train_data : iterable of (data, label)
+        Re-iterable once per epoch, e.g. a ``gluon.data.DataLoader``; for exact resumption
+        its order must depend only on the NumPy/Python generators (``shuffle=True`` does).
+    epochs : int
+        Epochs to reach (a resumed run continues up to it).
+    ctx : Context or list of Context, optional
+        Defaults to the contexts of the network's parameters.
+    val_data : iterable of (data, label), optional
+        Evaluated after every epoch; its results get the prefix 'val_'.
+    metrics : str, EvalMetric or list of them, optional
+        E.g. 'acc' or ``mx.metric.TopKAccuracy(5)``; computed on train and val data.
+    callbacks : iterable of Callback
+        See ``gluonkit.train.callbacks``.
+    progress : bool, default True
+        Show the progress bar.
+
+    Returns
+    -------
+    dict of list
+        Per epoch: 'epoch', 'loss', each metric, 'val_loss' and 'val_<metric>' (with
+        val_data), 'lr', 'samples_per_sec', 'time' (seconds, validation included).
+
+    Example::
+
+        trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+        history = gluonkit.fit(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer, train_loader,
+                               epochs=10, val_data=test_loader, metrics="acc",
+                               callbacks=[ModelCheckpoint("runs/cnn", monitor="val_accuracy")])
+        history["val_accuracy"][-1]
+    """
+    epochs = _check_epochs(epochs)
+    if not isinstance(trainer, gluon.Trainer):
+        raise TypeError(f"trainer must be a gluon.Trainer (e.g. gluonkit.Trainer), got {trainer!r}.")
+    state = FitState(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
+                     _metrics(metrics))
+    val_metrics = _metrics(metrics)
+    with _stop_on_signals(state):
+        _call(state._callbacks, "on_train_begin", state)
+        state._apply_callback_states()
+        while state.epoch < epochs and not state.stop_training and state.interrupted is None:
+            _run_epoch(state, train_data, val_data, val_metrics, progress)
+        _call(state._callbacks, "on_train_end", state)
+    if state.interrupted is not None:
+        epoch, batch = state.position
+        message = (f"training stopped by {state.interrupted.name} after {epoch} epoch(s) "
+                   f"and {batch} batch(es)")
+        log.warning("%s.", message)
+        if state.interrupted == signal.SIGTERM:
+            raise SystemExit(128 + signal.SIGTERM)
+        raise KeyboardInterrupt(message)
+    return state.history

@@ -1,0 +1,223 @@
+"""recipes/classify.py end to end on a tiny budget: outputs, exact resume, devices, options."""
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+import requests
+
+from gluonkit.data import digits
+from gluonkit.train.checkpoint import Checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "recipes", "classify.py")
+
+
+def load_recipe():
+    spec = importlib.util.spec_from_file_location("classify_recipe", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    names = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        return load_recipe()
+    finally:   # importing the recipe may set them; keep this test process as it was
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run(recipe, tmp_path, *argv):
+    return recipe.main(recipe.parse_args(["--no-progress", "--out", str(tmp_path), *argv]))
+
+
+def history_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_defaults(recipe):
+    args = recipe.parse_args([])
+    assert (args.dataset, args.model, args.ctx, args.optimizer, args.lr_schedule) == \
+        ("digits", "cnn", "cpu:0", "sgd", "cosine")
+    assert (args.epochs, args.batch_size, args.accumulate, args.out) == \
+        (12, 64, 1, os.path.join("runs", "classify"))
+
+
+def test_sets_openmp_variables_only_when_unset(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    load_recipe()
+    assert os.environ["OMP_NUM_THREADS"] == str(os.cpu_count())
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    load_recipe()
+    assert (os.environ["OMP_NUM_THREADS"], os.environ["OMP_WAIT_POLICY"]) == ("1", "ACTIVE")
+
+
+def test_tiny_run_writes_outputs_and_reports_the_test_accuracy(recipe, tmp_path, capsys):
+    result = run(recipe, tmp_path, "--limit", "96", "--epochs", "2", "--batch-size", "32")
+    assert f"test accuracy: {result['test_accuracy']:.4f} on 96 images" in capsys.readouterr().out
+    # the reported accuracy is that of the final checkpoint's parameters, counted by hand
+    net = recipe.small_cnn(10)
+    net.initialize()
+    assert Checkpoint(tmp_path / "checkpoints").load(net)["epoch"] == 2
+    x, y = (np.stack(a) for a in zip(*[digits(train=False)[i] for i in range(96)]))
+    predicted = net(mx.nd.array(x)).argmax(axis=1).asnumpy()
+    assert result["test_accuracy"] == pytest.approx(np.mean(predicted == y))
+    rows = history_csv(tmp_path / "history.csv")
+    assert [int(r["epoch"]) for r in rows] == [1, 2]
+    assert float(rows[-1]["val_accuracy"]) == pytest.approx(result["test_accuracy"])
+    saved = json.loads((tmp_path / "args.json").read_text())
+    assert (saved["limit"], saved["epochs"], saved["batch_size"]) == (96, 2, 32)
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_resume_equals_an_uninterrupted_run(recipe, tmp_path):
+    tiny = ["--limit", "96", "--batch-size", "32"]
+    straight = run(recipe, tmp_path / "a", *tiny, "--epochs", "3")
+    run(recipe, tmp_path / "b", *tiny, "--epochs", "1")
+    resumed = run(recipe, tmp_path / "b", *tiny, "--epochs", "3", "--resume")
+    assert resumed["test_accuracy"] == straight["test_accuracy"]
+    for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
+        assert resumed["history"][key] == straight["history"][key], key
+
+
+def test_two_contexts_accumulating_equal_one_context_with_the_same_micro_batches(recipe, tmp_path):
+    """2 devices x 8 samples, 2 batches per update == 1 device, batches of 8, 4 per update."""
+    tiny = ["--limit", "96", "--epochs", "2", "--out", ""]
+    two = recipe.main(recipe.parse_args([*tiny, "--ctx", "cpu:0,cpu:1", "--batch-size", "16",
+                                         "--accumulate", "2", "--no-progress"]))
+    one = recipe.main(recipe.parse_args([*tiny, "--ctx", "cpu:0", "--batch-size", "8",
+                                         "--accumulate", "4", "--no-progress"]))
+    np.testing.assert_allclose(two["history"]["loss"], one["history"]["loss"], rtol=1e-4)
+    np.testing.assert_allclose(two["history"]["accuracy"], one["history"]["accuracy"])
+    assert two["history"]["loss"][1] < two["history"]["loss"][0]
+
+
+@pytest.mark.parametrize("suffix", ["json", "yaml"])
+def test_config_file_sets_defaults_and_the_command_line_wins(recipe, tmp_path, suffix):
+    config = {"epochs": 3, "batch-size": 16, "lr": 0.05, "hybridize": True, "progress": False}
+    path = tmp_path / f"config.{suffix}"
+    if suffix == "json":
+        path.write_text(json.dumps(config))
+    else:
+        path.write_text("".join(f"{k}: {str(v).lower()}\n" for k, v in config.items()))
+    args = recipe.parse_args(["--config", str(path), "--epochs", "1"])
+    assert (args.epochs, args.batch_size, args.lr, args.hybridize, args.progress) == \
+        (1, 16, 0.05, True, False)
+
+
+def test_option_errors(recipe, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"batchsize": 8}))
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--config", str(bad)])
+    assert "unknown option 'batchsize' (did you mean batch_size?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--resume", "--out", ""])
+    assert "--resume continues from the checkpoints in --out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--lr-schedule", "linear"])
+    with pytest.raises(ValueError, match="neither 'cnn' nor a GluonCV model-zoo name.*"
+                                         "resnet18_v1.*get_model_list"):
+        recipe.build_model("resnet18-v1", 10)
+    with pytest.raises(ValueError, match="--dataset 'mnist' is not one of"):
+        recipe.load_dataset("mnist", str(tmp_path), 32)
+
+
+def test_parse_ctx(recipe):
+    assert recipe.parse_ctx("cpu:0,cpu:1") == recipe.parse_ctx("cpu:0,1") == [mx.cpu(0), mx.cpu(1)]
+    assert recipe.parse_ctx("cpu") == [mx.cpu(0)]
+    with pytest.raises(ValueError, match="cannot read 'tpu:0'"):
+        recipe.parse_ctx("tpu:0")
+    with pytest.raises(ValueError, match="names a device twice"):
+        recipe.parse_ctx("cpu:0,cpu:0")
+    if mx.context.num_gpus() == 0:
+        with pytest.raises(ValueError, match="asks for GPUs but 0 are visible"):
+            recipe.parse_ctx("gpu:0,1")
+
+
+def test_lr_schedules(recipe):
+    # 4 epochs of 5 updates, 1 warm-up epoch: 15 scheduled updates after 5 warm-up ones
+    step = recipe.lr_schedule("step", 0.1, 4, 1, 5)
+    assert [step.learning_rate(t) for t in (0, 4, 5, 11, 12, 16)] == pytest.approx(
+        [0.0, 0.08, 0.1, 0.1, 0.01, 0.001])
+    cosine = recipe.lr_schedule("cosine", 0.1, 4, 1, 5)
+    assert [cosine.learning_rate(t) for t in (5, 12, 19)] == pytest.approx([0.1, 0.05, 0.0])
+    poly = recipe.lr_schedule("poly", 0.1, 4, 0, 5)
+    assert poly.learning_rate(5) == pytest.approx(0.1 * (1 - 5 / 19) ** 2)
+    assert recipe.lr_schedule("none", 0.1, 4, 0, 5) is None
+    assert recipe.lr_schedule("none", 0.1, 4, 1, 5).learning_rate(9) == 0.1
+
+
+def test_gluoncv_model(recipe, tmp_path):
+    result = run(recipe, tmp_path, "--model", "cifar_resnet20_v1", "--limit", "32", "--epochs", "1",
+                 "--batch-size", "16", "--hybridize")
+    assert type(result["net"]).__name__ == "CIFARResNetV1"
+    assert result["net"](mx.nd.zeros((1, 1, 8, 8))).shape == (1, 10)
+
+
+def test_cifar10_offline_fails_with_a_clear_message(recipe, tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise requests.exceptions.ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(mx.gluon.data.vision.datasets, "download", offline)
+    with pytest.raises(RuntimeError, match="downloading it failed.*--dataset digits"):
+        run(recipe, tmp_path, "--dataset", "cifar10", "--data-dir", str(tmp_path / "cifar"))
+
+
+def write_images(directory, classes, per_class, seed):
+    import cv2
+
+    rng = np.random.RandomState(seed)
+    for c in classes:
+        os.makedirs(directory / c, exist_ok=True)
+        for i in range(per_class):
+            image = rng.randint(0, 255, (10, 12, 3), dtype=np.uint8)
+            cv2.imwrite(str(directory / c / f"{i}.png"), image)
+
+
+def test_imagefolder_and_recordio_datasets(recipe, tmp_path):
+    write_images(tmp_path / "folder" / "train", "abc", 4, seed=0)
+    write_images(tmp_path / "folder" / "val", "abc", 2, seed=1)
+    result = run(recipe, tmp_path / "out1", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
+                 "--image-size", "8", "--epochs", "1", "--batch-size", "4")
+    assert result["history"]["epoch"] == [1]
+    assert result["net"](mx.nd.zeros((1, 3, 8, 8))).shape == (1, 3)
+
+    rec = mx.recordio.MXIndexedRecordIO(str(tmp_path / "d.idx"), str(tmp_path / "d.rec"), "w")
+    rng = np.random.RandomState(2)
+    for i in range(20):
+        header = mx.recordio.IRHeader(0, float(i % 4), i, 0)
+        rec.write_idx(i, mx.recordio.pack_img(header, rng.randint(0, 255, (9, 9, 3), dtype=np.uint8),
+                                              img_fmt=".png"))
+    rec.close()
+    result = run(recipe, tmp_path / "out2", "--dataset", f"rec:{tmp_path / 'd.rec'}",
+                 "--image-size", "8", "--epochs", "1", "--batch-size", "6")
+    assert result["net"](mx.nd.zeros((1, 3, 8, 8))).shape == (1, 4)       # 4 classes found
+    with pytest.raises(FileNotFoundError, match="its .idx index"):
+        recipe.load_dataset(f"rec:{tmp_path / 'missing.rec'}", "", 8)
+
+
+def test_command_line_entry_point(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    done = subprocess.run([sys.executable, SCRIPT, "--limit", "64", "--epochs", "1", "--out",
+                           str(tmp_path), "--no-progress"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "test accuracy: " in done.stdout
+    assert "epoch 1/1: loss" in done.stderr          # the summary line, through logging

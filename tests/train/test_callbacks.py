@@ -1,0 +1,201 @@
+"""Callbacks: which checkpoints are kept, when training stops, the learning rates used, logs, plots."""
+import csv
+import json
+import math
+import re
+
+import matplotlib
+import matplotlib.image
+import mxnet as mx
+import numpy as np
+import pytest
+from gluoncv.utils import LRScheduler
+from mxnet import autograd, gluon
+
+from gluonkit.train.callbacks import (Callback, EarlyStopping, HistoryLogger, LRSchedule,
+                                      ModelCheckpoint, PlotCurves)
+from gluonkit.train.checkpoint import Checkpoint
+from gluonkit.train.loop import fit
+from gluonkit.train.trainer import Trainer
+
+LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
+
+
+def make_net(seed=1):
+    mx.random.seed(seed)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, in_units=5, activation="relu"), gluon.nn.Dense(3, in_units=8))
+    net.initialize(mx.init.Xavier())
+    return net
+
+
+def make_loader(n=48, batch_size=8):
+    rng = np.random.RandomState(2)
+    x = rng.randn(n, 5).astype("float32")
+    y = rng.randint(0, 3, n).astype("int32")
+    return gluon.data.DataLoader(gluon.data.ArrayDataset(x, y), batch_size=batch_size)
+
+
+def params_of(net):
+    return {k: p.data().asnumpy() for k, p in net._collect_params_with_prefix().items()}
+
+
+class Score(Callback):
+    """Put ``scores[epoch]`` into the epoch logs under 'score'."""
+
+    def __init__(self, scores):
+        self.scores = scores
+
+    def on_epoch_end(self, state):
+        state.logs["score"] = self.scores[state.epoch]
+
+
+class Snapshots(Callback):
+    """Record the parameters at the end of every epoch."""
+
+    def __init__(self):
+        self.params = {}
+
+    def on_epoch_end(self, state):
+        self.params[state.epoch + 1] = params_of(state.net)
+
+
+def saved_epochs(directory):
+    return [int(re.search(r"epoch(\d+)", p).group(1)) for p in Checkpoint(directory).paths]
+
+
+def test_checkpoint_every_n_epochs_the_best_and_the_last(tmp_path):
+    net = make_net()
+    snaps = Snapshots()
+    ckpt = Checkpoint(tmp_path, keep=10)
+    scores = [0.5, 0.4, 0.6, 0.3, 0.2, 0.1]       # best at epochs 1 and 3
+    fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}), make_loader(),
+        epochs=6, progress=False,
+        callbacks=[snaps, Score(scores), ModelCheckpoint(ckpt, every=4, monitor="score")])
+    assert saved_epochs(tmp_path) == [1, 3, 4, 6]
+    other = make_net(seed=7)
+    assert ckpt.load(other, best=True)["epoch"] == 3
+    for k, v in params_of(other).items():
+        np.testing.assert_array_equal(v, snaps.params[3][k])
+
+
+def test_monitor_must_name_a_log_key(tmp_path):
+    net = make_net()
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    with pytest.raises(KeyError, match="Cannot monitor 'val_accuracy'.*'loss'"):
+        fit(net, LOSS, trainer, make_loader(), epochs=1, progress=False,
+            callbacks=[ModelCheckpoint(tmp_path, monitor="val_accuracy")])
+    with pytest.raises(ValueError, match="every must be a positive int"):
+        ModelCheckpoint(tmp_path, every=0)
+
+
+@pytest.mark.parametrize("scores, kwargs, epochs_run", [
+    ([3, 2, 2.5, 2.1, 2.2, 1.0, 0.5, 0.1], {"patience": 3, "mode": "min"}, 5),
+    ([3, 2.8, 2.6, 2.4, 1.0, 0.5], {"patience": 2, "min_delta": 0.5, "mode": "min"}, 3),
+    ([0.1, 0.3, 0.2, 0.25, 0.4, 0.1], {"patience": 2, "mode": "max"}, 4),
+])
+def test_early_stopping(scores, kwargs, epochs_run):
+    net = make_net()
+    history = fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+                  make_loader(), epochs=len(scores), progress=False,
+                  callbacks=[Score(scores), EarlyStopping("score", **kwargs)])
+    assert history["epoch"] == list(range(1, epochs_run + 1))
+
+
+def test_early_stopping_patience_survives_a_resume(tmp_path):
+    scores = [1.0] * 10                 # never improves after epoch 1: stop after epoch 4
+
+    def run(epochs, resume):
+        net = make_net()
+        trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+        return fit(net, LOSS, trainer, make_loader(), epochs=epochs, progress=False,
+                   callbacks=[Score(scores), EarlyStopping("score", patience=3, mode="min"),
+                              ModelCheckpoint(tmp_path, resume=resume)])
+
+    assert run(3, False)["epoch"] == [1, 2, 3]
+    assert run(10, True)["epoch"] == [1, 2, 3, 4]
+
+
+class LRSeen(Callback):
+    """The learning rate each update used (put it before LRSchedule)."""
+
+    def __init__(self):
+        self.rates, self.steps = [], 0
+
+    def on_batch_end(self, state):
+        if state.step > self.steps:
+            self.rates.append(state.trainer.learning_rate)
+            self.steps = state.step
+
+
+def cosine(t, n, base, final):
+    return final + (base - final) * (1 + math.cos(math.pi * t / n)) / 2
+
+
+@pytest.mark.parametrize("kind", ["mxnet", "gluoncv"])
+def test_lr_schedule_warmup_then_scheduler_per_update(kind):
+    updates, warmup = 6, 2                     # 2 epochs of 3 updates of 2 batches of 8
+    if kind == "mxnet":
+        scheduler = mx.lr_scheduler.CosineScheduler(max_update=updates - warmup, base_lr=0.4,
+                                                    final_lr=0.01)
+        after = [cosine(t, updates - warmup, 0.4, 0.01) for t in range(updates - warmup)]
+    else:
+        scheduler = LRScheduler("cosine", base_lr=0.4, target_lr=0.01, niters=updates - warmup)
+        after = [cosine(t, updates - warmup - 1, 0.4, 0.01) for t in range(updates - warmup)]
+    expected = [0.1, 0.1 + (0.4 - 0.1) / 2] + after
+    seen = LRSeen()
+    net = make_net()
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 1.0}, accumulate=2)
+    fit(net, LOSS, trainer, make_loader(), epochs=2, progress=False,
+        callbacks=[seen, LRSchedule(scheduler, warmup_steps=warmup, warmup_begin_lr=0.1)])
+    np.testing.assert_allclose(seen.rates, expected, rtol=1e-12)
+
+    ref = make_net()                           # the same updates by hand, with these rates
+    ref_trainer = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 1.0})
+    x, y = (np.concatenate(a) for a in zip(*[(b[0].asnumpy(), b[1].asnumpy()) for b in make_loader()]))
+    for t in range(updates):
+        begin = (t % 3) * 16
+        with autograd.record():
+            loss = LOSS(ref(mx.nd.array(x[begin:begin + 16])), mx.nd.array(y[begin:begin + 16]))
+        loss.backward()
+        ref_trainer.set_learning_rate(expected[t])
+        ref_trainer.step(16)
+    for k, v in params_of(ref).items():
+        np.testing.assert_allclose(params_of(net)[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_lr_schedule_refuses_a_second_scheduler():
+    net = make_net()
+    trainer = Trainer(net.collect_params(), "sgd",
+                      {"learning_rate": 0.1, "lr_scheduler": mx.lr_scheduler.FactorScheduler(2)})
+    with pytest.raises(ValueError, match="already has an lr_scheduler"):
+        fit(net, LOSS, trainer, make_loader(), epochs=1, progress=False, callbacks=[LRSchedule(0.1)])
+    with pytest.raises(TypeError, match="scheduler must be"):
+        LRSchedule("cosine")
+
+
+def test_history_logger_writes_csv_and_json_equal_to_the_history(tmp_path):
+    net = make_net()
+    history = fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+                  make_loader(), epochs=3, val_data=make_loader(16), metrics="acc", progress=False,
+                  callbacks=[HistoryLogger(tmp_path / "h.csv"),
+                             HistoryLogger(tmp_path / "out" / "h.json")])
+    with open(tmp_path / "h.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(history)
+    for key, values in history.items():
+        assert [float(r[key]) for r in rows] == values
+    assert json.loads((tmp_path / "out" / "h.json").read_text()) == history
+    with pytest.raises(ValueError, match=r"\.csv or \.json"):
+        HistoryLogger(tmp_path / "h.txt")
+
+
+def test_plot_curves_png_has_a_panel_per_quantity_and_keeps_the_backend(tmp_path):
+    backend = matplotlib.get_backend()
+    net = make_net()
+    fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}), make_loader(),
+        epochs=2, val_data=make_loader(16), metrics="acc", progress=False,
+        callbacks=[PlotCurves(tmp_path / "curves.png")])
+    image = matplotlib.image.imread(tmp_path / "curves.png")
+    assert image.shape[:2] == (round(3.2 * 90), 3 * 4 * 90)     # loss, accuracy, lr
+    assert matplotlib.get_backend() == backend

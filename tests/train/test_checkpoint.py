@@ -1,0 +1,333 @@
+"""Checkpoint: exact round trips (parameters, optimizer, window, generators), refusals, atomicity."""
+import os
+import random
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+from gluonkit.train.checkpoint import Checkpoint, get_rng_state, reseed_mxnet, set_rng_state
+from gluonkit.train.split import split_and_load
+from gluonkit.train.trainer import Trainer
+
+LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
+
+
+def make_net(ctx, hidden=8, extra=False, init_seed=1):
+    mx.random.seed(init_seed)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(hidden, in_units=4, activation="relu"), gluon.nn.Dense(3, in_units=hidden))
+    if extra:
+        net.add(gluon.nn.Dense(3, in_units=3))
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    return net
+
+
+def make_trainer(net, accumulate=1, optimizer="sgd"):
+    params = {"learning_rate": 0.1, "wd": 1e-3}
+    if optimizer == "sgd":
+        params["momentum"] = 0.9
+    return Trainer(net.collect_params(), optimizer, params, accumulate=accumulate)
+
+
+def batches(sizes, seed=7):
+    rng = np.random.RandomState(seed)
+    return [(rng.randn(n, 4).astype("float32"), rng.randint(0, 3, n).astype("int32")) for n in sizes]
+
+
+def train(net, trainer, data, ctx):
+    for x, y in data:
+        xs, ys = split_and_load(x, ctx), split_and_load(y, ctx)
+        with autograd.record():
+            losses = [LOSS(net(a), b) for a, b in zip(xs, ys)]
+        autograd.backward(losses)
+        trainer.step(x.shape[0])
+
+
+def params_of(net):
+    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_resume_equals_never_stopping(tmp_path, ctx_list):
+    data = batches([6, 5, 7, 4, 6, 3])
+    net = make_net(ctx_list)
+    trainer = make_trainer(net)
+    train(net, trainer, data[:3], ctx_list)
+    ckpt = Checkpoint(tmp_path / "ck")
+    ckpt.save(net, trainer, 1, note="half", numbers=[1, 2])
+    at_save = params_of(net)
+    after_save = (random.random(), np.random.rand(), mx.nd.random.uniform(shape=(3,)).asnumpy())
+    train(net, trainer, data[3:], ctx_list)
+    straight = params_of(net)
+
+    other = make_net(ctx_list, init_seed=99)
+    other_trainer = make_trainer(other)
+    random.seed(5), np.random.seed(5), mx.random.seed(5)
+    state = ckpt.load(other, other_trainer)
+    assert state == {"note": "half", "numbers": [1, 2], "epoch": 1, "step": 3}
+    assert_same(params_of(other), at_save)
+    after_load = (random.random(), np.random.rand(), mx.nd.random.uniform(shape=(3,)).asnumpy())
+    assert after_load[:2] == after_save[:2]
+    np.testing.assert_array_equal(after_load[2], after_save[2])
+    train(other, other_trainer, data[3:], ctx_list)     # momentum and update counts were restored
+    assert_same(params_of(other), straight)
+
+
+def test_pending_accumulation_window_is_saved_and_restored(tmp_path, ctx_list):
+    data = batches([5, 3, 4, 6, 2])
+    net = make_net(ctx_list)
+    trainer = make_trainer(net, accumulate=3)
+    train(net, trainer, data[:2], ctx_list)
+    assert trainer.pending == (2, 8)
+    ckpt = Checkpoint(tmp_path)
+    ckpt.save(net, trainer, 0)
+    train(net, trainer, data[2:], ctx_list)
+    trainer.flush()
+    straight = params_of(net)
+
+    other = make_net(ctx_list, init_seed=3)
+    other_trainer = make_trainer(other, accumulate=3)
+    ckpt.load(other, other_trainer)
+    assert other_trainer.pending == (2, 8)
+    train(other, other_trainer, data[2:], ctx_list)
+    other_trainer.flush()
+    assert_same(params_of(other), straight)
+
+
+def test_window_from_two_devices_resumes_on_one(tmp_path):
+    two, one = [mx.cpu(0), mx.cpu(1)], [mx.cpu(0)]
+    data = batches([5, 3, 4])
+    net = make_net(two)
+    trainer = make_trainer(net, accumulate=3)
+    train(net, trainer, data[:2], two)
+    Checkpoint(tmp_path).save(net, trainer, 0)
+    train(net, trainer, data[2:], two)
+    reference = params_of(net)
+
+    other = make_net(one, init_seed=3)
+    other_trainer = make_trainer(other, accumulate=3)
+    Checkpoint(tmp_path).load(other, other_trainer)
+    train(other, other_trainer, data[2:], one)
+    for k, v in params_of(other).items():
+        np.testing.assert_allclose(v, reference[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_window_needs_the_same_accumulate(tmp_path):
+    net = make_net([mx.cpu()])
+    trainer = make_trainer(net, accumulate=3)
+    train(net, trainer, batches([4]), [mx.cpu()])
+    Checkpoint(tmp_path).save(net, trainer, 0)
+    other = make_net([mx.cpu()], init_seed=3)
+    before = params_of(other)
+    with pytest.raises(ValueError, match="accumulate=3"):
+        Checkpoint(tmp_path).load(other, make_trainer(other, accumulate=2))
+    assert_same(params_of(other), before)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupted_file_is_refused_and_net_unchanged(tmp_path, damage):
+    net = make_net([mx.cpu()])
+    trainer = make_trainer(net)
+    path = Checkpoint(tmp_path).save(net, trainer, 1)
+    blob = bytearray(open(path, "rb").read())
+    if damage == "truncate":
+        blob = blob[: len(blob) // 2]
+    else:
+        blob[len(blob) // 3] ^= 0xFF
+    open(path, "wb").write(bytes(blob))
+    other = make_net([mx.cpu()], init_seed=3)
+    before = params_of(other)
+    with pytest.raises(ValueError, match="corrupted or truncated") as info:
+        Checkpoint(tmp_path).load(other, make_trainer(other))
+    assert os.path.basename(path) in str(info.value)
+    assert_same(params_of(other), before)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden": 5}, r"0\.weight has shape \(8, 4\) in the checkpoint but \(5, 4\)"),
+    ({"extra": True}, r"the network has parameters the checkpoint lacks: 2\.bias, 2\.weight"),
+])
+def test_other_network_is_refused_and_unchanged(tmp_path, change, message):
+    net = make_net([mx.cpu()])
+    Checkpoint(tmp_path).save(net, make_trainer(net), 1)
+    other = make_net([mx.cpu()], init_seed=3, **change)
+    before = params_of(other)
+    with pytest.raises(ValueError, match=message):
+        Checkpoint(tmp_path).load(other, make_trainer(other))
+    assert_same(params_of(other), before)
+
+
+def test_other_optimizer_is_refused(tmp_path):
+    net = make_net([mx.cpu()])
+    Checkpoint(tmp_path).save(net, make_trainer(net), 1)
+    other = make_net([mx.cpu()], init_seed=3)
+    before = params_of(other)
+    with pytest.raises(ValueError, match="SGD optimizer states but the trainer uses Adam"):
+        Checkpoint(tmp_path).load(other, make_trainer(other, optimizer="adam"))
+    assert_same(params_of(other), before)
+    Checkpoint(tmp_path).load(other)        # parameters only
+    assert_same(params_of(other), params_of(net))
+
+
+def test_trainer_over_other_parameters_is_refused(tmp_path):
+    net = make_net([mx.cpu()])
+    Checkpoint(tmp_path).save(net, make_trainer(net), 1)
+    other = make_net([mx.cpu()], init_seed=3)
+    before = params_of(other)
+    partial = Trainer(other[1].collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+    with pytest.raises(ValueError, match="trainer of 4 parameters .* but this trainer has 2"):
+        Checkpoint(tmp_path).load(other, partial)
+    assert_same(params_of(other), before)
+
+
+def test_trainer_states_follow_structural_names_not_gluon_prefixes(tmp_path):
+    """gluon.Trainer sorts by prefixed name: 'a_' < 'b_' in one build, the reverse in another."""
+    def build(prefixes, seed):
+        mx.random.seed(seed)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(8, in_units=4, activation="relu", prefix=prefixes[0]),
+                gluon.nn.Dense(3, in_units=8, prefix=prefixes[1]))
+        net.initialize(mx.init.Xavier())
+        return net, make_trainer(net)
+
+    data = batches([6, 5, 7, 4])
+    net, trainer = build(("a_", "b_"), 1)
+    train(net, trainer, data[:2], [mx.cpu()])
+    Checkpoint(tmp_path).save(net, trainer, 1)
+    train(net, trainer, data[2:], [mx.cpu()])
+    other, other_trainer = build(("d_", "c_"), 2)
+    Checkpoint(tmp_path).load(other, other_trainer)
+    train(other, other_trainer, data[2:], [mx.cpu()])
+    assert_same(params_of(other), params_of(net))
+
+
+def test_loads_into_deferred_parameters(tmp_path):
+    net = make_net([mx.cpu()])
+    Checkpoint(tmp_path).save(net, None, 0)
+    deferred = gluon.nn.HybridSequential()
+    deferred.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
+    deferred.initialize()
+    Checkpoint(tmp_path).load(deferred)
+    assert_same(params_of(deferred), params_of(net))
+
+
+def test_keeps_last_k_and_the_best(tmp_path):
+    net = make_net([mx.cpu()])
+    trainer = make_trainer(net)
+    ckpt = Checkpoint(tmp_path, keep=2)
+    saved = {}
+    for epoch in range(1, 6):
+        train(net, trainer, batches([4], seed=epoch), [mx.cpu()])
+        ckpt.save(net, trainer, epoch, best=epoch == 2)
+        saved[epoch] = params_of(net)
+    last_two = ["000004-epoch0004.ckpt", "000005-epoch0005.ckpt"]
+    assert [os.path.basename(p) for p in ckpt.paths] == last_two
+    assert sorted(os.listdir(tmp_path)) == last_two + ["best.ckpt"]
+    assert ckpt.load(net, trainer, best=True)["epoch"] == 2
+    assert_same(params_of(net), saved[2])
+    assert ckpt.load(net, trainer)["epoch"] == 5
+    assert_same(params_of(net), saved[5])
+
+
+def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    net = make_net([mx.cpu()])
+    trainer = make_trainer(net)
+    ckpt = Checkpoint(tmp_path)
+    ckpt.save(net, trainer, 1)
+    good = params_of(net)
+    train(net, trainer, batches([4]), [mx.cpu()])
+
+    def crash(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save(net, trainer, 2)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["000001-epoch0001.ckpt"]     # no temporary file left
+    assert ckpt.load(net, trainer)["epoch"] == 1
+    assert_same(params_of(net), good)
+
+
+def test_user_errors(tmp_path):
+    net = make_net([mx.cpu()])
+    trainer = make_trainer(net)
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(NotADirectoryError, match="is an existing file"):
+        Checkpoint(a_file)
+    with pytest.raises(ValueError, match="keep must be a positive integer"):
+        Checkpoint(tmp_path, keep=0)
+    with pytest.raises(FileNotFoundError, match="No checkpoint in"):
+        Checkpoint(tmp_path / "empty").load(net, trainer)
+    with pytest.raises(ValueError, match="reserved"):
+        Checkpoint(tmp_path).save(net, trainer, 1, step=3)
+    with pytest.raises(ValueError, match="epoch must be a non-negative int"):
+        Checkpoint(tmp_path).save(net, trainer, -1)
+    deferred = gluon.nn.Dense(3)
+    deferred.initialize()
+    with pytest.raises(RuntimeError, match="not initialized yet"):
+        Checkpoint(tmp_path).save(deferred, None, 0)
+
+
+def test_rng_helpers_round_trip():
+    state = get_rng_state()
+    first = (random.random(), np.random.rand())
+    set_rng_state(state)
+    assert (random.random(), np.random.rand()) == first
+    set_rng_state(state)
+    seed = reseed_mxnet(salt=4)
+    a = mx.nd.random.uniform(shape=(4,)).asnumpy()
+    assert reseed_mxnet(salt=4) == seed != reseed_mxnet(salt=5)     # reads, does not advance
+    mx.random.seed(seed)
+    np.testing.assert_array_equal(mx.nd.random.uniform(shape=(4,)).asnumpy(), a)
+
+
+class TwoHeads(gluon.nn.Block):
+    """Head 'a' or 'b' on a shared layer; ``head`` picks one (imperative only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = gluon.nn.Dense(6, in_units=4, activation="relu")
+        self.a = gluon.nn.Dense(3, in_units=6)
+        self.b = gluon.nn.Dense(3, in_units=6)
+        self.head = "a"
+
+    def forward(self, x):
+        return getattr(self, self.head)(self.trunk(x))
+
+
+def test_window_keeps_a_branch_that_only_an_earlier_micro_batch_used(tmp_path):
+    """Head b gets gradient only before the save: the resumed window must still update it."""
+    ctx, data = [mx.cpu()], batches([4, 5, 3])
+
+    def fresh_net(seed):
+        mx.random.seed(seed)
+        net = TwoHeads()
+        net.initialize(mx.init.Xavier())
+        return net, make_trainer(net, accumulate=3)
+
+    def run(net, trainer, heads, part):
+        for head, batch in zip(heads, part):
+            net.head = head
+            train(net, trainer, [batch], ctx)
+
+    net, trainer = fresh_net(1)
+    run(net, trainer, "ba", data[:2])
+    Checkpoint(tmp_path).save(net, trainer, 0)
+    untouched = params_of(net)["b.weight"]
+    run(net, trainer, "a", data[2:])
+    straight = params_of(net)
+    assert not np.array_equal(straight["b.weight"], untouched)
+
+    other, other_trainer = fresh_net(2)
+    Checkpoint(tmp_path).load(other, other_trainer)
+    run(other, other_trainer, "a", data[2:])
+    assert_same(params_of(other), straight)

@@ -1,0 +1,319 @@
+"""fit(): equals hand-written Gluon loops, resumes exactly (also after SIGINT/SIGTERM), checks input."""
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+from gluonkit.train.callbacks import Callback, ModelCheckpoint
+from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.trainer import Trainer
+
+LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
+TIMING = ("time", "samples_per_sec")
+
+
+def make_data(n=48, seed=3):
+    rng = np.random.RandomState(seed)
+    x = rng.randn(n, 6).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype("int32") + (x[:, 2] > 1).astype("int32")
+    return x, y
+
+
+def make_net(ctx, dropout=0.0, hybridize=False, seed=1):
+    mx.random.seed(seed)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(16, in_units=6, activation="relu"))
+    if dropout:
+        net.add(gluon.nn.Dropout(dropout))
+    net.add(gluon.nn.Dense(3, in_units=16))
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    if hybridize:
+        net.hybridize()
+    return net
+
+
+def sgd(net, trainer_cls=Trainer, **kwargs):
+    return trainer_cls(net.collect_params(), "sgd",
+                       {"learning_rate": 0.2, "momentum": 0.9, "wd": 1e-3}, **kwargs)
+
+
+def loader(x, y, batch_size=8, shuffle=False):
+    return gluon.data.DataLoader(gluon.data.ArrayDataset(x, y), batch_size=batch_size,
+                                 shuffle=shuffle, last_batch="keep")
+
+
+def params_of(net):
+    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
+
+
+def assert_params(a, b, exact=True):
+    for k in a:
+        if exact:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        else:
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def without_timing(history):
+    return {k: v for k, v in history.items() if k not in TIMING}
+
+
+def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize):
+    x, y = make_data()
+    np.random.seed(11)
+    net = make_net(ctx_list, hybridize=hybridize)
+    history = fit(net, LOSS, sgd(net), loader(x, y, shuffle=True), epochs=3, ctx=ctx_list,
+                  val_data=loader(x[:20], y[:20]), metrics="acc", progress=False)
+
+    np.random.seed(11)
+    ref = make_net(ctx_list, hybridize=hybridize)
+    trainer = sgd(ref, gluon.Trainer)
+    losses, accs = [], []
+    for _ in range(3):
+        total, correct = 0.0, 0
+        for xb, yb in loader(x, y, shuffle=True):
+            xs = gluon.utils.split_and_load(xb, ctx_list)
+            ys = gluon.utils.split_and_load(yb, ctx_list)
+            with autograd.record():
+                outs = [ref(a) for a in xs]
+                ls = [LOSS(o, b) for o, b in zip(outs, ys)]
+            for value in ls:
+                value.backward()
+            trainer.step(xb.shape[0])
+            total += sum(v.sum().asscalar() for v in ls)
+            correct += sum(int((o.argmax(axis=1).astype("int32") == b).sum().asscalar())
+                           for o, b in zip(outs, ys))
+        losses.append(total / len(x))
+        accs.append(correct / len(x))
+    assert_params(params_of(net), params_of(ref), exact=False)
+    np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
+    np.testing.assert_allclose(history["accuracy"], accs)
+    predicted = ref(mx.nd.array(x[:20], ctx=ctx_list[0])).argmax(axis=1).asnumpy()
+    assert history["val_accuracy"][-1] == pytest.approx(np.mean(predicted == y[:20]))
+    assert history["epoch"] == [1, 2, 3]
+    assert history["lr"] == [0.2] * 3
+    assert set(history) == {"epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr",
+                            "samples_per_sec", "time"}
+    assert all(v > 0 for v in history["samples_per_sec"] + history["time"])
+
+
+def test_accumulation_and_uneven_windows_equal_big_batches(ctx_list):
+    x, y = make_data(36)          # batches 8 8 8 8 4 -> windows of 16, 16 and 4 (flushed)
+    net = make_net(ctx_list)
+    history = fit(net, LOSS, sgd(net, accumulate=2), loader(x, y, batch_size=8), epochs=2,
+                  ctx=ctx_list, progress=False)
+
+    ref = make_net([mx.cpu()])
+    trainer = sgd(ref, gluon.Trainer)
+    losses = []
+    for _ in range(2):
+        total = 0.0
+        for begin, end in [(0, 16), (16, 32), (32, 36)]:
+            with autograd.record():
+                value = LOSS(ref(mx.nd.array(x[begin:end])), mx.nd.array(y[begin:end]))
+            value.backward()
+            trainer.step(end - begin)
+            total += value.sum().asscalar()
+        losses.append(total / len(x))
+    assert_params(params_of(net), params_of(ref), exact=False)
+    np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
+
+
+class StopAt(Callback):
+    """Send ``sig`` to this process after batch ``batch`` of epoch ``epoch`` (0-based)."""
+
+    def __init__(self, epoch, batch, sig):
+        self.at, self.sig = (epoch, batch), sig
+
+    def on_batch_end(self, state):
+        if (state.epoch, state.batch) == self.at:
+            os.kill(os.getpid(), self.sig)
+
+
+def run(tmp_path, name, epochs, ctx, dropout=0.0, accumulate=1, callbacks=(), resume=False):
+    x, y = make_data(44)
+    net = make_net(ctx, dropout=dropout, seed=5 if resume else 1)
+    cbs = list(callbacks)
+    if name:
+        cbs.append(ModelCheckpoint(tmp_path / name, resume=resume))
+    history = fit(net, LOSS, sgd(net, accumulate=accumulate), loader(x, y, shuffle=True),
+                  epochs=epochs, ctx=ctx, metrics="acc", callbacks=cbs, progress=False)
+    return params_of(net), history
+
+
+def test_resume_after_two_epochs_equals_four_straight_with_dropout(tmp_path, ctx_list):
+    np.random.seed(0)
+    straight, history = run(tmp_path, "a", 4, ctx_list, dropout=0.3)
+    np.random.seed(0)
+    plain, plain_history = run(tmp_path, None, 4, ctx_list, dropout=0.3)
+    assert_params(plain, straight)          # checkpointing does not change training
+    np.random.seed(0)
+    run(tmp_path, "b", 2, ctx_list, dropout=0.3)
+    np.random.seed(123)                     # the checkpoint restores the generators
+    resumed, resumed_history = run(tmp_path, "b", 4, ctx_list, dropout=0.3, resume=True)
+    assert_params(resumed, straight)
+    assert without_timing(resumed_history) == without_timing(history) == without_timing(plain_history)
+
+
+@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt),
+                                         (signal.SIGTERM, SystemExit)])
+def test_signal_mid_epoch_saves_and_resumes_exactly(tmp_path, ctx_list, sig, raised):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    np.random.seed(0)
+    straight, history = run(tmp_path, "a", 3, ctx_list, accumulate=2)
+    np.random.seed(0)
+    with pytest.raises(raised) as info:     # batch 3 of epoch 2: mid-window
+        run(tmp_path, "b", 3, ctx_list, accumulate=2, callbacks=[StopAt(1, 3, sig)])
+    if raised is SystemExit:
+        assert info.value.code == 128 + signal.SIGTERM
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert len(os.listdir(tmp_path / "b")) == 2             # after epoch 1, and at the stop
+    resumed, resumed_history = run(tmp_path, "b", 3, ctx_list, accumulate=2, resume=True)
+    assert_params(resumed, straight)
+    assert resumed_history["loss"] == history["loss"]
+    assert resumed_history["accuracy"] == history["accuracy"]
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    import numpy as np, mxnet as mx
+    sys.path.insert(0, {tests!r})
+    from test_loop import make_data, make_net, sgd, loader, params_of, LOSS
+    from gluonkit.train.callbacks import Callback, ModelCheckpoint
+    from gluonkit.train.loop import fit
+
+    class WaitForSignal(Callback):
+        def on_batch_end(self, state):
+            if (state.epoch, state.batch) == (1, 2):
+                print("READY", flush=True)
+                deadline = time.time() + 60
+                while state.interrupted is None and time.time() < deadline:
+                    time.sleep(0.01)
+
+    out, mode = sys.argv[1], sys.argv[2]
+    np.random.seed(0)
+    x, y = make_data(44)
+    net = make_net([mx.cpu()], seed=1 if mode != "resume" else 9)
+    callbacks = [ModelCheckpoint(out + "/ckpt", resume=mode == "resume")]
+    if mode == "stop":
+        callbacks.append(WaitForSignal())
+    fit(net, LOSS, sgd(net, accumulate=2), loader(x, y, shuffle=True), epochs=4,
+        callbacks=callbacks, progress=False)
+    np.savez(out + "/params.npz", **params_of(net))
+""")
+
+
+def test_sigterm_to_a_training_subprocess_then_resume(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(tests=os.path.dirname(os.path.abspath(__file__))))
+
+    def child(out, mode):
+        return subprocess.run([sys.executable, str(script), str(out), mode], capture_output=True,
+                              text=True, timeout=90)
+
+    straight = child(tmp_path / "straight", "straight")
+    assert straight.returncode == 0, straight.stderr
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "stopped"), "stop"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        timer = threading.Timer(90, proc.kill)
+        timer.start()
+        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        timer.cancel()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM received" in err
+    assert not (tmp_path / "stopped" / "params.npz").exists()
+    resumed = child(tmp_path / "stopped", "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    a = np.load(tmp_path / "straight" / "params.npz")
+    b = np.load(tmp_path / "stopped" / "params.npz")
+    assert a.files == b.files
+    for k in a.files:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_signal_handlers_are_restored_and_fit_runs_off_the_main_thread():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(
+        fit(net, LOSS, sgd(net), loader(x, y), epochs=1, progress=False)))
+    worker.start()
+    worker.join(60)
+    assert result["epoch"] == [1]
+    fit(net, LOSS, sgd(net), loader(x, y), epochs=1, progress=False)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_progress_bar_and_log_summary(capsys, caplog):
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    with caplog.at_level(logging.INFO, logger="gluonkit"):
+        fit(net, LOSS, sgd(net), loader(x, y), epochs=2, metrics="acc", progress=True)
+    err = capsys.readouterr().err
+    assert "epoch 2/2" in err and "samples/s" in err and "accuracy=" in err
+    lines = [r.getMessage() for r in caplog.records if r.name == "gluonkit"]
+    assert len(lines) == 2 and lines[1].startswith("epoch 2/2: loss ")
+    fit(net, LOSS, sgd(net), loader(x, y), epochs=1, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_metric_names_and_objects():
+    x, y = make_data(24)
+    net = make_net([mx.cpu()])
+    history = fit(net, LOSS, sgd(net), loader(x, y), epochs=1, val_data=loader(x, y),
+                  metrics=["acc", mx.metric.TopKAccuracy(2)], progress=False)
+    assert {"accuracy", "top_k_accuracy_2", "val_accuracy", "val_top_k_accuracy_2"} <= set(history)
+    scores = net(mx.nd.array(x)).asnumpy()
+    top2 = np.argsort(-scores, axis=1)[:, :2]
+    assert history["val_top_k_accuracy_2"][0] == pytest.approx(np.mean((top2 == y[:, None]).any(1)))
+    assert evaluate(net, loader(x, y))["accuracy"] == pytest.approx(np.mean(scores.argmax(1) == y))
+    assert evaluate(net, loader(x, y), loss=LOSS)["loss"] == pytest.approx(history["val_loss"][0])
+
+
+def test_input_errors():
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    trainer = sgd(net)
+    data = loader(x, y)
+    for epochs in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="epochs must be a non-negative int"):
+            fit(net, LOSS, trainer, data, epochs=epochs, progress=False)
+    with pytest.raises(ValueError, match="train_data yielded no batches in epoch 1"):
+        fit(net, LOSS, trainer, [], epochs=1, progress=False)
+    once = ((mx.nd.array(x[i:i + 8]), mx.nd.array(y[i:i + 8])) for i in (0, 8))
+    with pytest.raises(ValueError, match="no batches in epoch 2.*generator"):
+        fit(net, LOSS, trainer, once, epochs=2, progress=False)
+    with pytest.raises(TypeError, match=r"\(data, label\) pairs, but batch 0 is a NDArray"):
+        fit(net, LOSS, trainer, [mx.nd.array(x)], epochs=1, progress=False)
+    with pytest.raises(TypeError, match="batch 0 is a tuple of length 3"):
+        fit(net, LOSS, trainer, [(x, y, y)], epochs=1, progress=False)
+    with pytest.raises(TypeError, match="holds list and list; data and label must be NDArrays"):
+        fit(net, LOSS, trainer, [([1, 2], [0, 1])], epochs=1, progress=False)
+    with pytest.raises(ValueError, match="16 samples of data but 4 labels"):
+        fit(net, LOSS, trainer, [(x, y[:4])], epochs=1, progress=False)
+    with pytest.raises(ValueError, match="val_data yielded no batches"):
+        fit(net, LOSS, trainer, data, epochs=1, val_data=[], progress=False)
+    with pytest.raises(ValueError, match="one value per sample"):
+        fit(net, lambda out, label: LOSS(out, label).mean(), trainer, data, epochs=1,
+            progress=False)
+    with pytest.raises(ValueError, match="Unknown metric 'acuracy'"):
+        fit(net, LOSS, trainer, data, epochs=1, metrics="acuracy", progress=False)
+    with pytest.raises(TypeError, match="Callback instances"):
+        fit(net, LOSS, trainer, data, epochs=1, callbacks=[print], progress=False)
+    with pytest.raises(TypeError, match="trainer must be a gluon.Trainer"):
+        fit(net, LOSS, "sgd", data, epochs=1, progress=False)

@@ -83,7 +83,9 @@ def _build_parser():
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
     devices = parser.add_argument_group("devices")
     devices.add_argument("--ctx", default="cpu:0", help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
-    devices.add_argument("--kvstore", default="device", help="how gradients are reduced over devices")
+    devices.add_argument("--kvstore", default="device",
+                         help="how gradients are reduced: device, local, or dist_sync under "
+                              "python -m gluonkit.launch")
     output = parser.add_argument_group("output")
     output.add_argument("--out", default=os.path.join("runs", "classify"), metavar="DIR",
                         help="checkpoints, history.csv, curves.png, args.json ('' for none)")
@@ -322,6 +324,16 @@ def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
                       warmup_steps=warmup)
 
 
+def worker_shard(dataset, kvstore):
+    """This worker's contiguous share of ``dataset`` under a distributed kvstore.
+
+    Shards have equal sizes (the last ``len % workers`` samples are left out), so every
+    worker runs the same number of steps per epoch, as synchronous training needs.
+    """
+    usable = len(dataset) - len(dataset) % kvstore.num_workers
+    return dataset.take(usable).shard(kvstore.num_workers, kvstore.rank)
+
+
 def _seed(seed):
     random.seed(seed)
     np.random.seed(seed)
@@ -340,6 +352,9 @@ def main(args):
     _seed(args.seed)
     train_set, test_set, classes = load_dataset(args.dataset, args.data_dir, args.image_size,
                                                 args.limit)
+    kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
+    if not isinstance(kvstore, str):
+        train_set = worker_shard(train_set, kvstore)
     train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True,
                                          last_batch="keep", num_workers=args.num_workers)
     test_loader = gluon.data.DataLoader(test_set, batch_size=args.batch_size,
@@ -350,30 +365,34 @@ def main(args):
         net.hybridize()
     trainer = Trainer(net.collect_params(), args.optimizer,
                       optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
-                      kvstore=args.kvstore, accumulate=args.accumulate)
+                      kvstore=kvstore, accumulate=args.accumulate)
+    main_process = trainer.rank == 0
     callbacks = []
     schedule = lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))
     if schedule:
         callbacks.append(schedule)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "args.json"), "w") as f:
-            json.dump(vars(args), f, indent=1)
+        if main_process:
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, "args.json"), "w") as f:
+                json.dump(vars(args), f, indent=1)
         callbacks += [ModelCheckpoint(os.path.join(args.out, "checkpoints"), monitor="val_accuracy",
                                       resume=args.resume),
                       HistoryLogger(os.path.join(args.out, "history.csv")),
                       PlotCurves(os.path.join(args.out, "curves.png"))]
-    log.info("Training %s on %s (%d images, %d classes) on %s.", args.model, args.dataset,
-             len(train_set), classes, ctx)
+    if main_process:
+        log.info("Training %s on %s (%d images, %d classes) on %s.", args.model, args.dataset,
+                 len(train_set), classes, ctx)
     tic = time.perf_counter()
     history = fit(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer, train_loader,
                   epochs=args.epochs, ctx=ctx, val_data=test_loader, metrics="acc",
                   callbacks=callbacks, progress=args.progress)
     accuracy = evaluate(net, test_loader, ctx=ctx)["accuracy"]
     seconds = time.perf_counter() - tic
-    print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images "
-          f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+    if main_process:
+        print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images "
+              f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
     return {"test_accuracy": accuracy, "history": history, "seconds": seconds, "out": args.out,
             "net": net}
 

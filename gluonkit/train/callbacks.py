@@ -23,12 +23,17 @@ class Callback:
     ``state.stop_training = True`` to stop after the current epoch. A callback whose
     decisions depend on the past returns it from ``state_dict`` so that checkpoints carry it.
 
+    In distributed training a callback whose ``main_process_only`` is True runs on the
+    worker of rank 0 only (writers of files do this).
+
     Example::
 
         class PrintLR(Callback):
             def on_epoch_end(self, state):
                 print(state.epoch, state.trainer.learning_rate)
     """
+
+    main_process_only = False
 
     def on_train_begin(self, state):
         """Called once before the first epoch (a resumed run restores its state here)."""
@@ -132,6 +137,8 @@ class ModelCheckpoint(Callback):
                  *state.position)
 
     def _save(self, state, best=False):
+        if not state.is_main_process:
+            return  # every worker holds the same weights; one writes them
         position = state.position
         path = self.checkpoint.save(state.net, state.trainer, position[0], best=best,
                                     fit=state.snapshot())
@@ -268,6 +275,8 @@ class HistoryLogger(Callback):
         HistoryLogger("runs/cnn/history.csv")
     """
 
+    main_process_only = True
+
     def __init__(self, path):
         path = os.fspath(path)
         self.format = os.path.splitext(path)[1].lower().lstrip(".")
@@ -308,6 +317,8 @@ class PlotCurves(Callback):
 
         PlotCurves("runs/cnn/curves.png")
     """
+
+    main_process_only = True
 
     def __init__(self, path):
         self.path = os.fspath(path)

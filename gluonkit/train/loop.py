@@ -42,6 +42,8 @@ class FitState:
         Set it in a callback to stop after the current epoch.
     interrupted : signal.Signals or None
         The signal (SIGINT, SIGTERM) that asked training to stop, if any.
+    is_main_process : bool
+        False on the workers of rank > 0 in distributed training: they neither log nor write.
     """
 
     def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics):
@@ -51,6 +53,7 @@ class FitState:
         self.logs, self.history = {}, {}
         self.stop_training = False
         self.interrupted = None
+        self.is_main_process = getattr(trainer, "rank", 0) == 0
         self._callbacks = callbacks
         self._metrics = metrics
         self._phase = "idle"          # 'train' inside an epoch, 'end' at on_epoch_end
@@ -135,7 +138,8 @@ class FitState:
 
 def _call(callbacks, hook, state):
     for cb in callbacks:
-        getattr(cb, hook)(state)
+        if state.is_main_process or not cb.main_process_only:
+            getattr(cb, hook)(state)
 
 
 def _check_epochs(epochs):
@@ -318,7 +322,8 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
     if rng_after_skip is not None:
         set_rng_state(rng_after_skip)
     total = len(train_data) if hasattr(train_data, "__len__") else None
-    bar = tqdm(total=total, initial=skip, disable=not progress, unit="batch", leave=True,
+    bar = tqdm(total=total, initial=skip, disable=not (progress and state.is_main_process), unit="batch",
+               leave=True,
                desc=f"epoch {state.epoch + 1}/{state.epochs}", dynamic_ncols=True)
     tic, seen = time.perf_counter(), 0
     try:
@@ -351,8 +356,9 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
                 time=time.perf_counter() - tic)
     for key, value in logs.items():
         state.history.setdefault(key, []).append(value)
-    log.info("epoch %d/%d: %s", state.epoch + 1, state.epochs,
-             ", ".join(f"{k} {v:.4g}" for k, v in logs.items() if k != "epoch"))
+    if state.is_main_process:
+        log.info("epoch %d/%d: %s", state.epoch + 1, state.epochs,
+                 ", ".join(f"{k} {v:.4g}" for k, v in logs.items() if k != "epoch"))
     state.logs, state._phase = logs, "end"
     _call(state._callbacks, "on_epoch_end", state)
     state.epoch += 1

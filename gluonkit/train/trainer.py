@@ -183,6 +183,16 @@ class Trainer(gluon.Trainer):
         super().set_learning_rate(_check_learning_rate(lr))
 
     @property
+    def rank(self):
+        """int: This worker's index with a distributed kvstore, else 0."""
+        return self._kvstore.rank if self._distributed else 0
+
+    @property
+    def num_workers(self):
+        """int: Number of workers with a distributed kvstore, else 1."""
+        return self._kvstore.num_workers if self._distributed else 1
+
+    @property
     def skipped(self):
         """tuple of str: Names of the parameters the last update left out (unused or deferred)."""
         return self._skipped

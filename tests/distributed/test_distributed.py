@@ -136,3 +136,19 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--launcher", "ssh", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "needs --hostfile" in result.stderr
+
+
+def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
+    recipe = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "recipes", "classify.py")
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "150", "--",
+               sys.executable, recipe, "--kvstore", "dist_sync", "--epochs", "2", "--limit", "400",
+               "--no-progress", "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert output.count("test accuracy:") == 1
+    assert output.count("Training cnn on digits (200 images") == 1   # each worker holds half
+    assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv"]
+    with open(out / "history.csv") as f:
+        assert len(f.read().strip().splitlines()) == 3     # a header and one row per epoch

@@ -497,8 +497,4 @@ class Checkpoint:
             for g, d, value in zip(targets, p.list_data(), values):
                 g[:] = mx.nd.array(value, ctx=g.context, dtype=value.dtype)
                 d._fresh_grad = was_fresh
-        steps, samples = meta["pending"]
-        # gluonkit.Trainer exposes its window read-only: replay its counts as steps that do
-        # not complete the window (steps < accumulate), each of at least one sample.
-        for count in [samples - (steps - 1)] + [1] * (steps - 1):
-            trainer.step(count)
+        trainer.pending = tuple(meta["pending"])

@@ -170,8 +170,20 @@ class Trainer(gluon.Trainer):
 
     @property
     def pending(self):
-        """tuple of int: ``(steps, samples)`` collected since the last update."""
+        """tuple of int: ``(steps, samples)`` collected since the last update.
+
+        Settable, to resume a window whose gradients were restored (as ``Checkpoint`` does).
+        """
         return self._pending_steps, self._pending_samples
+
+    @pending.setter
+    def pending(self, window):
+        steps, samples = window
+        if not (0 <= steps < self._accumulate and samples >= steps
+                and isinstance(steps, numbers.Integral) and isinstance(samples, numbers.Integral)):
+            raise ValueError(f"pending must be (steps, samples) with 0 <= steps < accumulate="
+                             f"{self._accumulate} and samples >= steps, got {window!r}.")
+        self._pending_steps, self._pending_samples = int(steps), int(samples)
 
     @property
     def nonfinite_skips(self):

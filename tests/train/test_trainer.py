@@ -443,3 +443,21 @@ def test_unknown_nonfinite_policy_is_refused():
     a, b = _two_parameters([mx.cpu(0)])
     with pytest.raises(ValueError, match="on_nonfinite must be one of .*'warn'"):
         gluonkit.Trainer([a, b], "sgd", on_nonfinite="warn")
+
+
+def test_a_restored_window_completes_like_the_original():
+    """Setting ``pending`` (as a checkpoint does) continues the window with its sample count."""
+    ref, net = _twins(_mlp, [mx.cpu(0)])
+    ref_trainer = gluonkit.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.1}, accumulate=3)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, accumulate=3)
+    rng = np.random.RandomState(8)
+    x, y = nd.array(rng.randn(9, 4)), nd.array(rng.randn(9, 3))
+    for begin, end in [(0, 2), (2, 7)]:
+        ref_trainer.step(_backward_on(ref, x[begin:end], y[begin:end], [mx.cpu(0)]))
+        _backward_on(net, x[begin:end], y[begin:end], [mx.cpu(0)])
+    trainer.pending = (2, 7)
+    assert ref_trainer.step(_backward_on(ref, x[7:], y[7:], [mx.cpu(0)]))
+    assert trainer.step(_backward_on(net, x[7:], y[7:], [mx.cpu(0)]))
+    _assert_same(ref, net, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"0 <= steps < accumulate=3 .* got \(3, 9\)"):
+        trainer.pending = (3, 9)

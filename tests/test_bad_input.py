@@ -4,6 +4,7 @@ Each case asserts the exception type, that the message names the offending value
 it says what to do instead; none may surface MXNet's own C++ error text.
 """
 import os
+import sys
 
 import mxnet as mx
 import numpy as np
@@ -15,6 +16,9 @@ from gluonkit import ops
 from gluonkit.launch import launch
 from gluonkit import params as gparams
 from gluonkit.nn import Branches
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "recipes"))
+import classify  # noqa: E402
 
 
 def _net():
@@ -45,6 +49,17 @@ def _scale_backward(dy, x, *, factor=1.0):
     return dy * factor
 
 
+def _fit(train_data, epochs=1):
+    net = _net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd")
+    return gluonkit.fit(net, gluon.loss.L2Loss(), trainer, train_data, epochs=epochs, progress=False)
+
+
+def _loader():
+    data = gluon.data.ArrayDataset(np.ones((4, 4), "float32"), np.ones((4, 3), "float32"))
+    return gluon.data.DataLoader(data, batch_size=2)
+
+
 def _branches():
     net = Branches()
     net.add("digit", gluon.nn.Dense(10))
@@ -61,6 +76,12 @@ def _file(tmp_path, name, write):
 def _text_file(path):
     with open(path, "w") as f:
         f.write("not parameters")
+
+
+def _existing_file(tmp_path):
+    path = os.path.join(tmp_path, "taken")
+    _text_file(path)
+    return path
 
 
 def _conv_file(path):
@@ -146,6 +167,18 @@ CASES = [
      ValueError, "got 0", "positive integer"),
     ("ssh launch without a host file", lambda t: launch(["true"], 2, launcher="ssh"),
      ValueError, "launcher='ssh'", "needs --hostfile"),
+    ("fit with a negative epoch count", lambda t: _fit(_loader(), epochs=-1),
+     ValueError, "got -1", "the number of epochs to reach"),
+    ("fit with a loader that yields nothing", lambda t: _fit([]),
+     ValueError, "yielded no batches", "pass a non-empty loader"),
+    ("data and label of different lengths", lambda t: _fit([(nd.ones((4, 4)), nd.ones((3, 3)))]),
+     ValueError, "4 samples of data but 3 labels", "must have the same batch size"),
+    ("checkpoint directory that is a file", lambda t: gluonkit.Checkpoint(_existing_file(t)),
+     NotADirectoryError, "taken", "pass the path of a directory"),
+    ("checkpoint keeping none", lambda t: gluonkit.Checkpoint(t, keep=0),
+     ValueError, "got 0", "positive integer"),
+    ("gluoncv model name that does not exist", lambda t: classify.build_model("resnet_nonexistent", 10),
+     ValueError, "'resnet_nonexistent'", "gluoncv.model_zoo.get_model_list()"),
 ]
 
 

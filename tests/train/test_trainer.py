@@ -461,3 +461,34 @@ def test_a_restored_window_completes_like_the_original():
     _assert_same(ref, net, rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"0 <= steps < accumulate=3 .* got \(3, 9\)"):
         trainer.pending = (3, 9)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(num_ctx=st.integers(1, 3), accumulate=st.integers(1, 3), data=st.data())
+def test_windows_with_unused_branches_equal_one_batch_of_plain_gluon(num_ctx, accumulate, data):
+    """Random micro-batches, each using head_b or not; plain Gluon on one context is the reference."""
+    windows = data.draw(st.lists(st.lists(st.tuples(st.integers(1, 9), st.booleans()),
+                                          min_size=accumulate, max_size=accumulate),
+                                 min_size=1, max_size=3), label="windows of (size, uses head_b)")
+    ctx_list = [mx.cpu(i) for i in range(num_ctx)]
+    ref, net = _twins(_TwoHeads, ctx_list)
+    opt = {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.05}
+    ref_trainer = gluon.Trainer(ref.collect_params(), "sgd", dict(opt))
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(opt), accumulate=accumulate)
+    rng = np.random.RandomState(len(windows))
+    for window in windows:
+        batches = [(nd.array(rng.randn(n, 4)), nd.array(rng.randn(n, 3)), ("a", "b") if b else ("a",))
+                   for n, b in window]
+        with autograd.record():
+            ref_loss = [_loss(ref(x, heads), y) for x, y, heads in batches]
+        autograd.backward(ref_loss)
+        ref_trainer.step(sum(x.shape[0] for x, _, _ in batches), ignore_stale_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for x, y, heads in batches:
+                xs, ys = gluonkit.split_and_load(x, ctx_list), gluonkit.split_and_load(y, ctx_list)
+                with autograd.record():
+                    losses = [_loss(net(a, heads), b) for a, b in zip(xs, ys)]
+                autograd.backward(losses)
+                trainer.step(x.shape[0])
+        _assert_same(ref, net, atol=1e-5)

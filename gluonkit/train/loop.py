@@ -326,6 +326,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
                leave=True,
                desc=f"epoch {state.epoch + 1}/{state.epochs}", dynamic_ncols=True)
     tic, seen = time.perf_counter(), 0
+    skips_before = getattr(state.trainer, "nonfinite_skips", 0)
     try:
         for batch in batches:
             data, label = _unpack(batch, state.batch, "train_data")
@@ -352,6 +353,8 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
     if val_data is not None:
         val = _evaluate(state.net, val_data, state.ctx, val_metrics, state.loss, "val_data")
         logs.update({f"val_{k}": v for k, v in val.items()})
+    if getattr(state.trainer, "on_nonfinite", "ignore") == "skip":
+        logs["nonfinite_skips"] = state.trainer.nonfinite_skips - skips_before
     logs.update(lr=state.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
                 time=time.perf_counter() - tic)
     for key, value in logs.items():
@@ -415,7 +418,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     -------
     dict of list
         Per epoch: 'epoch', 'loss', each metric, 'val_loss' and 'val_<metric>' (with
-        val_data), 'lr', 'samples_per_sec', 'time' (seconds, validation included).
+        val_data), 'nonfinite_skips' (updates dropped for NaN/Inf gradients, with a
+        ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr', 'samples_per_sec', 'time'
+        (seconds, validation included).
 
     Example::
 

@@ -186,6 +186,11 @@ class Trainer(gluon.Trainer):
         self._pending_steps, self._pending_samples = int(steps), int(samples)
 
     @property
+    def on_nonfinite(self):
+        """str: What an update does with NaN or Inf gradients: 'ignore', 'skip' or 'raise'."""
+        return self._on_nonfinite
+
+    @property
     def nonfinite_skips(self):
         """int: Updates skipped so far because a gradient held NaN or Inf (``on_nonfinite='skip'``)."""
         return self._nonfinite_skips

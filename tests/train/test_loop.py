@@ -1,4 +1,5 @@
 """fit(): equals hand-written Gluon loops, resumes exactly (also after SIGINT/SIGTERM), checks input."""
+import contextlib
 import logging
 import os
 import signal
@@ -317,3 +318,28 @@ def test_input_errors():
         fit(net, LOSS, trainer, data, epochs=1, callbacks=[print], progress=False)
     with pytest.raises(TypeError, match="trainer must be a gluon.Trainer"):
         fit(net, LOSS, "sgd", data, epochs=1, progress=False)
+
+
+def test_fit_reports_updates_skipped_for_nonfinite_gradients():
+    """A batch with a NaN label is dropped whole: the result equals training without it."""
+    rng = np.random.RandomState(3)
+    x, y = rng.randn(12, 4).astype("float32"), rng.randn(12, 3).astype("float32")
+    poisoned = y.copy()
+    poisoned[5, 1] = np.nan
+
+    def train(data, label):
+        net = mx.gluon.nn.Dense(3, in_units=4)
+        net.initialize(mx.init.Constant(0.1))
+        trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+                          on_nonfinite="skip")
+        loader = mx.gluon.data.DataLoader(mx.gluon.data.ArrayDataset(data, label), batch_size=4)
+        with pytest.warns(UserWarning) if np.isnan(label).any() else contextlib.nullcontext():
+            history = fit(net, mx.gluon.loss.L2Loss(), trainer, loader, epochs=2, progress=False)
+        return net, history
+
+    net, history = train(x, poisoned)
+    clean_rows = np.r_[0:4, 8:12]
+    ref, ref_history = train(x[clean_rows], y[clean_rows])
+    assert history["nonfinite_skips"] == [1, 1]
+    assert ref_history["nonfinite_skips"] == [0, 0]
+    np.testing.assert_array_equal(net.weight.data().asnumpy(), ref.weight.data().asnumpy())

@@ -33,7 +33,8 @@ from mxnet import gluon  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402
 from mxnet.gluon.data.vision import transforms  # noqa: E402
 
-from gluonkit.data import digits  # noqa: E402
+from gluonkit.data import bucket_loader, digits, multiscale_loader  # noqa: E402
+from gluonkit.nn import ShapeCache  # noqa: E402
 from gluonkit.train.callbacks import (HistoryLogger, LRSchedule, ModelCheckpoint,  # noqa: E402
                                       PlotCurves)
 from gluonkit.train.loop import evaluate, fit  # noqa: E402
@@ -59,7 +60,14 @@ def _build_parser():
     data.add_argument("--data-dir", default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
                       help="where CIFAR-10 is stored (downloaded if missing)")
     data.add_argument("--image-size", type=int, default=32,
-                      help="images of imagefolder and rec datasets are resized to this")
+                      help="images of imagefolder and rec datasets are resized to this; 0 keeps "
+                           "their own sizes and batches them in --buckets shapes")
+    data.add_argument("--buckets", type=int, default=4, help="shapes for --image-size 0")
+    data.add_argument("--multiscale", type=_sizes, metavar="SIZES",
+                      help="train each batch at a size drawn from these, e.g. 16,20,24,28 "
+                           "(test at the largest)")
+    data.add_argument("--multiscale-interval", type=int, default=1, metavar="N",
+                      help="batches per drawn size")
     data.add_argument("--limit", type=int, metavar="N",
                       help="use only the first N training and N test images")
     data.add_argument("--num-workers", type=int, default=0, help="data loading processes")
@@ -129,6 +137,16 @@ def _config_argv(path, parser):
     return argv
 
 
+def _sizes(text):
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes like 16,20,24,28, got {text!r}") from None
+    if min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
+    return sizes
+
+
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
@@ -137,8 +155,8 @@ def parse_args(argv=None):
     if known.config:
         argv = _config_argv(known.config, parser) + argv
     args = parser.parse_args(argv)
-    for name in ("epochs", "batch_size", "accumulate", "image_size"):
-        if getattr(args, name) < (0 if name == "epochs" else 1):
+    for name in ("epochs", "batch_size", "accumulate", "image_size", "buckets", "multiscale_interval"):
+        if getattr(args, name) < (0 if name in ("epochs", "image_size") else 1):
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}.")
     if args.resume and not args.out:
         parser.error("--resume continues from the checkpoints in --out; pass --out DIR.")
@@ -324,6 +342,25 @@ def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
                       warmup_steps=warmup)
 
 
+def make_loaders(train_set, test_set, batch_size, multiscale, interval, image_size, buckets, seed,
+                 num_workers):
+    """Training and test loaders: fixed size, one size per batch drawn from ``multiscale``, or
+    (``image_size`` 0) images of their own sizes batched in ``buckets`` shapes."""
+    if multiscale:
+        return (multiscale_loader(train_set, batch_size, multiscale, interval, seed=seed,
+                                  num_workers=num_workers),
+                multiscale_loader(test_set, batch_size, [max(multiscale)], shuffle=False,
+                                  num_workers=num_workers))
+    if image_size == 0:
+        train = bucket_loader(train_set, batch_size, buckets, mode="resize", multiple=4, seed=seed,
+                              num_workers=num_workers)
+        return train, bucket_loader(test_set, batch_size, train.batch_sampler.buckets, shuffle=False,
+                                    num_workers=num_workers)
+    return (gluon.data.DataLoader(train_set, batch_size=batch_size, shuffle=True, last_batch="keep",
+                                  num_workers=num_workers),
+            gluon.data.DataLoader(test_set, batch_size=batch_size, num_workers=num_workers))
+
+
 def worker_shard(dataset, kvstore):
     """This worker's contiguous share of ``dataset`` under a distributed kvstore.
 
@@ -355,14 +392,16 @@ def main(args):
     kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
     if not isinstance(kvstore, str):
         train_set = worker_shard(train_set, kvstore)
-    train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True,
-                                         last_batch="keep", num_workers=args.num_workers)
-    test_loader = gluon.data.DataLoader(test_set, batch_size=args.batch_size,
-                                        num_workers=args.num_workers)
+    train_loader, test_loader = make_loaders(train_set, test_set, args.batch_size, args.multiscale,
+                                             args.multiscale_interval, args.image_size, args.buckets,
+                                             args.seed, args.num_workers)
     net = build_model(args.model, classes)
+    variable_shapes = bool(args.multiscale) or args.image_size == 0
+    if args.hybridize and variable_shapes:
+        net = ShapeCache(net)      # one cached graph per input shape; parameter names unchanged
     net.initialize(mx.init.Xavier(), ctx=ctx)
     if args.hybridize:
-        net.hybridize()
+        net.hybridize(**({"static_alloc": True, "static_shape": True} if variable_shapes else {}))
     trainer = Trainer(net.collect_params(), args.optimizer,
                       optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
                       kvstore=kvstore, accumulate=args.accumulate)

@@ -1,4 +1,7 @@
-"""Datasets: the embedded UCI handwritten digits."""
+"""Datasets and loaders: the embedded digits, bucketing by shape, multi-scale batches."""
+from .buckets import BucketBatchify, BucketPad, Buckets, BucketSampler, bucket_loader
 from .digits import digits
+from .multiscale import MultiScaleDataset, MultiScaleSampler, multiscale_loader, resize_first
 
-__all__ = ["digits"]
+__all__ = ["digits", "Buckets", "BucketSampler", "BucketPad", "BucketBatchify", "bucket_loader",
+           "MultiScaleSampler", "MultiScaleDataset", "multiscale_loader", "resize_first"]

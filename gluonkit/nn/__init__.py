@@ -1,4 +1,6 @@
-"""Network building blocks: multi-branch networks that are safe with deferred initialization."""
+"""Network building blocks: multi-branch networks safe with deferred initialization, and a
+shape cache for hybridized networks fed a few input shapes."""
 from .branches import Branches
+from .shapecache import ShapeCache
 
-__all__ = ["Branches"]
+__all__ = ["Branches", "ShapeCache"]

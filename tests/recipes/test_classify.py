@@ -221,3 +221,34 @@ def test_command_line_entry_point(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "test accuracy: " in done.stdout
     assert "epoch 1/1: loss" in done.stderr          # the summary line, through logging
+
+
+def test_multiscale_trains_each_batch_at_one_of_the_sizes(recipe, tmp_path):
+    train, test = recipe.make_loaders(digits(), digits(train=False), 32, [12, 16, 20], 1, 32, 4, 0, 0)
+    sizes = [x.shape[2:] for x, _ in train]
+    assert set(sizes) == {(12, 12), (16, 16), (20, 20)}
+    assert sum(x.shape[0] for x, _ in train) == len(digits())
+    assert {x.shape[2:] for x, _ in test} == {(20, 20)}
+    result = run(recipe, tmp_path, "--multiscale", "12,16,20", "--epochs", "1", "--limit", "128",
+                 "--batch-size", "16", "--hybridize")
+    assert result["history"]["epoch"] == [1] and 0 <= result["test_accuracy"] <= 1
+
+
+def test_images_of_their_own_sizes_are_bucketed(recipe, tmp_path):
+    import cv2
+
+    rng = np.random.RandomState(3)
+    for split, per_class in (("train", 6), ("val", 2)):
+        for c in "ab":
+            os.makedirs(tmp_path / "folder" / split / c, exist_ok=True)
+            for i in range(per_class):
+                height, width = rng.randint(8, 20, size=2)
+                cv2.imwrite(str(tmp_path / "folder" / split / c / f"{i}.png"),
+                            rng.randint(0, 255, (height, width, 3), dtype=np.uint8))
+    train_set, test_set, _ = recipe.load_dataset(f"imagefolder:{tmp_path / 'folder'}", "", 0)
+    train, _ = recipe.make_loaders(train_set, test_set, 4, None, 1, 0, 2, 0, 0)
+    shapes = {x.shape[2:] for x, _ in train}
+    assert 1 <= len(shapes) <= 2 and all(h % 4 == 0 and w % 4 == 0 for h, w in shapes)
+    result = run(recipe, tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
+                 "--image-size", "0", "--buckets", "2", "--epochs", "1", "--batch-size", "4", "--hybridize")
+    assert result["history"]["epoch"] == [1]

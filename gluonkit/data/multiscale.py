@@ -1,0 +1,249 @@
+"""Multi-scale training: one input size per batch (or per few batches), drawn from a list.
+
+Detection recipes (GluonCV's YOLOv3 among them) train on a new random input size every few
+batches. Here the size is chosen by the batch sampler from a seeded generator, so the sequence
+is reproducible and data-loading processes agree on it: each index it yields is a pair
+``(index, size)``, which :class:`MultiScaleDataset` turns into the sample resized to ``size``.
+"""
+import functools
+import numbers
+
+import mxnet as mx
+import numpy as np
+from gluoncv.data.batchify import Stack, Tuple
+from mxnet import gluon
+
+__all__ = ["MultiScaleSampler", "MultiScaleDataset", "resize_first", "multiscale_loader"]
+
+_LAST_BATCH = ("keep", "discard", "rollover")
+
+
+def _check_positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def _check_choice(value, choices, name):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+    return value
+
+
+def _seed_or_draw(seed):
+    """``seed`` checked, or one drawn from NumPy's global generator (so np.random.seed fixes it)."""
+    if seed is None:
+        return int(np.random.randint(2 ** 31))
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}.")
+    return int(seed)
+
+
+@functools.lru_cache(maxsize=1024)
+def _interpolation(size_in, size_out):
+    """The (size_out, size_in) matrix of linear interpolation with half-pixel centers."""
+    source = np.clip((np.arange(size_out) + 0.5) * (size_in / size_out) - 0.5, 0, size_in - 1)
+    low = np.floor(source).astype(np.int64)
+    high = np.minimum(low + 1, size_in - 1)
+    weight = (source - low).astype(np.float32)
+    matrix = np.zeros((size_out, size_in), dtype=np.float32)
+    np.add.at(matrix, (np.arange(size_out), low), 1 - weight)
+    np.add.at(matrix, (np.arange(size_out), high), weight)
+    return matrix
+
+
+def _resize(image, size):
+    """Bilinear resize of a (C, H, W) or (H, W) image to ``size`` = (height, width), in NumPy.
+
+    Pixel centers are aligned as in OpenCV and ``gluon.data.vision.transforms.Resize``.
+    """
+    array = image.asnumpy() if isinstance(image, mx.nd.NDArray) else np.asarray(image)
+    if array.ndim not in (2, 3):
+        raise ValueError(f"only images of shape (C, H, W) or (H, W) can be resized, got {array.shape}; "
+                         "bucket other data with mode='pad'.")
+    height, width = int(size[0]), int(size[1])
+    if array.shape[-2:] == (height, width):
+        return array
+    out = (_interpolation(array.shape[-2], height) @ array.astype(np.float32, copy=False)
+           @ _interpolation(array.shape[-1], width).T)
+    if np.issubdtype(array.dtype, np.integer):
+        out = np.rint(out)
+    return out.astype(array.dtype, copy=False)
+
+
+class _Order(gluon.data.Sampler):
+    """A sampler over a list of indices whose order is set anew for each epoch."""
+
+    def __init__(self, indices):
+        self.order = list(indices)
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self):
+        return len(self.order)
+
+
+def _check_sizes(sizes):
+    """Sizes as (height, width) tuples from ints (squares) or pairs."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise TypeError(f"sizes must be a list of ints or (height, width) pairs, got {sizes!r}.")
+    checked = []
+    for size in sizes:
+        pair = (size, size) if isinstance(size, numbers.Integral) else tuple(size)
+        if len(pair) != 2 or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                                     and d > 0 for d in pair):
+            raise ValueError(f"size {size!r} must be a positive int or a (height, width) pair of them.")
+        checked.append((int(pair[0]), int(pair[1])))
+    if not checked:
+        raise ValueError("sizes is empty; give at least one input size, e.g. [320, 352, 384].")
+    return checked
+
+
+class MultiScaleSampler(gluon.data.Sampler):
+    """Batches of ``(index, size)`` pairs: one size per batch, or per ``interval`` batches.
+
+    Each epoch the indices are shuffled and cut into batches by ``gluon.data.BatchSampler``;
+    every ``interval`` consecutive batches share a size drawn uniformly from ``sizes``. The
+    order and the sizes depend only on ``seed`` and the epoch.
+
+    Parameters
+    ----------
+    length : int
+        Number of samples of the dataset.
+    batch_size : int
+    sizes : list of int or (int, int)
+        The input sizes to draw from: an int is a square, a pair is (height, width).
+    interval : int, default 1
+        Batches per size.
+    shuffle : bool, default True
+        Shuffle the samples (the sizes are random either way).
+    last_batch : {'keep', 'discard', 'rollover'}, default 'keep'
+        As in ``gluon.data.BatchSampler``.
+    seed : int, optional
+        Seed of the order and the sizes; by default drawn from NumPy's global generator.
+
+    Example::
+
+        >>> sampler = MultiScaleSampler(10, batch_size=4, sizes=[16, 24], seed=1)
+        >>> [(len(batch), batch[0][1]) for batch in sampler]
+        [(4, (16, 16)), (4, (24, 24)), (2, (16, 16))]
+    """
+
+    def __init__(self, length, batch_size, sizes, interval=1, shuffle=True, last_batch="keep",
+                 seed=None):
+        self._length = _check_positive_int(length, "length")
+        self.sizes = _check_sizes(sizes)
+        self._interval = _check_positive_int(interval, "interval")
+        self._order = _Order(range(self._length))
+        self._batcher = gluon.data.BatchSampler(self._order, _check_positive_int(batch_size, "batch_size"),
+                                                _check_choice(last_batch, _LAST_BATCH, "last_batch"))
+        self._shuffle = bool(shuffle)
+        self._seed = _seed_or_draw(seed)
+        self._epoch = 0
+
+    @property
+    def epoch(self):
+        """int: The epoch the next iteration yields (counted from 0)."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        """Make the next iteration yield epoch ``epoch``'s order and sizes (to resume a run)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}.")
+        self._epoch = int(epoch)
+
+    def __iter__(self):
+        rng = np.random.default_rng([self._seed, self._epoch])
+        self._epoch += 1
+        indices = rng.permutation(self._length) if self._shuffle else np.arange(self._length)
+        self._order.order = [int(i) for i in indices]
+        batches = list(self._batcher)
+        picks = rng.integers(len(self.sizes), size=-(-len(batches) // self._interval))
+        return iter([[(i, self.sizes[picks[b // self._interval]]) for i in batch]
+                     for b, batch in enumerate(batches)])
+
+    def __len__(self):
+        return len(self._batcher)
+
+
+def resize_first(sample, size):
+    """The sample with its first field (a (C, H, W) or (H, W) image) resized to ``size``.
+
+    Bilinear, as ``gluon.data.vision.transforms.Resize``; the image comes back as a NumPy
+    array, the other fields unchanged. The default transform of :class:`MultiScaleDataset`.
+    """
+    if isinstance(sample, tuple):
+        return (_resize(sample[0], size),) + sample[1:]
+    return _resize(sample, size)
+
+
+class MultiScaleDataset(gluon.data.Dataset):
+    """A dataset indexed by ``(index, size)``: sample ``index`` transformed to ``size``.
+
+    A plain integer index returns the sample unchanged.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        Samples whose first field is a (C, H, W) or (H, W) image (apply ``ToTensor`` first).
+    transform : callable, optional
+        ``transform(sample, (height, width)) -> sample``; :func:`resize_first` by default.
+        Give your own to move boxes or masks along with the image.
+    """
+
+    def __init__(self, dataset, transform=None):
+        self._dataset = dataset
+        self._transform = resize_first if transform is None else transform
+
+    def __len__(self):
+        return len(self._dataset)
+
+    def __getitem__(self, item):
+        if isinstance(item, tuple):
+            index, size = item
+            return self._transform(self._dataset[index], size)
+        return self._dataset[item]
+
+
+class _StackFields:
+    """gluoncv's Stack on every field of the samples (or on the samples themselves)."""
+
+    def __call__(self, samples):
+        if isinstance(samples[0], (tuple, list)):
+            return Tuple([Stack() for _ in samples[0]])(samples)
+        return Stack()(samples)
+
+
+def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, last_batch="keep",
+                      seed=None, transform=None, batchify_fn=None, num_workers=0):
+    """A ``gluon.data.DataLoader`` whose batches each come at one size drawn from ``sizes``.
+
+    With (image, label) samples it yields ``(data, label)`` batches, as ``gluonkit.fit``
+    takes them. ``loader.batch_sampler`` is its :class:`MultiScaleSampler`.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        Samples whose first field is a (C, H, W) or (H, W) image, of any size.
+    batch_size : int
+    sizes, interval, shuffle, last_batch, seed
+        As for :class:`MultiScaleSampler`.
+    transform : callable, optional
+        As for :class:`MultiScaleDataset`.
+    batchify_fn : callable, optional
+        Default: gluoncv's ``Stack`` on every field.
+    num_workers : int, default 0
+        Data loading processes (the sizes do not depend on them).
+
+    Example::
+
+        >>> loader = multiscale_loader(train, batch_size=64, sizes=[16, 20, 24, 28], seed=0)
+        >>> history = gluonkit.fit(net, loss, trainer, loader, epochs=10)
+    """
+    sampler = MultiScaleSampler(len(dataset), batch_size, sizes, interval, shuffle, last_batch, seed)
+    loader = gluon.data.DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=sampler,
+                                   batchify_fn=_StackFields() if batchify_fn is None else batchify_fn,
+                                   num_workers=num_workers)
+    loader.batch_sampler = sampler   # Gluon keeps its own reference private
+    return loader

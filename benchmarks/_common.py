@@ -1,0 +1,48 @@
+"""What throughput.py and dist.py share: thread settings, --config files, the recipe's CNN."""
+import importlib.util
+import json
+import os
+
+from _harness import set_threads
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "classify.py")
+
+
+def set_env():
+    """Thread settings for a benchmark; call before anything imports MXNet.
+
+    ``OMP_NUM_THREADS`` defaults to the number of cores (MXNet would use half), and
+    ``OMP_WAIT_POLICY`` to PASSIVE: spinning OpenMP threads slowed training many times over
+    whenever other processes kept the cores busy.
+    """
+    set_threads()
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def thread_settings():
+    """The environment variables that decide how fast MXNet runs on a CPU (a dict)."""
+    names = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MXNET_CPU_WORKER_NTHREADS", "KMP_AFFINITY")
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def parse_with_config(parser, argv):
+    """Parse ``argv``; a ``--config FILE`` (JSON, keys as option names) sets the defaults first."""
+    known, _ = parser.parse_known_args(argv)
+    if known.config:
+        with open(known.config) as f:
+            config = json.load(f)
+        dests = {action.dest for action in parser._actions}
+        unknown = sorted(key for key in config if key.replace("-", "_") not in dests)
+        if unknown:
+            parser.error(f"--config {known.config}: unknown option(s) {', '.join(unknown)}.")
+        parser.set_defaults(**{key.replace("-", "_"): value for key, value in config.items()})
+    return parser.parse_args(argv)
+
+
+def recipe_cnn(classes):
+    """The CNN that ``recipes/classify.py`` trains by default (imported from the recipe)."""
+    spec = importlib.util.spec_from_file_location("classify_recipe", RECIPE)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    return recipe.small_cnn(classes)

@@ -1,0 +1,521 @@
+"""Training throughput: gluonkit against a hand-written Gluon loop, the Estimator and the Module API.
+
+    python benchmarks/throughput.py            # full run (about 8 minutes on 2 idle cores)
+    python benchmarks/throughput.py --quick    # seconds, for the test suite; figures not meaningful
+
+Every contestant trains the same network from the same initial weights on the same synthetic
+images with the same optimizer (see _contestants.py), each in its own process, repeats
+interleaved (see _harness.py). Also measured: the forward+backward floor, scaling over several
+devices, the peak memory of gradient accumulation and the cost of ``on_nonfinite='skip'``.
+Results go to a JSON file, a PNG chart and the "throughput" section of benchmarks/README.md.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import HERE, parse_with_config, set_env, thread_settings  # noqa: E402
+
+set_env()
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+from _contestants import NETWORKS, build  # noqa: E402
+from _harness import WORKER_FLAG, compare, machine, markdown_table, replace_section, serve, write_json  # noqa: E402,E501
+
+SECTION = "throughput"
+# name: (table label, tool, accumulate, on_nonfinite)
+CONTESTANTS = {
+    "floor": ("forward+backward only (the floor)", "floor", 1, "ignore"),
+    "gluon": ("Gluon loop + gluon.Trainer (baseline)", "gluon", 1, "ignore"),
+    "gluonkit": ("Gluon loop + gluonkit.Trainer", "gluonkit", 1, "ignore"),
+    "gluonkit-acc4": ("Gluon loop + gluonkit.Trainer(accumulate=4), 1/4 batch", "gluonkit", 4, "ignore"),
+    "gluonkit-skip": ("Gluon loop + gluonkit.Trainer(on_nonfinite='skip')", "gluonkit", 1, "skip"),
+    "fit": ("gluonkit.fit", "fit", 1, "ignore"),
+    "estimator": ("Gluon Estimator.fit", "estimator", 1, "ignore"),
+    "module": ("Module.fit on the exported symbol", "module", 1, "ignore"),
+}
+BASELINE, FLOOR = "gluon", "floor"
+GLUONKIT = ("gluonkit", "fit")
+ALTERNATIVES = ("estimator", "module")
+MULTI_DEFAULT = "floor,gluon,gluonkit,fit,estimator,module"
+# per network: (batch per device, batches per epoch)
+SIZES = {"cnn": (64, 60), "cifar_resnet20_v1": (64, 8), "resnet18_v1b": (32, 4)}
+QUICK_SIZE = (8, 3)
+FULL = {"nets": ",".join(NETWORKS), "repeats": 5, "multi_repeats": 3, "devices": "1,2,4",
+        "kvstores": "device,local", "mem_net": "cifar_resnet20_v1", "mem_batch": 32,
+        "mem_accumulate": 8, "mem_updates": 2}
+QUICK = {"nets": "cnn", "repeats": 2, "multi_repeats": 2, "mem_net": "cnn", "mem_batch": 4,
+         "mem_accumulate": 2, "mem_updates": 2, "devices": "1,2", "kvstores": "device"}
+TARGETS = {"vs_baseline": 0.98, "memory": 1.1, "accumulation_speed": 0.95, "nonfinite": 0.03,
+           "profile_above": 0.05}
+
+
+def _config(contestant, net, devices, kvstore, size, device, seed):
+    """The ``_contestants`` config of one contestant: ``size`` is (batch per device, batches
+    per epoch on one device); on several devices an epoch has the same number of samples."""
+    _, tool, accumulate, on_nonfinite = CONTESTANTS[contestant]
+    batch, steps = size
+    return {"tool": tool, "net": net, "devices": devices, "device": device, "kvstore": kvstore,
+            "batch": batch * devices // accumulate, "steps": max(1, steps // devices) * accumulate,
+            "accumulate": accumulate, "on_nonfinite": on_nonfinite, "seed": seed}
+
+
+def _name(contestant, devices, kvstore):
+    return contestant if devices == 1 else f"{contestant} x{devices} {kvstore}"
+
+
+def _size(net, args):
+    """(batch per device, batches per epoch) of a network: the defaults, or the options'."""
+    batch, steps = QUICK_SIZE if args.quick else SIZES[net]
+    return args.batch_size or batch, args.steps or steps
+
+
+def plan(args):
+    """The groups of contestants compared together: one per network and device count, and memory.
+
+    Returns a list of dicts: 'kind' ('throughput' or 'memory'), 'net', 'devices', 'repeats'
+    and 'configs' (name -> config, with the row's 'contestant' and 'kvstore').
+    """
+    groups = []
+    for net in args.nets:
+        size = _size(net, args)
+        for devices in args.devices:
+            contestants = args.contestants if devices == 1 else args.multi_contestants
+            if devices > 1 and net not in args.multi_nets:
+                continue
+            configs = {}
+            for kvstore in (["device"] if devices == 1 else args.kvstores):
+                for contestant in contestants:
+                    config = _config(contestant, net, devices, kvstore, size, args.device, args.seed)
+                    configs[_name(contestant, devices, kvstore)] = dict(config, contestant=contestant)
+            groups.append({"kind": "throughput", "net": net, "devices": devices, "configs": configs,
+                           "repeats": args.repeats if devices == 1 else args.multi_repeats})
+    b, k = args.mem_batch, args.mem_accumulate
+    memory = {}
+    for name, batch, accumulate in ((f"batch {b}", b, 1), (f"batch {b * k}", b * k, 1),
+                                    (f"{k} x {b} accumulated", b, k)):
+        steps = args.mem_updates * b * k // batch   # the same samples in every run
+        config = _config("gluonkit", args.mem_net, 1, "device", (batch, steps), args.device, args.seed)
+        memory[name] = dict(config, accumulate=accumulate, contestant=name)
+    groups.append({"kind": "memory", "net": args.mem_net, "devices": 1, "configs": memory,
+                   "repeats": args.repeats})
+    return groups
+
+
+def _paired(runs, reference):
+    """Median, min and max over repeats of runs[r] / reference[r] (same repeat, same load)."""
+    ratios = [a / b for a, b in zip(runs, reference)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def run_group(group):
+    """Compare a group's contestants; return its rows (the harness's, with the config's fields)."""
+    configs = group["configs"]
+    print(f"{group['kind']}: {group['net']} on {group['devices']} device(s), "
+          f"{len(configs)} contestants, {group['repeats']} repeats")
+    tic = time.perf_counter()
+    rows = compare(__file__, list(configs), {"configs": configs}, group["repeats"])
+    print(f"  ({time.perf_counter() - tic:.0f} s)")
+    for row in rows:
+        config = configs[row["name"]]
+        row.update(kind=group["kind"], net=config["net"], devices=config["devices"],
+                   contestant=config["contestant"], batch=config["batch"] * config["accumulate"],
+                   accumulate=config["accumulate"],
+                   kvstore=config["kvstore"] if config["devices"] > 1 else None)
+        row["ms_per_step"] = 1000.0 * row["batch"] / row["samples_per_s"]
+    return rows
+
+
+def derive(rows):
+    """Add ratios to the baseline and overheads over the floor (same net, devices and kvstore),
+    speed-ups over one device, and the memory runs' ratios to the plain small batch."""
+    cells = {}
+    for row in rows:
+        cells.setdefault((row["kind"], row["net"], row["devices"], row["kvstore"]), {})[row["contestant"]] = row
+    for (kind, net, _, _), cell in cells.items():
+        if kind == "memory":
+            small = min((r for r in cell.values() if r["accumulate"] == 1), key=lambda r: r["batch"])
+            for row in cell.values():
+                row["rss_ratio"] = row["peak_rss_mb"] / small["peak_rss_mb"]
+                row["ratio"], row["ratio_min"], row["ratio_max"] = _paired(row["runs"], small["runs"])
+            continue
+        one = cells.get((kind, net, 1, None), {})
+        for name, row in cell.items():
+            if BASELINE in cell:
+                row["ratio"], row["ratio_min"], row["ratio_max"] = _paired(row["runs"], cell[BASELINE]["runs"])
+            if FLOOR in cell:
+                # extra time per sample over pure compute: floor speed / own speed - 1
+                row["over_floor"] = _paired(cell[FLOOR]["runs"], row["runs"])[0] - 1
+            if name in one:
+                row["speedup"] = row["samples_per_s"] / one[name]["samples_per_s"]
+                row["efficiency"] = row["speedup"] / row["devices"]
+    return rows
+
+
+def _find(rows, net, contestant, devices=1, kvstore=None):
+    return next((r for r in rows if r["kind"] == "throughput" and r["net"] == net
+                 and r["contestant"] == contestant and r["devices"] == devices
+                 and r["kvstore"] == kvstore), None)
+
+
+def _verdict(met):
+    return "met" if met else "NOT met"
+
+
+def targets(rows):
+    """The issue's targets, checked on this run: a list of dicts 'target', 'value', 'met'."""
+    found = []
+    cells = sorted({(r["net"], r["devices"], r["kvstore"] or "") for r in rows if r["kind"] == "throughput"})
+    for net, devices, kvstore in cells:
+        where = net if devices == 1 else f"{net}, {devices} x {kvstore}"
+        get = {c: _find(rows, net, c, devices, kvstore or None) for c in CONTESTANTS}
+        others = [get[a] for a in ALTERNATIVES if get[a]]
+        for name in GLUONKIT:
+            row = get[name]
+            if not row or "ratio" not in row or name == BASELINE:
+                continue
+            found.append({"target": f"{where}: {name} >= {TARGETS['vs_baseline']}x the Gluon loop",
+                          "value": f"{row['ratio']:.3f}x", "met": row["ratio"] >= TARGETS["vs_baseline"]})
+            if others:
+                value = ", ".join(f"{o['contestant']} {o['ratio']:.3f}x" for o in others)
+                found.append({"target": f"{where}: {name} ahead of {' and '.join(o['contestant'] for o in others)}",
+                              "value": f"{row['ratio']:.3f}x vs {value}",
+                              "met": all(row["samples_per_s"] > o["samples_per_s"] for o in others)})
+        if get["gluonkit"] and get["gluonkit-skip"]:
+            cost = nonfinite_cost(get["gluonkit"], get["gluonkit-skip"])
+            found.append({"target": f"{where}: on_nonfinite='skip' costs < {TARGETS['nonfinite']:.0%} of step time",
+                          "value": f"{cost[0]:+.1%} ({cost[1]:+.1%} .. {cost[2]:+.1%})",
+                          "met": cost[0] < TARGETS["nonfinite"]})
+    memory = [r for r in rows if r["kind"] == "memory"]
+    accumulated = next((r for r in memory if r["accumulate"] > 1), None)
+    if accumulated:
+        found.append({"target": f"{accumulated['name']}: peak RSS within {TARGETS['memory']}x the small batch",
+                      "value": f"{accumulated['rss_ratio']:.3f}x", "met": accumulated["rss_ratio"] <= TARGETS["memory"]})
+        found.append({"target": f"{accumulated['name']}: samples/s >= {TARGETS['accumulation_speed']}x the small batch",
+                      "value": f"{accumulated['ratio']:.3f}x",
+                      "met": accumulated["ratio"] >= TARGETS["accumulation_speed"]})
+    return found
+
+
+def nonfinite_cost(plain, checked):
+    """Extra step time of ``on_nonfinite='skip'`` over 'ignore': median, min, max over repeats."""
+    median, low, high = _paired(plain["runs"], checked["runs"])
+    return median - 1, low - 1, high - 1
+
+
+def to_profile(rows):
+    """gluonkit rows more than 5% slower than the Gluon loop in the same cell (names)."""
+    limit = 1 - TARGETS["profile_above"]
+    return [f"{r['net']} {r['name']}" for r in rows if r["kind"] == "throughput"
+            and r["contestant"] in GLUONKIT + ("gluonkit-skip",) and r.get("ratio", 1) < limit]
+
+
+def _fmt(value, digits=1):
+    return f"{value:.{digits}f}"
+
+
+def _range(row, key, digits=2):
+    return f"{row[key]:.{digits}f} ({row[key + '_min']:.{digits}f} - {row[key + '_max']:.{digits}f})"
+
+
+THROUGHPUT_COLUMNS = [
+    ("contestant", lambda r: CONTESTANTS[r["contestant"]][0]),
+    ("batch", lambda r: f"{r['accumulate']} x {r['batch'] // r['accumulate']}" if r["accumulate"] > 1
+     else str(r["batch"])),
+    ("samples/s (median)", lambda r: _fmt(r["samples_per_s"])),
+    ("min - max", lambda r: f"{_fmt(r['min'])} - {_fmt(r['max'])}"),
+    ("ms/step", lambda r: _fmt(r["ms_per_step"])),
+    ("ratio to baseline (min - max)", lambda r: _range(r, "ratio") if "ratio" in r else ""),
+    ("time over floor", lambda r: f"{r['over_floor']:+.1%}" if "over_floor" in r else ""),
+    ("peak RSS MB", lambda r: f"{r['peak_rss_mb']:.0f}"),
+    ("setup s", lambda r: _fmt(r["setup_s"])),
+]
+MEMORY_COLUMNS = [
+    ("run", "name"),
+    ("samples per update", "batch"),
+    ("peak RSS MB", lambda r: f"{r['peak_rss_mb']:.0f}"),
+    ("RSS vs small batch", lambda r: f"{r['rss_ratio']:.3f}"),
+    ("samples/s (median)", lambda r: _fmt(r["samples_per_s"])),
+    ("speed vs small batch (min - max)", lambda r: _range(r, "ratio")),
+]
+
+
+def scaling_table(rows, net):
+    """Samples/s, speed-up over one device and ratio to the baseline, per device count and kvstore."""
+    multi = sorted({(r["devices"], r["kvstore"]) for r in rows
+                    if r["kind"] == "throughput" and r["net"] == net and r["devices"] > 1})
+    if not multi:
+        return ""
+    contestants = [c for c in CONTESTANTS if any(_find(rows, net, c, d, k) for d, k in multi)]
+    lines = ["| contestant | 1 device | " + " | ".join(f"{d} x {k}" for d, k in multi) + " |",
+             "|---|---|" + "---|" * len(multi)]
+    for contestant in contestants:
+        cells = [_fmt(_find(rows, net, contestant)["samples_per_s"])]
+        for devices, kvstore in multi:
+            row = _find(rows, net, contestant, devices, kvstore)
+            cells.append("" if row is None else
+                         f"{_fmt(row['samples_per_s'])} ({row['speedup']:.2f}x, {row['efficiency']:.0%}; "
+                         f"{row['ratio']:.2f} of baseline)")
+        lines.append(f"| {CONTESTANTS[contestant][0]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def nonfinite_table(rows):
+    lines = ["| network | ms/step, 'ignore' | ms/step, 'skip' | extra step time (min - max) |",
+             "|---|---|---|---|"]
+    for net in dict.fromkeys(r["net"] for r in rows if r["kind"] == "throughput"):
+        plain, checked = _find(rows, net, "gluonkit"), _find(rows, net, "gluonkit-skip")
+        if plain and checked:
+            cost = nonfinite_cost(plain, checked)
+            lines.append(f"| {net} | {_fmt(plain['ms_per_step'])} | {_fmt(checked['ms_per_step'])} | "
+                         f"{cost[0]:+.1%} ({cost[1]:+.1%} - {cost[2]:+.1%}) |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def chart(rows, path):
+    """Samples/s per contestant and device count, one panel per network (a PNG)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    nets = list(dict.fromkeys(r["net"] for r in rows if r["kind"] == "throughput"))
+    fig = Figure(figsize=(5.5 * len(nets), 4.5))
+    FigureCanvasAgg(fig)
+    for index, net in enumerate(nets):
+        ax = fig.add_subplot(1, len(nets), index + 1)
+        mine = [r for r in rows if r["kind"] == "throughput" and r["net"] == net]
+        series = sorted({(r["devices"], r["kvstore"]) for r in mine}, key=lambda s: (s[0], s[1] or ""))
+        contestants = [c for c in CONTESTANTS if any(r["contestant"] == c for r in mine)]
+        width = 0.8 / len(series)
+        for k, (devices, kvstore) in enumerate(series):
+            points = [(i, _find(rows, net, c, devices, kvstore)) for i, c in enumerate(contestants)]
+            points = [(i, r) for i, r in points if r]
+            ax.bar([i + (k - (len(series) - 1) / 2) * width for i, _ in points],
+                   [r["samples_per_s"] for _, r in points], width,
+                   yerr=[[r["samples_per_s"] - r["min"] for _, r in points],
+                         [r["max"] - r["samples_per_s"] for _, r in points]],
+                   label="1 device" if devices == 1 else f"{devices} x {kvstore}")
+        ax.set_xticks(range(len(contestants)))
+        ax.set_xticklabels(contestants, rotation=35, ha="right", fontsize=8)
+        ax.set_title(net)
+        ax.set_ylabel("samples/s (median, min-max)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=80)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", metavar="FILE", help="JSON file of option defaults")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny run for the test suite (seconds; figures not meaningful)")
+    run = parser.add_argument_group("run")
+    run.add_argument("--nets", help=f"comma-separated, among {', '.join(NETWORKS)} (default all; "
+                     "cnn with --quick)")
+    run.add_argument("--contestants", default=",".join(CONTESTANTS),
+                     help="comma-separated contestants on one device (default all)")
+    run.add_argument("--repeats", type=int, help="timed epochs per contestant (default 5; 2 with --quick)")
+    run.add_argument("--batch-size", type=int, help="samples per device and step, for every network "
+                     f"(default per network: {SIZES})")
+    run.add_argument("--steps", type=int, help="batches per timed epoch, for every network")
+    run.add_argument("--seed", type=int, default=0)
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                         help="cpu(i) contexts (simulated devices sharing the cores) or gpu(i)")
+    devices.add_argument("--devices", help="device counts (default 1,2,4; 1,2 with --quick)")
+    devices.add_argument("--kvstores", help="kvstores for several devices (default device,local; "
+                         "device with --quick)")
+    devices.add_argument("--multi-nets", default="cnn", help="networks also run on several devices")
+    devices.add_argument("--multi-contestants", default=MULTI_DEFAULT,
+                         help="contestants also run on several devices")
+    devices.add_argument("--multi-repeats", type=int, help="timed epochs on several devices (default 3)")
+    memory = parser.add_argument_group("memory (gluonkit.Trainer, one device)")
+    memory.add_argument("--mem-net", help="network (default cifar_resnet20_v1; cnn with --quick)")
+    memory.add_argument("--mem-batch", type=int, help="the small batch (default 32)")
+    memory.add_argument("--mem-accumulate", type=int, help="micro-batches per update (default 8)")
+    memory.add_argument("--mem-updates", type=int, help="updates per epoch (default 4)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", help="JSON results (default benchmarks/results/throughput.json; "
+                     "with --quick none)")
+    out.add_argument("--chart", help="PNG chart (default benchmarks/results/throughput.png; with --quick none)")
+    out.add_argument("--readme", help="Markdown file whose 'throughput' section is rewritten "
+                     "(default benchmarks/README.md; with --quick none)")
+    args = parse_with_config(parser, sys.argv[1:] if argv is None else argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if not args.quick:
+        results = os.path.join(HERE, "results")
+        args.out = args.out or os.path.join(results, "throughput.json")
+        args.chart = args.chart or os.path.join(results, "throughput.png")
+        args.readme = args.readme or os.path.join(HERE, "README.md")
+    _check_lists(parser, args)
+    return args
+
+
+def _check_lists(parser, args):
+    """Split and check the comma-separated options (``parser.error`` on a bad one)."""
+    for key, allowed in (("nets", NETWORKS), ("multi_nets", NETWORKS), ("contestants", CONTESTANTS),
+                         ("multi_contestants", CONTESTANTS), ("kvstores", ("device", "local"))):
+        values = getattr(args, key).split(",")
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            parser.error(f"--{key.replace('_', '-')}: unknown {', '.join(bad)}; choose among {', '.join(allowed)}.")
+        setattr(args, key, values)
+    try:
+        args.devices = sorted({int(d) for d in args.devices.split(",")})
+    except ValueError:
+        parser.error(f"--devices must be comma-separated integers, got {args.devices!r}.")
+    if args.devices[0] != 1:
+        parser.error("--devices must include 1: scaling and ratios are measured against one device.")
+    if BASELINE not in args.contestants or FLOOR not in args.contestants:
+        parser.error(f"--contestants must include {BASELINE!r} and {FLOOR!r} (the references).")
+    args.multi_nets = [n for n in args.multi_nets if n in args.nets]   # several devices: a subset
+    args.multi_contestants = [c for c in args.multi_contestants if c in args.contestants]
+    for key in ("repeats", "multi_repeats", "mem_batch", "mem_accumulate", "mem_updates", "batch_size", "steps"):
+        value = getattr(args, key)
+        if value is not None and value < 1:
+            parser.error(f"--{key.replace('_', '-')} must be positive, got {value}.")
+    if args.mem_accumulate < 2:
+        parser.error("--mem-accumulate must be at least 2 (micro-batches per update).")
+
+
+def _check_devices(device, count):
+    """Refuse to ask for more GPUs than are visible."""
+    import mxnet as mx
+
+    if device == "gpu" and mx.context.num_gpus() < count:
+        raise SystemExit(f"--devices asks for {count} GPUs but {mx.context.num_gpus()} are visible.")
+
+
+def main(args):
+    """Run every group, then write the JSON, the chart and the README section; return the results."""
+    _check_devices(args.device, max(args.devices))
+    info = dict(machine(), threads=thread_settings())
+    print(f"{info['cpu']}, {info['cores']} cores, {info['threads']}, load {info['load_average']}")
+    rows = []
+    for group in plan(args):
+        rows += run_group(group)
+    derive(rows)
+    info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "chart", "readme", "config")}
+    results = {"machine": info, "args": settings, "rows": rows, "targets": targets(rows),
+               "to_profile": to_profile(rows)}
+    report = report_text(results)
+    print(report)
+    if args.out:
+        write_json(args.out, results)
+    if args.chart:
+        chart(rows, args.chart)
+    if args.readme:
+        chart_link = os.path.relpath(args.chart, os.path.dirname(os.path.abspath(args.readme))) if args.chart else None
+        replace_section(args.readme, SECTION, readme_section(results, report, chart_link))
+    return results
+
+
+def report_text(results):
+    """The tables and the targets, as Markdown."""
+    rows = results["rows"]
+    parts = []
+    for net in dict.fromkeys(r["net"] for r in rows if r["kind"] == "throughput"):
+        one = [r for r in rows if r["kind"] == "throughput" and r["net"] == net and r["devices"] == 1]
+        parts.append(f"#### {net}, one device, batch {one[0]['batch']}\n\n"
+                     f"{markdown_table(one, THROUGHPUT_COLUMNS)}")
+        scaling = scaling_table(rows, net)
+        if scaling:
+            parts.append(f"#### {net} on several devices (batch {one[0]['batch']} per device)\n\n"
+                         "samples/s (speed-up over one device, scaling efficiency; ratio to the Gluon "
+                         f"loop on the same devices)\n\n{scaling}")
+    memory = [r for r in rows if r["kind"] == "memory"]
+    if memory:
+        parts.append(f"#### Memory: {memory[0]['net']}, gluonkit.Trainer, one device\n\n"
+                     f"{markdown_table(memory, MEMORY_COLUMNS)}")
+    nonfinite = nonfinite_table(rows)
+    if nonfinite:
+        parts.append(f"#### Cost of `on_nonfinite='skip'` (vs 'ignore', gluonkit.Trainer)\n\n{nonfinite}")
+    lines = [f"- {t['target']}: {t['value']}, **{_verdict(t['met'])}**" for t in results["targets"]]
+    flagged = results["to_profile"]
+    lines.append("- gluonkit more than 5% slower than the Gluon loop: "
+                 + (", ".join(flagged) if flagged else "nowhere"))
+    parts.append("#### Targets\n\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def readme_section(results, report, chart_link):
+    """The README section: how to reproduce, what the figures mean, the conditions, the tables."""
+    info, a = results["machine"], results["args"]
+    parts = [README_TEXT.format(repeats=a["repeats"], multi_repeats=a["multi_repeats"],
+                                multi_nets=", ".join(a["multi_nets"]),
+                                multi=", ".join(a["multi_contestants"]),
+                                devices=", ".join(map(str, a["devices"])))]
+    parts.append(f"Measured {info['date']} on {info['cpu']} ({info['cores']} cores, "
+                 f"{', '.join(f'{k}={v}' for k, v in info['threads'].items())}, MXNet {info['mxnet']}, "
+                 f"Python {info['python']}, device {a['device']}); load average {info['load_average']} "
+                 f"at the start, {info['load_average_end']} at the end.")
+    if chart_link:
+        parts.append(f"![samples/s per contestant and device count]({chart_link})")
+    parts.append(report)
+    return "\n\n".join(parts)
+
+
+README_TEXT = """\
+## Throughput (`throughput.py`)
+
+```bash
+python benchmarks/throughput.py                       # everything below (about 8 minutes)
+python benchmarks/throughput.py --nets cnn --devices 1  # one network, one device
+python benchmarks/throughput.py --device gpu          # gpu(0), gpu(1), ... instead of cpu(i)
+python benchmarks/throughput.py --quick               # seconds, for the test suite
+```
+
+Every contestant trains the same network, from the same initial weights, on the same
+synthetic images (normal noise, random labels, in memory) with SGD (learning rate 0.01,
+momentum 0.9, weight decay 1e-4) and the softmax cross-entropy, hybridized, one epoch per
+timed run. Each runs in its own process: one warm-up epoch ("setup s"), then {repeats} timed
+epochs ({multi_repeats} on several devices), interleaved with the others; the clock is read
+after `mx.nd.waitall()`.
+
+- *Gluon loop + gluon.Trainer*: the baseline, a hand-written loop over a `gluon.data.DataLoader`:
+  `gluon.utils.split_and_load`, forward under `autograd.record()`, backward, `trainer.step`.
+- *gluonkit.Trainer*: the same loop with `gluonkit.split_and_load` and `gluonkit.Trainer`;
+  with `accumulate=4`, micro-batches of a quarter of the batch, one update per 4 (the same
+  samples per update); with `on_nonfinite='skip'`, every update first checks the gradients.
+- *gluonkit.fit*: `fit(..., epochs=1, progress=False)` on the same loader and a `gluonkit.Trainer`.
+- *Estimator*: `mxnet.gluon.contrib.estimator.Estimator.fit(loader, epochs=1)` with a
+  `gluon.Trainer` and its default handlers and metrics (accuracy and loss, every batch).
+- *Module*: the network exported by Gluon (`export`), topped with `SoftmaxOutput`, trained by
+  `mx.mod.Module.fit` on an `mx.io.NDArrayIter` over the same arrays (default metric 'acc').
+- *floor*: forward and backward of one batch already on the devices, no optimizer, no data
+  loading: pure compute.
+
+samples/s is the median over the timed epochs (min - max beside it); ms/step is the time per
+update of the whole batch. "ratio to baseline" is the median, over the repeats, of the
+contestant's samples/s over the Gluon loop's in the same repeat (so that a slow change of
+the machine's load largely cancels out). "time over floor" is the extra time per sample over the floor: what a
+tool costs beyond the network's own compute (the optimizer update included, which every
+trainer pays). "peak RSS MB" is the process's peak resident memory (imports included).
+
+On several devices the batch per device stays the same (the whole batch grows; an epoch
+keeps the same samples in fewer steps), and the speed-up is over the same contestant on one
+device; efficiency is speed-up / devices. With `--device cpu`, the devices are `cpu(0)`,
+`cpu(1)`, ... sharing the same cores: the figures show the cost of the multi-device code
+paths, not a speed-up. To fit the time budget, the default run uses several devices
+({devices}) only for {multi_nets}, with {multi}.
+
+Memory: the same samples trained as a small batch, as one large batch, and as micro-batches
+of the small size accumulated into updates of the large one (`gluonkit.Trainer(accumulate=k)`),
+each in its own process, so "peak RSS MB" is each run's own peak (`ru_maxrss`)."""
+
+
+def _build(name, options):
+    return build(options["configs"][name])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == [WORKER_FLAG]:
+        serve(_build)
+    else:
+        main(parse_args())

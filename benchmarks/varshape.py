@@ -1,0 +1,461 @@
+"""Variable input shapes: what a new shape every step costs, and what bucketing saves.
+
+    python benchmarks/varshape.py                 # full run (a few minutes on 2 cores)
+    python benchmarks/varshape.py --quick         # seconds; figures are not meaningful
+
+The data are images of random height and width (uniform in --min-size..--max-size, so the
+mean pixel count equals that of a --ref-size square image) and random labels. Every
+contestant trains the same network on the same samples for the same number of epochs, each
+in its own process, repeats interleaved (see _harness.py). Results go to a JSON file and to
+the "Variable shapes" section of benchmarks/README.md.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _harness import (WORKER_FLAG, compare, machine, markdown_table, replace_section,  # noqa: E402
+                      serve, set_threads, write_json)
+
+set_threads()
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from gluoncv.data.batchify import Stack, Tuple  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+from gluonkit.data.buckets import BucketPad, Buckets, bucket_loader  # noqa: E402
+from gluonkit.data.multiscale import resize_first  # noqa: E402
+from gluonkit.nn.shapecache import ShapeCache  # noqa: E402
+from gluonkit.train.trainer import Trainer  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SECTION = "varshape"
+
+# name: (table label, data path, graph mode)
+CONTESTANTS = {
+    "fixed": ("fixed shape, hybridize() (reference)", "fixed", "hybrid"),
+    "fixed-imperative": ("fixed shape, imperative", "fixed", "imperative"),
+    "padmax": ("random batches padded to their largest, hybridize()", "padmax", "hybrid"),
+    "imperative": ("new shape every step, imperative", "sorted", "imperative"),
+    "hybrid": ("new shape every step, hybridize()", "sorted", "hybrid"),
+    "static": ("new shape every step, static_alloc + static_shape", "sorted", "static"),
+    "buckets": ("gluonkit buckets, hybridize()", "buckets", "hybrid"),
+    "buckets-static": ("gluonkit buckets, static_alloc + static_shape", "buckets", "static"),
+    "shapecache": ("gluonkit buckets + ShapeCache, hybridize()", "buckets", "shapecache"),
+    "shapecache-static": ("gluonkit buckets + ShapeCache, static_alloc + static_shape", "buckets",
+                          "shapecache-static"),
+    "module": ("gluonkit buckets + mx.mod.BucketingModule", "buckets", "module"),
+}
+GLUONKIT = "shapecache-static"   # gluonkit's variable-shape path, checked against the targets
+NAIVE = "hybrid"
+STATIC = {"static_alloc": True, "static_shape": True}
+# data settings: CIFAR-sized images in batches of 32 (long steps on a CPU), small images in
+# batches of 8 (short steps, where a change of shape weighs more), and a tiny one for --quick
+SETTINGS = {
+    "cifar": {"min_size": 24, "max_size": 40, "batch_size": 32, "samples": 768},
+    "short": {"min_size": 12, "max_size": 20, "batch_size": 8, "samples": 384},
+    "tiny": {"min_size": 10, "max_size": 18, "batch_size": 8, "samples": 48},
+}
+
+
+def make_sizes(samples, low, high, seed):
+    """Heights and widths of the samples (two int arrays)."""
+    rng = np.random.RandomState(seed)
+    return rng.randint(low, high + 1, samples), rng.randint(low, high + 1, samples)
+
+
+def make_data(samples, low, high, seed, classes=10):
+    """Random 3-channel images of random sizes (a list) and random labels (an array)."""
+    heights, widths = make_sizes(samples, low, high, seed)
+    rng = np.random.RandomState(seed + 1)
+    images = [rng.rand(3, h, w).astype(np.float32) for h, w in zip(heights, widths)]
+    return images, rng.randint(0, classes, samples).astype(np.float32)
+
+
+def sorted_batches(heights, widths, batch_size):
+    """Index batches of samples of similar size: sorted by (height, width), cut in order."""
+    order = np.lexsort((widths, heights))
+    return [[int(i) for i in order[k:k + batch_size]] for k in range(0, len(order), batch_size)]
+
+
+class _OwnSize:
+    """Batchify (image, label) samples to the batch's own size: in pad mode its largest, in
+    resize mode its (geometric) mean, with the same NumPy code as gluonkit's buckets."""
+
+    def __init__(self, mode):
+        self._mode = mode
+
+    def __call__(self, samples):
+        sizes = np.array([x.shape[1:] for x, _ in samples])
+        if self._mode == "pad":
+            size = tuple(int(v) for v in sizes.max(axis=0))
+        else:
+            size = tuple(int(v) for v in np.rint(np.exp(np.log(sizes).mean(axis=0))))
+        return Tuple(BucketPad(Buckets([size], mode=self._mode)), Stack())(samples)
+
+
+class _ShuffledBatches(gluon.data.Sampler):
+    """Fixed batches in a new random order every epoch."""
+
+    def __init__(self, batches, seed):
+        self._batches, self._rng = batches, np.random.RandomState(seed)
+
+    def __iter__(self):
+        return iter([self._batches[i] for i in self._rng.permutation(len(self._batches))])
+
+    def __len__(self):
+        return len(self._batches)
+
+
+def small_cnn(classes=10):
+    """A small CNN like recipes/classify.py's: conv/BN/ReLU stages, a max-pool, global pooling."""
+    net = gluon.nn.HybridSequential()
+    for channels in (32, 32, None, 64, 64):
+        if channels is None:
+            net.add(gluon.nn.MaxPool2D(2, ceil_mode=True))
+            continue
+        net.add(gluon.nn.Conv2D(channels, 3, padding=1, use_bias=False), gluon.nn.BatchNorm(),
+                gluon.nn.Activation("relu"))
+    net.add(gluon.nn.GlobalAvgPool2D(), gluon.nn.Dense(classes))
+    return net
+
+
+def build_net(name):
+    mx.random.seed(0)
+    if name == "cnn":
+        return small_cnn()
+    from gluoncv.model_zoo import get_model
+
+    return get_model(name, pretrained=False, classes=10)
+
+
+def make_loader(path, options):
+    """The DataLoader of a data path: 'fixed', 'sorted' (new shape every step) or 'buckets'."""
+    o = options
+    images, labels = make_data(o["samples"], o["min_size"], o["max_size"], o["seed"])
+    if path == "fixed":
+        images = [resize_first(x, (o["ref_size"], o["ref_size"])) for x in images]
+        return gluon.data.DataLoader(gluon.data.ArrayDataset(images, labels), o["batch_size"],
+                                     shuffle=True, batchify_fn=Tuple(Stack(), Stack()))
+    dataset = gluon.data.ArrayDataset(images, labels)
+    if path == "padmax":
+        return gluon.data.DataLoader(dataset, o["batch_size"], shuffle=True, batchify_fn=_OwnSize("pad"))
+    if path == "sorted":
+        heights, widths = make_sizes(o["samples"], o["min_size"], o["max_size"], o["seed"])
+        sampler = _ShuffledBatches(sorted_batches(heights, widths, o["batch_size"]), o["seed"])
+        return gluon.data.DataLoader(dataset, batch_sampler=sampler, batchify_fn=_OwnSize(o["mode"]))
+    return bucket_loader(dataset, o["batch_size"], o["buckets"], mode=o["mode"],
+                         multiple=o["multiple"], seed=o["seed"])
+
+
+class _GluonContestant:
+    """Trains a Gluon network on one data path under one graph mode."""
+
+    def __init__(self, path, graph, options):
+        self._loader = make_loader(path, options)
+        net = build_net(options["net"])
+        net.initialize(mx.init.Xavier())
+        self._trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+        if graph == "hybrid":
+            net.hybridize()
+        elif graph == "static":
+            net.hybridize(**STATIC)
+        elif graph.startswith("shapecache"):
+            net = ShapeCache(net, max_shapes=2 * options["buckets"])
+            net.hybridize(**(STATIC if graph.endswith("static") else {}))
+        self._net = net
+        self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def run(self):
+        samples = 0
+        for x, y in self._loader:
+            x, y = x.as_in_context(mx.cpu()), y.as_in_context(mx.cpu())
+            with autograd.record():
+                loss = self._loss(self._net(x), y)
+            loss.backward()
+            self._trainer.step(x.shape[0])
+            samples += x.shape[0]
+        return samples
+
+    setup = run   # one epoch of warm-up: every graph built, every shape seen once
+
+
+class _ModuleContestant:
+    """Trains the same network with MXNet's BucketingModule, one bucket key per batch shape."""
+
+    def __init__(self, options):
+        self._loader = make_loader("buckets", options)
+        net = build_net(options["net"])
+        out = mx.sym.SoftmaxOutput(net(mx.sym.var("data")), mx.sym.var("softmax_label"),
+                                   name="softmax")
+        buckets = self._loader.batch_sampler.buckets
+        largest = max(buckets.shapes, key=lambda s: (np.prod(s), s))
+        key = (options["batch_size"], 3) + tuple(largest)
+        self._mod = mx.mod.BucketingModule(lambda _: (out, ("data",), ("softmax_label",)),
+                                           default_bucket_key=key, context=mx.cpu())
+        self._mod.bind(data_shapes=[("data", key)], label_shapes=[("softmax_label", key[:1])])
+        self._mod.init_params(mx.init.Xavier())
+        self._mod.init_optimizer(optimizer="sgd", optimizer_params={
+            "learning_rate": 0.01, "rescale_grad": 1.0 / options["batch_size"]})
+
+    def run(self):
+        samples = 0
+        for x, y in self._loader:
+            batch = mx.io.DataBatch([x], [y], bucket_key=x.shape,
+                                    provide_data=[mx.io.DataDesc("data", x.shape)],
+                                    provide_label=[mx.io.DataDesc("softmax_label", y.shape)])
+            self._mod.forward_backward(batch)
+            self._mod.update()
+            samples += x.shape[0]
+        return samples
+
+    setup = run
+
+
+def build(name, options):
+    """A contestant by name (called in its worker process)."""
+    _, path, graph = CONTESTANTS[name]
+    if graph == "module":
+        return _ModuleContestant(options)
+    return _GluonContestant(path, graph, options)
+
+
+def input_work(path, options):
+    """Pixels the network sees per sample, over the reference's (ref_size squared)."""
+    o = options
+    heights, widths = make_sizes(o["samples"], o["min_size"], o["max_size"], o["seed"])
+    if path == "fixed":
+        return 1.0
+    if path == "padmax":   # expected largest of a random batch, per axis (sizes are uniform)
+        sides = np.arange(o["min_size"], o["max_size"] + 1)
+        below = (sides - o["min_size"] + 1) / len(sides)
+        largest = np.sum(sides * (below ** o["batch_size"] - (below - 1 / len(sides)) ** o["batch_size"]))
+        return float(largest ** 2 / o["ref_size"] ** 2)
+    if path == "sorted":
+        seen = 0
+        for b in sorted_batches(heights, widths, o["batch_size"]):
+            if o["mode"] == "pad":
+                seen += len(b) * heights[b].max() * widths[b].max()
+            else:
+                mean = np.rint(np.exp(np.log([heights[b], widths[b]]).mean(axis=1)))
+                seen += len(b) * mean.prod()
+    else:
+        shapes = [(3, h, w) for h, w in zip(heights, widths)]
+        buckets = Buckets.from_data(shapes, o["buckets"], mode=o["mode"], multiple=o["multiple"])
+        seen = (1 + buckets.overhead(shapes)) * (heights * widths).sum()
+    return float(seen / (len(heights) * o["ref_size"] ** 2))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny run for the test suite (seconds; its figures mean nothing)")
+    run = parser.add_argument_group("run")
+    run.add_argument("--settings", default=None,
+                     help=f"comma-separated data settings: {', '.join(SETTINGS)} "
+                          "(default cifar,short; 'tiny' with --quick)")
+    run.add_argument("--nets", default=None,
+                     help="comma-separated: cifar_resnet20_v1, cnn (default both; cnn with --quick)")
+    run.add_argument("--repeats", type=int, default=None, help="timed epochs per contestant")
+    run.add_argument("--only", default=None,
+                     help=f"comma-separated contestants (default all): {', '.join(CONTESTANTS)}")
+    data = parser.add_argument_group("data (override every setting)")
+    data.add_argument("--samples", type=int, help="samples per epoch")
+    data.add_argument("--batch-size", type=int)
+    data.add_argument("--min-size", type=int, help="smallest image side")
+    data.add_argument("--max-size", type=int, help="largest image side")
+    data.add_argument("--buckets", type=int, default=4, help="gluonkit bucket count")
+    data.add_argument("--mode", choices=("pad", "resize"), default="resize",
+                      help="gluonkit buckets: pad or resize samples to their bucket")
+    data.add_argument("--multiple", type=int, default=4,
+                      help="gluonkit bucket sizes are multiples of this (the networks' stride)")
+    data.add_argument("--seed", type=int, default=0)
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, help="JSON results file "
+                     "(default benchmarks/results/varshape.json; none with --quick)")
+    out.add_argument("--readme", default=None, help="Markdown file whose 'varshape' section is "
+                     "rewritten (default benchmarks/README.md; none with --quick)")
+    args = parser.parse_args(argv)
+    defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2} if args.quick else \
+        {"settings": "cifar,short", "nets": "cifar_resnet20_v1,cnn", "repeats": 5}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if not args.quick:
+        args.out = args.out or os.path.join(HERE, "results", "varshape.json")
+        args.readme = args.readme or os.path.join(HERE, "README.md")
+    args.settings = args.settings.split(",")
+    if any(name not in SETTINGS for name in args.settings):
+        parser.error(f"--settings must name settings among {', '.join(SETTINGS)}, got {args.settings}.")
+    for name in ("repeats", "samples", "batch_size", "min_size", "buckets", "multiple"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}.")
+    args.only = args.only.split(",") if args.only else list(CONTESTANTS)
+    unknown = [n for n in args.only if n not in CONTESTANTS]
+    if unknown or "fixed" not in args.only:
+        parser.error(f"--only must name contestants among {', '.join(CONTESTANTS)} and include "
+                     f"'fixed' (the reference); got {', '.join(args.only)}.")
+    return args
+
+
+def setting_options(name, args):
+    """The options of one data setting, with the command line's overrides."""
+    options = dict(SETTINGS[name], buckets=args.buckets, mode=args.mode, multiple=args.multiple,
+                   seed=args.seed)
+    for key in ("samples", "batch_size", "min_size", "max_size"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
+    if options["max_size"] < options["min_size"]:
+        raise ValueError(f"max_size {options['max_size']} is below min_size {options['min_size']}.")
+    heights, widths = make_sizes(options["samples"], options["min_size"], options["max_size"],
+                                 options["seed"])
+    options["ref_size"] = int(round(float(np.sqrt((heights * widths).mean()))))
+    return options
+
+
+def _fmt(value, digits=1):
+    return f"{value:.{digits}f}"
+
+
+def paired(a, b):
+    """Median, min and max over repeats of ``a``'s samples/s over ``b``'s in the same repeat
+    (the two ran one after the other, so a change of the machine's load hits both)."""
+    ratios = sorted(x / y for x, y in zip(a["runs"], b["runs"]))
+    return statistics.median(ratios), ratios[0], ratios[-1]
+
+
+def _ratio_cell(ratio):
+    median, low, high = ratio
+    return f"{median:.2f} ({low:.2f} - {high:.2f})"
+
+
+COLUMNS = [
+    ("contestant", lambda r: CONTESTANTS[r["name"]][0]),
+    ("samples/s: median (min - max)",
+     lambda r: f"{_fmt(r['samples_per_s'])} ({_fmt(r['min'])} - {_fmt(r['max'])})"),
+    ("vs fixed: median (min - max)", lambda r: _ratio_cell(r["vs_fixed"])),
+    ("input pixels vs fixed", lambda r: _fmt(r["work"], 3)),
+    ("peak RSS MB", lambda r: f"{r['peak_rss_mb']:.0f}"),
+    ("first epoch s", lambda r: _fmt(r["setup_s"])),
+]
+
+FINDINGS = [   # (text, contestant, against)
+    ("gluonkit's path (buckets + ShapeCache, static_alloc) vs new shape every step "
+     "(hybridize): target 1.25x", GLUONKIT, NAIVE),
+    ("gluonkit's path vs fixed shape: target 0.90x", GLUONKIT, "fixed"),
+    ("what changing shapes costs: buckets vs new shape every step, both hybridize()", "buckets", NAIVE),
+    ("the same with static_alloc + static_shape", "buckets-static", "static"),
+    ("ShapeCache (one graph per shape) vs one graph, hybridize()", "shapecache", "buckets"),
+    ("ShapeCache vs one graph, static_alloc + static_shape", "shapecache-static", "buckets-static"),
+    ("BucketingModule vs gluonkit's path", "module", GLUONKIT),
+    ("buckets vs random batches padded to their largest, both hybridize()", "buckets", "padmax"),
+    ("imperative vs hybridize(), fixed shape", "fixed-imperative", "fixed"),
+]
+
+
+def findings(rows):
+    """Paired ratios that answer the benchmark's questions, as Markdown list items."""
+    by = {r["name"]: r for r in rows}
+    items = []
+    for text, name, against in FINDINGS:
+        if name in by and against in by:
+            median, low, high = paired(by[name], by[against])
+            memory = by[name]["peak_rss_mb"] - by[against]["peak_rss_mb"]
+            items.append(f"- {text}: **{median:.2f}x** ({low:.2f} - {high:.2f}), "
+                         f"peak RSS {memory:+.0f} MB")
+    return "\n".join(items)
+
+
+def main(args):
+    info = machine()
+    print(f"{info['cpu']}, {info['cores']} cores, OMP_NUM_THREADS={info['omp_num_threads']}, "
+          f"load {info['load_average']}", flush=True)
+    results = {"machine": info, "repeats": args.repeats, "runs": []}
+    for setting in args.settings:
+        options = setting_options(setting, args)
+        for net in args.nets.split(","):
+            print(f"{setting} / {net}: {options['samples']} images of {options['min_size']}.."
+                  f"{options['max_size']} px per epoch, batch {options['batch_size']}", flush=True)
+            rows = compare(__file__, args.only, dict(options, net=net), args.repeats, reference="fixed")
+            fixed = rows[args.only.index("fixed")]
+            for row in rows:
+                row["work"] = input_work(CONTESTANTS[row["name"]][1], options)
+                row["vs_fixed"] = paired(row, fixed)
+            results["runs"].append({"setting": setting, "net": net, "options": options, "rows": rows})
+            print(markdown_table(rows, COLUMNS))
+            print(findings(rows), flush=True)
+    results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    if args.out:
+        write_json(args.out, results)
+    if args.readme:
+        replace_section(args.readme, SECTION, readme_section(results))
+    return results
+
+
+def readme_section(results):
+    """The README section: how to reproduce, what the figures mean, and the results."""
+    info = results["machine"]
+    parts = [README_TEXT.format(repeats=results["repeats"])]
+    parts.append(f"Measured {info['date']} on {info['cpu']} ({info['cores']} cores, "
+                 f"OMP_NUM_THREADS={info['omp_num_threads']}, MXNet {info['mxnet']}, "
+                 f"Python {info['python']}); load average {info['load_average']} at the start, "
+                 f"{info['load_average_end']} at the end (the machine was shared).")
+    for run in results["runs"]:
+        o = run["options"]
+        parts.append(f"### {run['setting']}: {run['net']}, {o['min_size']}..{o['max_size']} px "
+                     f"(mean {o['ref_size']}x{o['ref_size']}), batch {o['batch_size']}, "
+                     f"{o['samples']} images per epoch, buckets={o['buckets']}, mode='{o['mode']}', "
+                     f"multiple={o['multiple']}\n\n{markdown_table(run['rows'], COLUMNS)}\n\n"
+                     f"{findings(run['rows'])}")
+    return "\n\n".join(parts)
+
+
+README_TEXT = """\
+## Variable shapes (`varshape.py`)
+
+```bash
+python benchmarks/varshape.py                  # both settings and networks (about 7 minutes on 2 cores)
+python benchmarks/varshape.py --quick          # seconds, for the test suite; its figures mean nothing
+python benchmarks/varshape.py --settings cifar --mode pad --multiple 1 --only fixed,padmax,hybrid,buckets
+```
+
+Images of random height and width, each side uniform in a range (so their mean pixel count is
+that of a square image of the "mean" size), random labels, plain SGD with `gluonkit.Trainer`,
+in two settings: *cifar* (24..40 px, batch 32: a step takes about 90 ms on 2 cores) and *short*
+(12..20 px, batch 8: steps of about 10 ms, where the fixed cost of a change of shape weighs
+more, as it would on a faster device). Each contestant runs
+in its own process, so that none inherits another's compiled kernels or memory pools: one
+warm-up epoch ("first epoch s": every shape met once, every graph built), then {repeats} timed
+epochs, taking turns with the others. Batches are made in the training process and timed too.
+
+- *fixed shape*: the images resized once to the mean size; hybridize(): the reference. Its
+  imperative twin shows what hybridizing is worth here at all.
+- *random batches padded to their largest*: a shuffled DataLoader that pads each batch to its
+  largest image (what gluoncv's `Pad` batchify does).
+- *new shape every step*: images sorted by size and cut into batches, each resized to the
+  batch's own mean size (padded to its largest with `--mode pad`); batches in random order, so
+  nearly every step changes the shape, with as little resizing as batching allows.
+- *gluonkit buckets*: `bucket_loader(dataset, batch, buckets=4, mode='resize', multiple=4)`:
+  every batch resized to one of 4 bucket shapes chosen from the data, multiples of 4 (the
+  networks' stride; rounding small images to them changes their pixel count, see the column).
+- *ShapeCache*: `gluonkit.nn.ShapeCache(net)`: each input shape gets its own hybridized view of
+  the network, sharing its parameters, so a shape seen before never makes MXNet re-plan.
+- *BucketingModule*: the bucketed batches through `mx.mod.BucketingModule`, one executor per
+  batch shape sharing the memory of the largest (the Module API's way).
+
+"samples/s" is the median over the timed epochs; "vs fixed" divides each epoch's samples/s by
+the reference's in the same round of turns (median and range over the rounds); "input pixels vs
+fixed" counts the pixels the network sees per image; "peak RSS MB" is the process's peak
+resident memory, imports of MXNet and GluonCV included; "first epoch s" is measured once per
+contestant, so a burst of load from outside can inflate it. The findings are paired ratios."""
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == [WORKER_FLAG]:
+        serve(build)
+    else:
+        main(parse_args())

@@ -116,12 +116,13 @@ def run_group(group):
     configs = group["configs"]
     print(f"{group['kind']}: {group['net']} on {group['devices']} device(s), "
           f"{len(configs)} contestants, {group['repeats']} repeats")
-    tic = time.perf_counter()
+    tic, load = time.perf_counter(), os.getloadavg()[0]
     rows = compare(__file__, list(configs), {"configs": configs}, group["repeats"])
-    print(f"  ({time.perf_counter() - tic:.0f} s)")
+    load = [round(load, 2), round(os.getloadavg()[0], 2)]
+    print(f"  ({time.perf_counter() - tic:.0f} s, load average {load[0]} -> {load[1]})")
     for row in rows:
         config = configs[row["name"]]
-        row.update(kind=group["kind"], net=config["net"], devices=config["devices"],
+        row.update(kind=group["kind"], net=config["net"], devices=config["devices"], load=load,
                    contestant=config["contestant"], batch=config["batch"] * config["accumulate"],
                    accumulate=config["accumulate"],
                    kvstore=config["kvstore"] if config["devices"] > 1 else None)
@@ -416,22 +417,29 @@ def main(args):
     return results
 
 
+def _load(rows):
+    """' (load average a - b)': the 1-minute load over the groups of ``rows``."""
+    loads = [x for r in rows for x in r["load"]]
+    return f" (load average {min(loads):.1f} - {max(loads):.1f})"
+
+
 def report_text(results):
     """The tables and the targets, as Markdown."""
     rows = results["rows"]
     parts = []
     for net in dict.fromkeys(r["net"] for r in rows if r["kind"] == "throughput"):
         one = [r for r in rows if r["kind"] == "throughput" and r["net"] == net and r["devices"] == 1]
-        parts.append(f"#### {net}, one device, batch {one[0]['batch']}\n\n"
+        parts.append(f"#### {net}, one device, batch {one[0]['batch']}{_load(one)}\n\n"
                      f"{markdown_table(one, THROUGHPUT_COLUMNS)}")
         scaling = scaling_table(rows, net)
         if scaling:
-            parts.append(f"#### {net} on several devices (batch {one[0]['batch']} per device)\n\n"
+            multi = [r for r in rows if r["kind"] == "throughput" and r["net"] == net and r["devices"] > 1]
+            parts.append(f"#### {net} on several devices (batch {one[0]['batch']} per device){_load(multi)}\n\n"
                          "samples/s (speed-up over one device, scaling efficiency; ratio to the Gluon "
                          f"loop on the same devices)\n\n{scaling}")
     memory = [r for r in rows if r["kind"] == "memory"]
     if memory:
-        parts.append(f"#### Memory: {memory[0]['net']}, gluonkit.Trainer, one device\n\n"
+        parts.append(f"#### Memory: {memory[0]['net']}, gluonkit.Trainer, one device{_load(memory)}\n\n"
                      f"{markdown_table(memory, MEMORY_COLUMNS)}")
     nonfinite = nonfinite_table(rows)
     if nonfinite:

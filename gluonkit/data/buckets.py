@@ -12,7 +12,8 @@ import numpy as np
 from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
-from .multiscale import _LAST_BATCH, _check_choice, _check_positive_int, _Order, _resize, _seed_or_draw
+from .multiscale import (_LAST_BATCH, _check_choice, _check_positive_int, _Order, _resize, _seed_or_draw,
+                         _SeededEpochs)
 
 __all__ = ["Buckets", "BucketSampler", "BucketPad", "BucketBatchify", "bucket_loader"]
 
@@ -212,7 +213,7 @@ def _nearest(points, centers):
     return ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
 
 
-class BucketSampler(gluon.data.Sampler):
+class BucketSampler(_SeededEpochs):
     """Batches of sample indices, every batch within one bucket.
 
     Each epoch the members of every bucket are shuffled and cut into batches (by
@@ -270,20 +271,8 @@ class BucketSampler(gluon.data.Sampler):
         self._seed = _seed_or_draw(seed)
         self._epoch = 0
 
-    @property
-    def epoch(self):
-        """int: The epoch the next iteration yields (counted from 0)."""
-        return self._epoch
-
-    def set_epoch(self, epoch):
-        """Make the next iteration yield epoch ``epoch``'s order (to resume a run)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}.")
-        self._epoch = int(epoch)
-
     def __iter__(self):
-        rng = np.random.default_rng([self._seed, self._epoch])
-        self._epoch += 1
+        rng = self._next_epoch_rng()
         batches = []
         for members, order, batcher in zip(self._members, self._orders, self._batchers):
             order.order = [int(i) for i in (rng.permutation(members) if self._shuffle else members)]

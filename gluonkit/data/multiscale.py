@@ -100,7 +100,28 @@ def _check_sizes(sizes):
     return checked
 
 
-class MultiScaleSampler(gluon.data.Sampler):
+class _SeededEpochs(gluon.data.Sampler):
+    """A sampler whose every epoch is drawn from (seed, epoch) alone, so a run can resume."""
+
+    @property
+    def epoch(self):
+        """int: The epoch the next iteration yields (counted from 0)."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        """Make the next iteration yield epoch ``epoch``'s order (to resume a run)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}.")
+        self._epoch = int(epoch)
+
+    def _next_epoch_rng(self):
+        """The generator of the epoch about to be yielded; moves on to the next epoch."""
+        rng = np.random.default_rng([self._seed, self._epoch])
+        self._epoch += 1
+        return rng
+
+
+class MultiScaleSampler(_SeededEpochs):
     """Batches of ``(index, size)`` pairs: one size per batch, or per ``interval`` batches.
 
     Each epoch the indices are shuffled and cut into batches by ``gluon.data.BatchSampler``;
@@ -142,20 +163,8 @@ class MultiScaleSampler(gluon.data.Sampler):
         self._seed = _seed_or_draw(seed)
         self._epoch = 0
 
-    @property
-    def epoch(self):
-        """int: The epoch the next iteration yields (counted from 0)."""
-        return self._epoch
-
-    def set_epoch(self, epoch):
-        """Make the next iteration yield epoch ``epoch``'s order and sizes (to resume a run)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}.")
-        self._epoch = int(epoch)
-
     def __iter__(self):
-        rng = np.random.default_rng([self._seed, self._epoch])
-        self._epoch += 1
+        rng = self._next_epoch_rng()
         indices = rng.permutation(self._length) if self._shuffle else np.arange(self._length)
         self._order.order = [int(i) for i in indices]
         batches = list(self._batcher)

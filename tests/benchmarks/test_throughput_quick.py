@@ -108,6 +108,22 @@ def test_readme_section_is_written_between_markers_and_keeps_the_rest(quick):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
+def test_from_json_rewrites_the_section_without_measuring(quick, tmp_path):
+    out, _, text = quick
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{OTHER_SECTION}\n")
+    command = [sys.executable, SCRIPT, "--from-json", str(out / "throughput.json"),
+               "--chart", str(tmp_path / "throughput.png"), "--readme", str(readme)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "samples/s" not in result.stderr   # no contestant ran
+    rewritten = readme.read_text()
+    section = text.split("<!-- throughput:begin -->")[1].split("<!-- throughput:end -->")[0]
+    assert section.replace("charts/throughput.png", "throughput.png") in rewritten
+    assert OTHER_SECTION in rewritten and (tmp_path / "throughput.png").exists()
+
+
 def test_ratios_are_paired_by_repeat_and_overhead_is_over_the_floor(bench):
     def row(contestant, runs, devices=1, kvstore=None):
         return {"kind": "throughput", "net": "cnn", "devices": devices, "kvstore": kvstore,

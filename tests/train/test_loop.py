@@ -67,19 +67,29 @@ def without_timing(history):
     return {k: v for k, v in history.items() if k not in TIMING}
 
 
+class RunningLogs(Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_batch_end(self, state):
+        self.seen.append((state.logs["loss"], state.logs["accuracy"]))
+
+
 def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize):
     x, y = make_data()
     np.random.seed(11)
     net = make_net(ctx_list, hybridize=hybridize)
+    running = RunningLogs()
     history = fit(net, LOSS, sgd(net), loader(x, y, shuffle=True), epochs=3, ctx=ctx_list,
-                  val_data=loader(x[:20], y[:20]), metrics="acc", progress=False)
+                  val_data=loader(x[:20], y[:20]), metrics="acc", callbacks=[running],
+                  progress=False)
 
     np.random.seed(11)
     ref = make_net(ctx_list, hybridize=hybridize)
     trainer = sgd(ref, gluon.Trainer)
-    losses, accs = [], []
+    losses, accs, running_ref = [], [], []
     for _ in range(3):
-        total, correct = 0.0, 0
+        total, correct, seen = 0.0, 0, 0
         for xb, yb in loader(x, y, shuffle=True):
             xs = gluon.utils.split_and_load(xb, ctx_list)
             ys = gluon.utils.split_and_load(yb, ctx_list)
@@ -92,11 +102,15 @@ def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize):
             total += sum(v.sum().asscalar() for v in ls)
             correct += sum(int((o.argmax(axis=1).astype("int32") == b).sum().asscalar())
                            for o, b in zip(outs, ys))
+            seen += xb.shape[0]
+            running_ref.append((total / seen, correct / seen))
         losses.append(total / len(x))
         accs.append(correct / len(x))
     assert_params(params_of(net), params_of(ref), exact=False)
     np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
     np.testing.assert_allclose(history["accuracy"], accs)
+    # callbacks see every batch counted, the one just trained included
+    np.testing.assert_allclose(running.seen, running_ref, rtol=1e-5)
     predicted = ref(mx.nd.array(x[:20], ctx=ctx_list[0])).argmax(axis=1).asnumpy()
     assert history["val_accuracy"][-1] == pytest.approx(np.mean(predicted == y[:20]))
     assert history["epoch"] == [1, 2, 3]

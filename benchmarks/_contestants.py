@@ -27,6 +27,9 @@ NETWORKS = {
     "cifar_resnet20_v1": (3, 32, 32),
     "resnet18_v1b": (3, 64, 64),
 }
+# per network: (batch per device, batches per epoch) of a benchmark's epoch
+SIZES = {"cnn": (64, 60), "cifar_resnet20_v1": (64, 8), "resnet18_v1b": (32, 4)}
+QUICK_SIZE = (8, 3)
 CLASSES = 10
 OPTIMIZER = ("sgd", {"learning_rate": 0.01, "momentum": 0.9, "wd": 1e-4})
 TOOLS = ("floor", "gluon", "gluonkit", "fit", "estimator", "module")
@@ -131,13 +134,13 @@ class _Loop(_Contestant):
 
     def __init__(self, config):
         super().__init__(config)
-        self._trainer = self.make_trainer(config["tool"])
+        self.trainer = self.make_trainer(config["tool"])
         self._split = _gluon_split if config["tool"] == "gluon" else gluonkit.split_and_load
         self._loader = make_loader(self.images, self.labels, self.batch)
 
     def run(self):
         for x, y in self._loader:
-            train_step(self.net, self.loss_fn, self._trainer, self._split, self.ctx, x, y)
+            train_step(self.net, self.loss_fn, self.trainer, self._split, self.ctx, x, y)
         return self.samples
 
 

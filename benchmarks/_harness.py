@@ -72,6 +72,14 @@ def machine():
     }
 
 
+def measured_on(info, settings):
+    """The sentence saying when and where figures were measured; ``info`` from :func:`machine`
+    (with 'load_average_end'), ``settings`` e.g. 'OMP_NUM_THREADS=2, device cpu'."""
+    return (f"Measured {info['date']} on {info['cpu']} ({info['cores']} cores, {settings}, "
+            f"MXNet {info['mxnet']}, Python {info['python']}); load average "
+            f"{info['load_average']} at the start, {info['load_average_end']} at the end.")
+
+
 def _peak_rss_mb():
     """This process's peak resident memory in MB (ru_maxrss is kB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

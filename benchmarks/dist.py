@@ -34,7 +34,7 @@ from mxnet import gluon  # noqa: E402
 
 import gluonkit  # noqa: E402
 from _contestants import OPTIMIZER, initialized_net, make_data, make_loader, train_step  # noqa: E402
-from _harness import machine, markdown_table, replace_section, write_json  # noqa: E402
+from _harness import machine, markdown_table, measured_on, replace_section, write_json  # noqa: E402
 
 SECTION = "dist"
 NET = "cnn"
@@ -245,10 +245,8 @@ def readme_section(results, table):
     return "\n\n".join([
         README_TEXT.format(batch=a["batch_size"], steps=a["steps"], epochs=a["epochs"],
                            repeats=a["repeats"], cores=info["cores"]),
-        f"Measured {info['date']} on {info['cpu']} ({info['cores']} cores, "
-        f"{', '.join(f'{k}={v}' for k, v in info['threads'].items())} in the single process, "
-        f"MXNet {info['mxnet']}, Python {info['python']}); load average {info['load_average']} at "
-        f"the start, {info['load_average_end']} at the end.",
+        measured_on(info, ", ".join(f"{k}={v}" for k, v in info["threads"].items())
+                    + " in the single process"),
         table])
 
 

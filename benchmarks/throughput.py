@@ -6,7 +6,8 @@
 Every contestant trains the same network from the same initial weights on the same synthetic
 images with the same optimizer (see _contestants.py), each in its own process, repeats
 interleaved (see _harness.py). Also measured: the forward+backward floor, scaling over several
-devices, the peak memory of gradient accumulation and the cost of ``on_nonfinite='skip'``.
+devices and the peak memory of gradient accumulation (the cost of ``on_nonfinite='skip'`` is
+measured by nonfinite.py).
 Results go to a JSON file, a PNG chart and the "throughput" section of benchmarks/README.md.
 """
 import os
@@ -23,46 +24,42 @@ import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from _contestants import NETWORKS, build  # noqa: E402
-from _harness import WORKER_FLAG, compare, machine, markdown_table, replace_section, serve, write_json  # noqa: E402,E501
+from _contestants import NETWORKS, QUICK_SIZE, SIZES, build  # noqa: E402
+from _harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on,  # noqa: E402
+                      replace_section, serve, write_json)
 
 SECTION = "throughput"
-# name: (table label, tool, accumulate, on_nonfinite)
+# name: (table label, tool, accumulate)
 CONTESTANTS = {
-    "floor": ("forward+backward only (the floor)", "floor", 1, "ignore"),
-    "gluon": ("Gluon loop + gluon.Trainer (baseline)", "gluon", 1, "ignore"),
-    "gluon-2": ("the baseline again, in a second process (noise check)", "gluon", 1, "ignore"),
-    "gluonkit": ("Gluon loop + gluonkit.Trainer", "gluonkit", 1, "ignore"),
-    "gluonkit-acc4": ("Gluon loop + gluonkit.Trainer(accumulate=4), 1/4 batch", "gluonkit", 4, "ignore"),
-    "gluonkit-skip": ("Gluon loop + gluonkit.Trainer(on_nonfinite='skip')", "gluonkit", 1, "skip"),
-    "fit": ("gluonkit.fit", "fit", 1, "ignore"),
-    "estimator": ("Gluon Estimator.fit", "estimator", 1, "ignore"),
-    "module": ("Module.fit on the exported symbol", "module", 1, "ignore"),
+    "floor": ("forward+backward only (the floor)", "floor", 1),
+    "gluon": ("Gluon loop + gluon.Trainer (baseline)", "gluon", 1),
+    "gluon-2": ("the baseline again, in a second process (noise check)", "gluon", 1),
+    "gluonkit": ("Gluon loop + gluonkit.Trainer", "gluonkit", 1),
+    "gluonkit-acc4": ("Gluon loop + gluonkit.Trainer(accumulate=4), 1/4 batch", "gluonkit", 4),
+    "fit": ("gluonkit.fit", "fit", 1),
+    "estimator": ("Gluon Estimator.fit", "estimator", 1),
+    "module": ("Module.fit on the exported symbol", "module", 1),
 }
 BASELINE, FLOOR, NOISE = "gluon", "floor", "gluon-2"
 GLUONKIT = ("gluonkit", "fit")
 ALTERNATIVES = ("estimator", "module")
 MULTI_DEFAULT = "floor,gluon,gluonkit,fit,estimator,module"
-# per network: (batch per device, batches per epoch)
-SIZES = {"cnn": (64, 60), "cifar_resnet20_v1": (64, 8), "resnet18_v1b": (32, 4)}
-QUICK_SIZE = (8, 3)
 FULL = {"nets": ",".join(NETWORKS), "repeats": 9, "multi_repeats": 5, "devices": "1,2,4",
         "kvstores": "device,local", "mem_net": "cifar_resnet20_v1", "mem_batch": 32,
         "mem_accumulate": 8, "mem_updates": 2}
 QUICK = {"nets": "cnn", "repeats": 2, "multi_repeats": 2, "mem_net": "cnn", "mem_batch": 4,
          "mem_accumulate": 2, "mem_updates": 2, "devices": "1,2", "kvstores": "device"}
-TARGETS = {"vs_baseline": 0.98, "memory": 1.1, "accumulation_speed": 0.95, "nonfinite": 0.03,
-           "profile_above": 0.05}
+TARGETS = {"vs_baseline": 0.98, "memory": 1.1, "accumulation_speed": 0.95, "profile_above": 0.05}
 
 
 def _config(contestant, net, devices, kvstore, size, device, seed):
     """The ``_contestants`` config of one contestant: ``size`` is (batch per device, batches
     per epoch on one device); on several devices an epoch has the same number of samples."""
-    _, tool, accumulate, on_nonfinite = CONTESTANTS[contestant]
+    _, tool, accumulate = CONTESTANTS[contestant]
     batch, steps = size
     return {"tool": tool, "net": net, "devices": devices, "device": device, "kvstore": kvstore,
             "batch": batch * devices // accumulate, "steps": max(1, steps // devices) * accumulate,
-            "accumulate": accumulate, "on_nonfinite": on_nonfinite, "seed": seed}
+            "accumulate": accumulate, "on_nonfinite": "ignore", "seed": seed}
 
 
 def _name(contestant, devices, kvstore):
@@ -187,11 +184,6 @@ def targets(rows):
                 found.append({"target": f"{where}: {name} ahead of {' and '.join(o['contestant'] for o in others)}",
                               "value": f"{row['ratio']:.3f}x vs {value}",
                               "met": all(row["samples_per_s"] > o["samples_per_s"] for o in others)})
-        if get["gluonkit"] and get["gluonkit-skip"]:
-            cost = nonfinite_cost(get["gluonkit"], get["gluonkit-skip"])
-            found.append({"target": f"{where}: on_nonfinite='skip' costs < {TARGETS['nonfinite']:.0%} of step time",
-                          "value": f"{cost[0]:+.1%} ({cost[1]:+.1%} .. {cost[2]:+.1%})",
-                          "met": cost[0] < TARGETS["nonfinite"]})
     memory = [r for r in rows if r["kind"] == "memory"]
     accumulated = next((r for r in memory if r["accumulate"] > 1), None)
     if accumulated:
@@ -203,17 +195,11 @@ def targets(rows):
     return found
 
 
-def nonfinite_cost(plain, checked):
-    """Extra step time of ``on_nonfinite='skip'`` over 'ignore': median, min, max over repeats."""
-    median, low, high = _paired(plain["runs"], checked["runs"])
-    return median - 1, low - 1, high - 1
-
-
 def to_profile(rows):
     """gluonkit rows more than 5% slower than the Gluon loop in the same cell (names)."""
     limit = 1 - TARGETS["profile_above"]
     return [f"{r['net']} {r['name']}" for r in rows if r["kind"] == "throughput"
-            and r["contestant"] in GLUONKIT + ("gluonkit-skip",) and r.get("ratio", 1) < limit]
+            and r["contestant"] in GLUONKIT and r.get("ratio", 1) < limit]
 
 
 def _fmt(value, digits=1):
@@ -264,18 +250,6 @@ def scaling_table(rows, net):
                          f"{row['ratio']:.2f} of baseline)")
         lines.append(f"| {CONTESTANTS[contestant][0]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def nonfinite_table(rows):
-    lines = ["| network | ms/step, 'ignore' | ms/step, 'skip' | extra step time (min - max) |",
-             "|---|---|---|---|"]
-    for net in dict.fromkeys(r["net"] for r in rows if r["kind"] == "throughput"):
-        plain, checked = _find(rows, net, "gluonkit"), _find(rows, net, "gluonkit-skip")
-        if plain and checked:
-            cost = nonfinite_cost(plain, checked)
-            lines.append(f"| {net} | {_fmt(plain['ms_per_step'])} | {_fmt(checked['ms_per_step'])} | "
-                         f"{cost[0]:+.1%} ({cost[1]:+.1%} - {cost[2]:+.1%}) |")
-    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def chart(rows, path):
@@ -454,9 +428,6 @@ def report_text(results):
     if memory:
         parts.append(f"#### Memory: {memory[0]['net']}, gluonkit.Trainer, one device{_load(memory)}\n\n"
                      f"{markdown_table(memory, MEMORY_COLUMNS)}")
-    nonfinite = nonfinite_table(rows)
-    if nonfinite:
-        parts.append(f"#### Cost of `on_nonfinite='skip'` (vs 'ignore', gluonkit.Trainer)\n\n{nonfinite}")
     lines = [f"- {t['target']}: {t['value']}, **{_verdict(t['met'])}**" for t in results["targets"]]
     lines += [f"- {r['net']}: the baseline in a second process ran at {_range(r, 'ratio')}x the first: "
               "differences of that size are noise" for r in rows
@@ -475,10 +446,8 @@ def readme_section(results, report, chart_link):
                                 multi_nets=", ".join(a["multi_nets"]),
                                 multi=", ".join(a["multi_contestants"]),
                                 devices=", ".join(map(str, a["devices"])))]
-    parts.append(f"Measured {info['date']} on {info['cpu']} ({info['cores']} cores, "
-                 f"{', '.join(f'{k}={v}' for k, v in info['threads'].items())}, MXNet {info['mxnet']}, "
-                 f"Python {info['python']}, device {a['device']}); load average {info['load_average']} "
-                 f"at the start, {info['load_average_end']} at the end.")
+    threads = ", ".join(f"{k}={v}" for k, v in info["threads"].items())
+    parts.append(measured_on(info, f"{threads}, device {a['device']}"))
     if chart_link:
         parts.append(f"![samples/s per contestant and device count]({chart_link})")
     parts.append(report)
@@ -507,7 +476,7 @@ after `mx.nd.waitall()`.
   `gluon.utils.split_and_load`, forward under `autograd.record()`, backward, `trainer.step`.
 - *gluonkit.Trainer*: the same loop with `gluonkit.split_and_load` and `gluonkit.Trainer`;
   with `accumulate=4`, micro-batches of a quarter of the batch, one update per 4 (the same
-  samples per update); with `on_nonfinite='skip'`, every update first checks the gradients.
+  samples per update).
 - *gluonkit.fit*: `fit(..., epochs=1, progress=False)` on the same loader and a `gluonkit.Trainer`.
 - *Estimator*: `mxnet.gluon.contrib.estimator.Estimator.fit(loader, epochs=1)` with a
   `gluon.Trainer` and its default handlers and metrics (accuracy and loss, every batch).

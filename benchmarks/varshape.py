@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import (WORKER_FLAG, compare, machine, markdown_table, replace_section,  # noqa: E402
+from _harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,  # noqa: E402,E501
                       serve, set_threads, write_json)
 
 set_threads()
@@ -400,10 +400,7 @@ def readme_section(results):
     """The README section: how to reproduce, what the figures mean, and the results."""
     info = results["machine"]
     parts = [README_TEXT.format(repeats=results["repeats"])]
-    parts.append(f"Measured {info['date']} on {info['cpu']} ({info['cores']} cores, "
-                 f"OMP_NUM_THREADS={info['omp_num_threads']}, MXNet {info['mxnet']}, "
-                 f"Python {info['python']}); load average {info['load_average']} at the start, "
-                 f"{info['load_average_end']} at the end (the machine was shared).")
+    parts.append(measured_on(info, f"OMP_NUM_THREADS={info['omp_num_threads']}"))
     for run in results["runs"]:
         o = run["options"]
         parts.append(f"### {run['setting']}: {run['net']}, {o['min_size']}..{o['max_size']} px "

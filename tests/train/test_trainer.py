@@ -420,6 +420,30 @@ def test_raise_names_the_first_parameter_with_a_nonfinite_gradient():
     assert_allclose(b.data().asnumpy(), 0.9, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_the_check_finds_one_bad_value_among_many_arrays_of_any_float_dtype(dtype):
+    """70 parameters (more than one multi_sum_sq group); large finite gradients pass."""
+    params = [gluon.Parameter(f"p{i}", shape=(4,), dtype=dtype) for i in range(70)]
+    for p in params:
+        p.initialize(mx.init.Zero())
+    trainer = gluonkit.Trainer(params, "sgd", {"learning_rate": 0.5, "multi_precision": dtype == "float16"},
+                               on_nonfinite="skip")
+
+    def backward(bad_value):
+        with autograd.record():
+            loss = sum((p.data() * 300).sum() for p in params[:-1]) + (params[-1].data() * bad_value).sum()
+        loss.backward()   # every gradient is 300: squares overflow float16, not the check
+
+    backward(float("inf"))
+    with pytest.warns(UserWarning, match="gradient of p69 holds NaN or Inf"):
+        assert trainer.step(1) is False
+    backward(300.0)
+    assert trainer.step(1) is True
+    assert trainer.nonfinite_skips == 1
+    for p in params:
+        assert_array_equal(p.data().asnumpy(), np.full(4, -150.0, dtype=dtype))
+
+
 def test_ignore_applies_nonfinite_updates_like_gluon():
     a, b = _two_parameters([mx.cpu(0)])
     trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1})
@@ -443,6 +467,25 @@ def test_unknown_nonfinite_policy_is_refused():
     a, b = _two_parameters([mx.cpu(0)])
     with pytest.raises(ValueError, match="on_nonfinite must be one of .*'warn'"):
         gluonkit.Trainer([a, b], "sgd", on_nonfinite="warn")
+    trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1})
+    with pytest.raises(ValueError, match="on_nonfinite must be one of .*'warn'"):
+        trainer.on_nonfinite = "warn"
+    assert trainer.on_nonfinite == "ignore"
+
+
+def test_the_policy_can_be_changed_between_updates():
+    a, b = _two_parameters([mx.cpu(0)])
+    trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1})
+    trainer.on_nonfinite = "skip"
+    _backward_two(a, b, float("nan"), [mx.cpu(0)])
+    with pytest.warns(UserWarning, match="Skipped an update"):
+        assert trainer.step(1) is False
+    assert_array_equal(b.data().asnumpy(), 1.0)
+    trainer.on_nonfinite = "raise"
+    _backward_two(a, b, float("inf"), [mx.cpu(0)])
+    with pytest.raises(FloatingPointError, match="gradient of b"):
+        trainer.step(1)
+    assert trainer.nonfinite_skips == 1 and np.isfinite(b.data().asnumpy()).all()
 
 
 def test_a_restored_window_completes_like_the_original():

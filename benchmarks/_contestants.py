@@ -32,7 +32,7 @@ SIZES = {"cnn": (64, 60), "cifar_resnet20_v1": (64, 8), "resnet18_v1b": (32, 4)}
 QUICK_SIZE = (8, 3)
 CLASSES = 10
 OPTIMIZER = ("sgd", {"learning_rate": 0.01, "momentum": 0.9, "wd": 1e-4})
-TOOLS = ("floor", "gluon", "gluonkit", "fit", "estimator", "module")
+TOOLS = ("floor", "gluon", "gluonkit", "fit", "estimator", "module", "module-loader")
 
 
 def contexts(device, count):
@@ -199,6 +199,16 @@ class _Module(_Contestant):
         return self.samples
 
 
+class _ModuleOnLoader(_Module):
+    """``Module.fit`` fed by the Gluon contestants' DataLoader (``mx.contrib.io.DataLoaderIter``)."""
+
+    def __init__(self, config):
+        from mxnet.contrib.io import DataLoaderIter
+
+        super().__init__(config)
+        self._iter = DataLoaderIter(make_loader(self.images, self.labels, self.batch))
+
+
 def _export(net, sample, ctx):
     """The hybridized ``net``'s symbol and parameters, through ``export`` and back."""
     net(mx.nd.array(sample, ctx=ctx))
@@ -216,7 +226,7 @@ def _export(net, sample, ctx):
 
 
 _CLASSES = {"floor": _Floor, "gluon": _Loop, "gluonkit": _Loop, "fit": _Fit,
-            "estimator": _Estimator, "module": _Module}
+            "estimator": _Estimator, "module": _Module, "module-loader": _ModuleOnLoader}
 
 
 def build(config):

@@ -1,6 +1,6 @@
 """Training throughput: gluonkit against a hand-written Gluon loop, the Estimator and the Module API.
 
-    python benchmarks/throughput.py            # full run (about 8 minutes on 2 idle cores)
+    python benchmarks/throughput.py            # full run (about 9 minutes on 2 idle cores)
     python benchmarks/throughput.py --quick    # seconds, for the test suite; figures not meaningful
 
 Every contestant trains the same network from the same initial weights on the same synthetic
@@ -39,11 +39,12 @@ CONTESTANTS = {
     "fit": ("gluonkit.fit", "fit", 1),
     "estimator": ("Gluon Estimator.fit", "estimator", 1),
     "module": ("Module.fit on the exported symbol", "module", 1),
+    "module-loader": ("Module.fit, fed by the same DataLoader", "module-loader", 1),
 }
 BASELINE, FLOOR, NOISE = "gluon", "floor", "gluon-2"
 GLUONKIT = ("gluonkit", "fit")
-ALTERNATIVES = ("estimator", "module")
-MULTI_DEFAULT = "floor,gluon,gluonkit,fit,estimator,module"
+ALTERNATIVES = ("estimator", "module", "module-loader")
+MULTI_DEFAULT = "floor,gluon,gluonkit,fit,estimator,module,module-loader"
 FULL = {"nets": ",".join(NETWORKS), "repeats": 9, "multi_repeats": 5, "devices": "1,2,4",
         "kvstores": "device,local", "mem_net": "cifar_resnet20_v1", "mem_batch": 32,
         "mem_accumulate": 8, "mem_updates": 2}
@@ -458,7 +459,7 @@ README_TEXT = """\
 ## Throughput (`throughput.py`)
 
 ```bash
-python benchmarks/throughput.py                       # everything below (about 7 minutes)
+python benchmarks/throughput.py                       # everything below (about 9 minutes)
 python benchmarks/throughput.py --nets cnn --devices 1  # one network, one device
 python benchmarks/throughput.py --device gpu          # gpu(0), gpu(1), ... instead of cpu(i)
 python benchmarks/throughput.py --quick               # seconds, for the test suite
@@ -482,6 +483,9 @@ after `mx.nd.waitall()`.
   `gluon.Trainer` and its default handlers and metrics (accuracy and loss, every batch).
 - *Module*: the network exported by Gluon (`export`), topped with `SoftmaxOutput`, trained by
   `mx.mod.Module.fit` on an `mx.io.NDArrayIter` over the same arrays (default metric 'acc').
+  The iterator slices batches out of one NDArray, with no per-sample Python: *Module.fit, fed
+  by the same DataLoader* (through `mx.contrib.io.DataLoaderIter`) shows how much of the
+  Module's speed is its data path rather than its training.
 - *floor*: forward and backward of one batch already on the devices, no optimizer, no data
   loading: pure compute.
 - *the baseline again*: a second process of the Gluon loop. Two processes of the same code

@@ -1,6 +1,6 @@
 """The cost of ``gluonkit.Trainer(on_nonfinite='skip')``: the gradient check before every update.
 
-    python benchmarks/nonfinite.py           # the three networks (about 4 minutes on 2 idle cores)
+    python benchmarks/nonfinite.py           # the three networks (about 8 minutes on 2 idle cores)
     python benchmarks/nonfinite.py --quick   # seconds, for the test suite; figures not meaningful
 
 Each network is trained by a hand-written loop with a ``gluonkit.Trainer`` whose policy is
@@ -78,7 +78,7 @@ README_TEXT = """\
 ## The cost of `on_nonfinite='skip'` (`nonfinite.py`)
 
 ```bash
-python benchmarks/nonfinite.py           # the table below (about 4 minutes)
+python benchmarks/nonfinite.py           # the table below (about 8 minutes)
 python benchmarks/nonfinite.py --quick   # seconds, for the test suite
 ```
 
@@ -107,7 +107,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="the CNN, tiny batches, 2 rounds: seconds, figures not meaningful")
     parser.add_argument("--nets", help=f"comma-separated networks of {', '.join(NETWORKS)} (default all)")
-    parser.add_argument("--rounds", type=int, help="timed epochs per policy (default 30; 2 with --quick)")
+    parser.add_argument("--rounds", type=int, help="timed epochs per policy (default 60; 2 with --quick)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="JSON results (default benchmarks/results/nonfinite.json; "
@@ -122,7 +122,7 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(NETWORKS)}.")
     if args.rounds is None:
-        args.rounds = 2 if args.quick else 30
+        args.rounds = 2 if args.quick else 60
     if args.rounds < 1:
         parser.error(f"--rounds must be positive, got {args.rounds}.")
     if not args.quick:

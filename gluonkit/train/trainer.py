@@ -11,7 +11,8 @@ from mxnet import gluon
 __all__ = ["Trainer"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
-_SUM_SQ_GROUP = 60   # arrays per multi_sum_sq call (fastest of 16, 60 and all on a resnet18)
+_DOT_FROM = 1 << 16  # elements from which the check uses a dot rather than multi_sum_sq
+_SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
 
 
 def _check_count(batch_size):
@@ -48,21 +49,29 @@ def _check_policy(policy):
 def _all_finite(grads):
     """Whether every element of every gradient is finite.
 
-    One ``multi_sum_sq`` per context, dtype and group of up to 60 arrays: a single pass over
-    the gradients in a few calls, so the host adds almost nothing to a step (on CPU
-    ``multi_all_finite`` was ~100x slower). The squares overflow only for a gradient norm
-    above ~1e19, which counts as non-finite too.
+    One pass over the gradients in few calls: a BLAS dot per large array (on CPU ~5x faster
+    than ``multi_sum_sq`` and ~100x faster than ``multi_all_finite``) and one
+    ``multi_sum_sq`` per group of small ones, whose many calls would otherwise cost the host
+    more than the pass. The squares overflow only for a gradient norm above ~1e19, which
+    counts as non-finite too.
     """
-    groups = defaultdict(list)   # multi_sum_sq takes arrays of one context and dtype
+    groups = defaultdict(list)   # arrays of one context and dtype: their sums can be added
     for grad in grads:
         array = grad.data if grad.stype == "row_sparse" else grad
         if array.dtype == np.float16:
             array = array.astype("float32")   # float16 squares overflow from 256 on
         if array.size:
             groups[(array.context, array.dtype)].append(array)
-    sums = [mx.nd.multi_sum_sq(*group[i:i + _SUM_SQ_GROUP], num_arrays=len(group[i:i + _SUM_SQ_GROUP])).sum()
-            for group in groups.values() for i in range(0, len(group), _SUM_SQ_GROUP)]
-    return all(math.isfinite(total.asscalar()) for total in sums)
+    totals = []
+    for (_, dtype), group in groups.items():
+        small = [a for a in group if a.size < _DOT_FROM]
+        parts = [mx.nd.dot(flat, flat) for flat in (a.reshape(-1) for a in group if a.size >= _DOT_FROM)]
+        for i in range(0, len(small), _SUM_SQ_GROUP):
+            chunk = small[i:i + _SUM_SQ_GROUP]
+            sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum()   # always float32
+            parts.append(sums.astype(dtype, copy=False))
+        totals.append(mx.nd.add_n(*parts) if len(parts) > 1 else parts[0])
+    return all(math.isfinite(total.asscalar()) for total in totals)
 
 
 def _replicas(param):

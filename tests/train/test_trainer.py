@@ -420,10 +420,12 @@ def test_raise_names_the_first_parameter_with_a_nonfinite_gradient():
     assert_allclose(b.data().asnumpy(), 0.9, rtol=1e-6)
 
 
+@pytest.mark.parametrize("last_size", [4, 1 << 16])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
-def test_the_check_finds_one_bad_value_among_many_arrays_of_any_float_dtype(dtype):
-    """70 parameters (more than one multi_sum_sq group); large finite gradients pass."""
-    params = [gluon.Parameter(f"p{i}", shape=(4,), dtype=dtype) for i in range(70)]
+def test_the_check_finds_one_bad_value_among_many_arrays_of_any_float_dtype(dtype, last_size):
+    """70 parameters (more than one group of small arrays), the last small or large (a dot);
+    large finite gradients pass."""
+    params = [gluon.Parameter(f"p{i}", shape=(4 if i < 69 else last_size,), dtype=dtype) for i in range(70)]
     for p in params:
         p.initialize(mx.init.Zero())
     trainer = gluonkit.Trainer(params, "sgd", {"learning_rate": 0.5, "multi_precision": dtype == "float16"},
@@ -441,7 +443,7 @@ def test_the_check_finds_one_bad_value_among_many_arrays_of_any_float_dtype(dtyp
     assert trainer.step(1) is True
     assert trainer.nonfinite_skips == 1
     for p in params:
-        assert_array_equal(p.data().asnumpy(), np.full(4, -150.0, dtype=dtype))
+        assert_array_equal(p.data().asnumpy(), np.full(p.shape, -150.0, dtype=dtype))
 
 
 def test_ignore_applies_nonfinite_updates_like_gluon():

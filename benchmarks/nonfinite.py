@@ -133,6 +133,10 @@ def parse_args(argv=None):
 
 def main(args):
     """Measure every network; print the table, write the JSON and the README section."""
+    import mxnet as mx
+
+    if args.device == "gpu" and mx.context.num_gpus() < 1:
+        raise SystemExit("--device gpu: no GPU is visible.")
     info = dict(machine(), threads=thread_settings())
     print(f"{info['cpu']}, {info['cores']} cores, {info['threads']}, load {info['load_average']}")
     rows = [measure_network(net, QUICK_SIZE if args.quick else SIZES[net], args.rounds, args.device,

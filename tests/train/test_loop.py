@@ -14,7 +14,7 @@ import pytest
 from mxnet import autograd, gluon
 
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
-from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.loop import _Tally, evaluate, fit
 from gluonkit.train.trainer import Trainer
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -69,20 +69,25 @@ def without_timing(history):
 
 class RunningLogs(Callback):
     def __init__(self):
-        self.seen = []
+        self.seen, self.at_epoch_begin = [], []
+
+    def on_epoch_begin(self, state):
+        self.at_epoch_begin.append(dict(state.logs))
 
     def on_batch_end(self, state):
         self.seen.append((state.logs["loss"], state.logs["accuracy"]))
 
 
-def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize):
+@pytest.mark.parametrize("read_logs", [True, False], ids=["logs-read", "metrics-grouped"])
+def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize, read_logs, monkeypatch):
+    monkeypatch.setattr(_Tally, "METRIC_BATCHES", 4)   # 6 batches per epoch: a group and a rest
     x, y = make_data()
     np.random.seed(11)
     net = make_net(ctx_list, hybridize=hybridize)
     running = RunningLogs()
     history = fit(net, LOSS, sgd(net), loader(x, y, shuffle=True), epochs=3, ctx=ctx_list,
-                  val_data=loader(x[:20], y[:20]), metrics="acc", callbacks=[running],
-                  progress=False)
+                  val_data=loader(x[:20], y[:20]), metrics="acc",
+                  callbacks=[running] if read_logs else [], progress=False)
 
     np.random.seed(11)
     ref = make_net(ctx_list, hybridize=hybridize)
@@ -109,8 +114,12 @@ def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize):
     assert_params(params_of(net), params_of(ref), exact=False)
     np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
     np.testing.assert_allclose(history["accuracy"], accs)
-    # callbacks see every batch counted, the one just trained included
-    np.testing.assert_allclose(running.seen, running_ref, rtol=1e-5)
+    if read_logs:   # callbacks see every batch counted, the one just trained included
+        np.testing.assert_allclose(running.seen, running_ref, rtol=1e-5)
+        # and, when an epoch begins, the row of the one before
+        assert running.at_epoch_begin[0] == {}
+        assert [row["epoch"] for row in running.at_epoch_begin[1:]] == [1, 2]
+        assert running.at_epoch_begin[2]["val_accuracy"] == history["val_accuracy"][1]
     predicted = ref(mx.nd.array(x[:20], ctx=ctx_list[0])).argmax(axis=1).asnumpy()
     assert history["val_accuracy"][-1] == pytest.approx(np.mean(predicted == y[:20]))
     assert history["epoch"] == [1, 2, 3]
@@ -180,7 +189,8 @@ def test_resume_after_two_epochs_equals_four_straight_with_dropout(tmp_path, ctx
 
 @pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt),
                                          (signal.SIGTERM, SystemExit)])
-def test_signal_mid_epoch_saves_and_resumes_exactly(tmp_path, ctx_list, sig, raised):
+def test_signal_mid_epoch_saves_and_resumes_exactly(tmp_path, ctx_list, sig, raised, monkeypatch):
+    monkeypatch.setattr(_Tally, "METRIC_BATCHES", 2)   # the stop comes with a batch still queued
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     np.random.seed(0)
     straight, history = run(tmp_path, "a", 3, ctx_list, accumulate=2)

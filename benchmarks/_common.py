@@ -40,6 +40,18 @@ def parse_with_config(parser, argv):
     return parser.parse_args(argv)
 
 
+def apply_defaults(args, defaults, name):
+    """Set the options left unset from ``defaults``; outside ``--quick``, also write the
+    results to ``results/<name>.json`` and the README by default (a quick run writes nothing
+    it was not asked to)."""
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if not args.quick:
+        args.out = args.out or os.path.join(HERE, "results", f"{name}.json")
+        args.readme = args.readme or os.path.join(HERE, "README.md")
+
+
 def recipe_cnn(classes):
     """The CNN that ``recipes/classify.py`` trains by default (imported from the recipe)."""
     spec = importlib.util.spec_from_file_location("classify_recipe", RECIPE)

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import HERE, parse_with_config, set_env, thread_settings  # noqa: E402
+from _common import apply_defaults, parse_with_config, set_env, thread_settings  # noqa: E402
 
 set_env()
 
@@ -202,12 +202,7 @@ def parse_args(argv=None):
     out.add_argument("--readme", help="Markdown file whose 'dist' section is rewritten "
                      "(default benchmarks/README.md; with --quick none)")
     args = parse_with_config(parser, sys.argv[1:] if argv is None else argv)
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if not args.quick:
-        args.out = args.out or os.path.join(HERE, "results", "dist.json")
-        args.readme = args.readme or os.path.join(HERE, "README.md")
+    apply_defaults(args, QUICK if args.quick else FULL, "dist")
     args.runs = args.runs.split(",")
     bad = [name for name in args.runs if name not in RUNS]
     if bad or REFERENCE not in args.runs:

@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import HERE, parse_with_config, set_env, thread_settings  # noqa: E402
+from _common import apply_defaults, parse_with_config, set_env, thread_settings  # noqa: E402
 
 set_env()
 
@@ -30,6 +30,8 @@ from _harness import machine, markdown_table, measured_on, replace_section, writ
 SECTION = "nonfinite"
 TARGET = 0.03   # at most 3% extra step time
 POLICIES = ("ignore", "skip")
+FULL = {"nets": ",".join(NETWORKS), "rounds": 60}
+QUICK = {"nets": "cnn", "rounds": 2}
 
 
 def measure_network(net, size, rounds, device, seed):
@@ -115,19 +117,13 @@ def parse_args(argv=None):
     parser.add_argument("--readme", help="Markdown file whose 'nonfinite' section is rewritten "
                         "(default benchmarks/README.md; with --quick none)")
     args = parse_with_config(parser, argv)
-    if args.nets is None:
-        args.nets = "cnn" if args.quick else ",".join(NETWORKS)
+    apply_defaults(args, QUICK if args.quick else FULL, SECTION)
     args.nets = args.nets.split(",")
     unknown = [n for n in args.nets if n not in NETWORKS]
     if unknown:
         parser.error(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(NETWORKS)}.")
-    if args.rounds is None:
-        args.rounds = 2 if args.quick else 60
     if args.rounds < 1:
         parser.error(f"--rounds must be positive, got {args.rounds}.")
-    if not args.quick:
-        args.out = args.out or os.path.join(HERE, "results", "nonfinite.json")
-        args.readme = args.readme or os.path.join(HERE, "README.md")
     return args
 
 

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import HERE, parse_with_config, set_env, thread_settings  # noqa: E402
+from _common import HERE, apply_defaults, parse_with_config, set_env, thread_settings  # noqa: E402
 
 set_env()
 
@@ -324,14 +324,9 @@ def parse_args(argv=None):
     out.add_argument("--readme", help="Markdown file whose 'throughput' section is rewritten "
                      "(default benchmarks/README.md; with --quick none)")
     args = parse_with_config(parser, sys.argv[1:] if argv is None else argv)
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    apply_defaults(args, QUICK if args.quick else FULL, SECTION)
     if not args.quick:
-        results = os.path.join(HERE, "results")
-        args.out = args.out or os.path.join(results, "throughput.json")
-        args.chart = args.chart or os.path.join(results, "throughput.png")
-        args.readme = args.readme or os.path.join(HERE, "README.md")
+        args.chart = args.chart or os.path.join(HERE, "results", "throughput.png")
     _check_lists(parser, args)
     return args
 

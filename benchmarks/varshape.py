@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,  # noqa: E402,E501
                       serve, set_threads, write_json)
+from _common import apply_defaults  # noqa: E402
 
 set_threads()
 
@@ -32,7 +33,6 @@ from gluonkit.data.multiscale import resize_first  # noqa: E402
 from gluonkit.nn.shapecache import ShapeCache  # noqa: E402
 from gluonkit.train.trainer import Trainer  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SECTION = "varshape"
 
 # name: (table label, data path, graph mode)
@@ -282,12 +282,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2} if args.quick else \
         {"settings": "cifar,short", "nets": "cifar_resnet20_v1,cnn", "repeats": 5}
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if not args.quick:
-        args.out = args.out or os.path.join(HERE, "results", "varshape.json")
-        args.readme = args.readme or os.path.join(HERE, "README.md")
+    apply_defaults(args, defaults, "varshape")
     args.settings = args.settings.split(",")
     if any(name not in SETTINGS for name in args.settings):
         parser.error(f"--settings must name settings among {', '.join(SETTINGS)}, got {args.settings}.")

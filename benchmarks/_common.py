@@ -1,4 +1,5 @@
-"""What throughput.py and dist.py share: thread settings, --config files, the recipe's CNN."""
+"""What the benchmark scripts share: thread settings, options, --config files, the recipe's CNN."""
+import argparse
 import importlib.util
 import json
 import os
@@ -24,6 +25,16 @@ def thread_settings():
     """The environment variables that decide how fast MXNet runs on a CPU (a dict)."""
     names = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MXNET_CPU_WORKER_NTHREADS", "KMP_AFFINITY")
     return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def benchmark_parser(doc):
+    """An argument parser with the options every benchmark has: ``--config`` and ``--quick``;
+    its description is the first paragraph of ``doc`` (the script's docstring)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--config", metavar="FILE", help="JSON file of option defaults (keys as option names)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny run for the test suite (seconds; figures not meaningful)")
+    return parser
 
 
 def parse_with_config(parser, argv):

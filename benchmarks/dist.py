@@ -17,11 +17,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import apply_defaults, parse_with_config, set_env, thread_settings  # noqa: E402
+from _common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings  # noqa: E402
 
 set_env()
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
@@ -183,10 +182,7 @@ COLUMNS = [
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", metavar="FILE", help="JSON file of option defaults")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny run for the test suite (seconds; figures not meaningful)")
+    parser = benchmark_parser(__doc__)
     run = parser.add_argument_group("run")
     run.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, among {', '.join(RUNS)}")
     run.add_argument("--repeats", type=int, help="launches of each run (default 3; 1 with --quick)")

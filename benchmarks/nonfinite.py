@@ -14,11 +14,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import apply_defaults, parse_with_config, set_env, thread_settings  # noqa: E402
+from _common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings  # noqa: E402
 
 set_env()
 
-import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
@@ -103,11 +102,7 @@ def readme_section(results):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="JSON file of option defaults (keys as option names)")
-    parser.add_argument("--quick", action="store_true",
-                        help="the CNN, tiny batches, 2 rounds: seconds, figures not meaningful")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--nets", help=f"comma-separated networks of {', '.join(NETWORKS)} (default all)")
     parser.add_argument("--rounds", type=int, help="timed epochs per policy (default 60; 2 with --quick)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))

@@ -15,11 +15,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import HERE, apply_defaults, parse_with_config, set_env, thread_settings  # noqa: E402
+from _common import (HERE, apply_defaults, benchmark_parser, parse_with_config, set_env,  # noqa: E402
+                     thread_settings)
 
 set_env()
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -286,10 +286,7 @@ def chart(rows, path):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", metavar="FILE", help="JSON file of option defaults")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny run for the test suite (seconds; figures not meaningful)")
+    parser = benchmark_parser(__doc__)
     run = parser.add_argument_group("run")
     run.add_argument("--nets", help=f"comma-separated, among {', '.join(NETWORKS)} (default all; "
                      "cnn with --quick)")

@@ -57,15 +57,11 @@ class _Tally:
     def add(self, labels, outputs, losses, count):
         """Add a batch of ``count`` samples (``losses`` is None when no loss is tallied)."""
         self.samples += count
-        if losses is not None:
-            batch_sum = None
-            for value in losses:
-                part = value.astype("float64").sum()
-                if self._loss is None:
-                    self._loss = mx.nd.array([self._restored], ctx=part.context, dtype="float64")
-                part = part.as_in_context(self._loss.context)
-                batch_sum = part if batch_sum is None else batch_sum + part
-            self._loss += batch_sum
+        for value in losses or ():
+            part = value.astype("float64").sum()
+            if self._loss is None:
+                self._loss = mx.nd.array([self._restored], ctx=part.context, dtype="float64")
+            self._loss += part.as_in_context(self._loss.context)
         if self.metrics:
             self._queued.append((labels, outputs))
             if len(self._queued) >= self.METRIC_BATCHES:

@@ -1,0 +1,1 @@
+"""The recipes as modules, each a console command and ``python -m gluonkit.recipes.<name>``."""

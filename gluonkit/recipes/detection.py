@@ -21,7 +21,7 @@ from ..train.split import split_and_load
 
 __all__ = ["FAMILIES", "model_family", "build_detector", "train_transforms", "val_transforms",
            "train_batchify", "val_batchify", "SizedTransform", "BucketSizes", "bucket_sampler",
-           "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "VOCMeanAP"]
+           "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "voc_metric"]
 
 FAMILIES = ("yolo3", "ssd")
 
@@ -169,7 +169,8 @@ def detection_loader(dataset, batch_sampler, transform, batchify_fn, num_workers
 
 
 def bucket_sampler(shapes, batch_size, buckets, shuffle, seed):
-    """Batches of (index, bucket size) over ``buckets`` pad-mode buckets, sizes multiples of 32."""
+    """Batches of (index, bucket size): ``buckets`` (a number or a ``Buckets``) in pad mode,
+    chosen from ``shapes`` as multiples of 32 (the detectors' stride)."""
     return BucketSizes(BucketSampler(shapes, batch_size, buckets, mode="pad", multiple=32,
                                      shuffle=shuffle, seed=seed))
 
@@ -215,54 +216,28 @@ class SSDBatch:
 
 
 def detection_eval_fn(net, batch, ctx_list):
-    """``eval_fn`` of a detector: per device ``(ids, scores, boxes)`` and the (N, 6) labels.
+    """``eval_fn`` of a detector, for GluonCV's ``VOC07MApMetric``.
 
-    The boxes are clipped to the image as GluonCV's validation does.
+    Per device, the outputs are ``(boxes, class ids, scores)`` and the labels
+    ``(gt boxes, gt ids, gt difficult)``, the arguments of ``VOC07MApMetric.update`` in its
+    order, so ``fit`` / ``evaluate`` give the metric what GluonCV's ``train_yolo3.py`` and
+    ``train_ssd.py`` give it. The boxes are clipped to the image as there.
     """
     xs, ys = [split_and_load(field, ctx_list) for field in batch]
-    outputs = []
-    for x in xs:
+    outputs, labels = [], []
+    for x, y in zip(xs, ys):
         ids, scores, bboxes = net(x)
         height, width = x.shape[2:]
         limit = mx.nd.array([width, height, width, height], ctx=x.context)
-        outputs.append((ids, scores, mx.nd.broadcast_minimum(bboxes.clip(0, max(height, width)), limit)))
-    return outputs, ys
+        outputs.append((mx.nd.broadcast_minimum(bboxes.clip(0, max(height, width)), limit), ids, scores))
+        labels.append((y.slice_axis(axis=-1, begin=0, end=4), y.slice_axis(axis=-1, begin=4, end=5),
+                       y.slice_axis(axis=-1, begin=5, end=6)))
+    return outputs, labels
 
 
-class VOCMeanAP(mx.metric.EvalMetric):
-    """GluonCV's ``VOC07MApMetric`` as a (labels, preds) metric for ``fit`` and ``evaluate``.
-
-    ``update(labels, preds)`` takes what :func:`detection_eval_fn` returns and hands the
-    metric the lists GluonCV's training scripts give it: detected boxes, class ids and
-    scores, then ground-truth boxes, ids and difficult flags, one entry per device.
-    ``get`` gives 'AP_<class>' for every class and 'mAP'.
-
-    Parameters
-    ----------
-    classes : sequence of str
-    iou_thresh : float, default 0.5
-    """
-
-    def __init__(self, classes, iou_thresh=0.5):
-        self.voc = VOC07MApMetric(iou_thresh=iou_thresh, class_names=list(classes))
-        super().__init__("voc07_map")
-
-    def reset(self):
-        if hasattr(self, "voc"):
-            self.voc.reset()
-
-    def update(self, labels, preds):
-        ids, scores, bboxes = zip(*preds)
-        gt_bboxes = [y.slice_axis(axis=-1, begin=0, end=4) for y in labels]
-        gt_ids = [y.slice_axis(axis=-1, begin=4, end=5) for y in labels]
-        gt_difficults = [y.slice_axis(axis=-1, begin=5, end=6) if y.shape[-1] > 5 else None
-                         for y in labels]
-        self.voc.update(list(bboxes), list(ids), list(scores), gt_bboxes, gt_ids, gt_difficults)
-
-    def get(self):
-        names, values = self.voc.get()
-        names = [n if n == "mAP" else f"AP_{n}" for n in names]
-        return names, [float(v) for v in values]
+def voc_metric(classes, iou_thresh=0.5):
+    """GluonCV's ``VOC07MApMetric``: the AP of every class (by name) and their 'mAP'."""
+    return VOC07MApMetric(iou_thresh=iou_thresh, class_names=list(classes))
 
 
 def nms_for_eval(net, family):

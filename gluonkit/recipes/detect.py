@@ -32,7 +32,8 @@ from ..train.checkpoint import Checkpoint
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 
-__all__ = ["parse_args", "load_detection", "make_loaders", "train", "draw_predictions", "main"]
+__all__ = ["parse_args", "load_detection", "make_loaders", "SamplerEpoch", "VOCValidation", "train",
+           "draw_predictions", "main"]
 
 log = logging.getLogger("gluonkit")
 _MODULE = "gluonkit.recipes.detect"
@@ -193,6 +194,29 @@ class SamplerEpoch(Callback):
         self.sampler.set_epoch(state.epoch)
 
 
+class VOCValidation(Callback):
+    """After each epoch: VOC07 AP of every class and mAP on ``val_data``, as 'val_<class>' and
+    'val_mAP' in the epoch's logs and the history, and in the log.
+
+    A callback rather than ``fit(val_data=..., metrics=...)``: fit would feed the metric the
+    training batches too, and a detector in training mode returns losses, not detections.
+    It must come before the callbacks that read the logs (checkpoints, history, curves).
+    """
+
+    def __init__(self, val_data, classes, ctx):
+        self.val_data, self.classes, self.ctx = val_data, list(classes), ctx
+
+    def on_epoch_end(self, state):
+        scores = evaluate(state.net, self.val_data, ctx=self.ctx, metrics=det.voc_metric(self.classes),
+                          eval_fn=det.detection_eval_fn)
+        for name, value in scores.items():
+            state.logs[f"val_{name}"] = value
+            state.history.setdefault(f"val_{name}", []).append(value)
+        if state.is_main_process:
+            log.info("epoch %d VOC07 AP: %s", state.epoch + 1,
+                     ", ".join(f"{k} {v:.3f}" for k, v in scores.items()))
+
+
 def _schedule(lr, epochs, warmup_epochs, updates_per_epoch):
     """A linear warm-up then GluonCV's cosine decay to 0, per update."""
     from gluoncv.utils import LRScheduler
@@ -232,8 +256,9 @@ def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
         ckpt.save(net, trainer, 0)                  # --epochs 0 and nothing to resume
     state = ckpt.load(net, best=ckpt.best is not None)
     det.nms_for_eval(net, family)
-    preprocessing = {"resize": list(size), "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-                     "scale": 1 / 255}
+    preprocessing = {"channels": 3, "resize": list(size), "resize_short": None, "crop": None,
+                     "max_size": None, "scale": 1 / 255, "mean": [0.485, 0.456, 0.406],
+                     "std": [0.229, 0.224, 0.225], "layout": "NCHW"}    # as GluonCV's val transforms
     return export_model(net, prefix, (3,) + tuple(size), outputs={"ids": classes, "scores": None,
                                                                   "bboxes": None},
                         preprocessing=preprocessing, task="detect", epoch_trained=state.get("epoch"))
@@ -270,7 +295,7 @@ def train(args):
                        **({"momentum": args.momentum} if args.optimizer in ("sgd", "nag") else {})},
                       kvstore=kvstore, accumulate=args.accumulate, clip_global_norm=args.clip_global_norm)
     main_process = trainer.rank == 0
-    callbacks = [SamplerEpoch(train_loader.batch_sampler),
+    callbacks = [SamplerEpoch(train_loader.batch_sampler), VOCValidation(val_loader, classes, ctx),
                  _schedule(args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))]
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
@@ -284,12 +309,11 @@ def train(args):
         log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
                  len(train_set), ", ".join(classes), ctx)
     batch_fn = det.yolo3_batch_fn if family == "yolo3" else det.SSDBatch()
-    metric = det.voc_metric(classes)
     tic = time.perf_counter()
-    history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, val_data=val_loader,
-                  metrics=metric, callbacks=callbacks, progress=args.progress, batch_fn=batch_fn,
-                  eval_fn=det.detection_eval_fn)
-    mean_ap = evaluate(net, val_loader, ctx=ctx, metrics=metric, eval_fn=det.detection_eval_fn)["mAP"]
+    history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, callbacks=callbacks,
+                  progress=args.progress, batch_fn=batch_fn)
+    mean_ap = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
+                       eval_fn=det.detection_eval_fn)["mAP"]
     seconds = time.perf_counter() - tic
     metadata = None
     if args.out and main_process:

@@ -4,5 +4,5 @@ from .digits import digits
 from .shapes import ShapesDetection
 from .multiscale import MultiScaleDataset, MultiScaleSampler, multiscale_loader, resize_first
 
-__all__ = ["digits", "ShapesDetection", "Buckets", "BucketSampler", "BucketPad", "BucketBatchify", "bucket_loader",
-           "MultiScaleSampler", "MultiScaleDataset", "multiscale_loader", "resize_first"]
+__all__ = ["digits", "ShapesDetection", "Buckets", "BucketSampler", "BucketPad", "BucketBatchify",
+           "bucket_loader", "MultiScaleSampler", "MultiScaleDataset", "multiscale_loader", "resize_first"]

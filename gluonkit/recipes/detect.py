@@ -1,6 +1,7 @@
 """Train a GluonCV detector (YOLOv3 or SSD) on images of every size; by default the embedded shapes.
 
-    gluonkit-detect                                  # shapes set, YOLOv3, CPU (python -m gluonkit.recipes.detect)
+    gluonkit-detect                                  # shapes set, YOLOv3, CPU
+    python -m gluonkit.recipes.detect                # the same
     gluonkit-detect --multiscale 128,160,192 --multiscale-interval 2
     gluonkit-detect --image-size 0 --buckets 3       # the images' own sizes, 3 padded shapes
     gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
@@ -77,8 +78,8 @@ def _build_parser():
                        help="images per device per batch (sets --batch-size to N x devices)")
     train.add_argument("--accumulate", type=_cli.positive_int, default=1,
                        help="batches per update (the update equals one batch of them all)")
-    train.add_argument("--optimizer", default="adam", help="any mx.optimizer name: adam, sgd, ...")
-    train.add_argument("--lr", type=float, default=1e-3, help="learning rate")
+    train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
+    train.add_argument("--lr", type=float, default=0.01, help="learning rate")
     train.add_argument("--momentum", type=float, default=0.9, help="for sgd and nag")
     train.add_argument("--wd", type=float, default=5e-4, help="weight decay")
     train.add_argument("--warmup-epochs", type=float, default=1.0,

@@ -21,7 +21,8 @@ from ..train.split import split_and_load
 
 __all__ = ["FAMILIES", "model_family", "build_detector", "train_transforms", "val_transforms",
            "train_batchify", "val_batchify", "SizedTransform", "BucketSizes", "bucket_sampler",
-           "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "voc_metric"]
+           "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch",
+           "detection_eval_fn", "voc_metric"]
 
 FAMILIES = ("yolo3", "ssd")
 

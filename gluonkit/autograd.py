@@ -137,7 +137,7 @@ def backward(heads, head_grads=None, retain_graph=False, train_mode=True):
     except mx.base.MXNetError as err:
         if "not in a computational graph" not in str(err):
             raise
-        which = "heads is" if labels == ["heads"] else f"one of {', '.join(labels)} is"
+        which = f"{labels[0]} is" if len(labels) == 1 else f"one of {', '.join(labels)} is"
         raise RuntimeError(f"{which} not in a recorded graph: compute the heads inside "
                            "`with autograd.record():`, and pass retain_graph=True to every "
                            "backward but the last through the same graph.") from None

@@ -253,6 +253,9 @@ def average_grads(block, pattern=None):
 def _load_file(filename):
     """The dict of arrays in an MXNet parameter file, with clear errors for anything else."""
     path = os.fspath(filename)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path!r} is a directory; pass the parameter file in it, "
+                                "written by block.save_parameters(filename).")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"parameter file {path!r} does not exist; check the path, or write "
                                 "the file with block.save_parameters(filename).")

@@ -645,6 +645,16 @@ def _scaler(k, name=None):
     return scale
 
 
+def _value_and_grad(f, values):
+    """``f(x)`` and the gradient of its sum with respect to ``x = nd.array(values)``."""
+    x = nd.array(values)
+    x.attach_grad()
+    with mx_autograd.record():
+        y = f(x)
+    y.backward()
+    return y.asnumpy(), x.grad.asnumpy()
+
+
 def test_op_type_is_the_module_and_qualified_name():
     assert scaled_sin.op_type == "gluonkit.test_autograd.scaled_sin"
     assert _scaler(2.0).op_type == "gluonkit.test_autograd._scaler._locals_.scale"
@@ -661,13 +671,9 @@ def test_two_live_operators_with_one_name_raise_and_names_tell_them_apart(hybrid
     net = mx.gluon.nn.HybridLambda(lambda F, x: double(x) + triple(x) * 10)
     if hybridize:
         net.hybridize()
-    x = nd.array([1.0, 2.0])
-    x.attach_grad()
-    with mx_autograd.record():
-        y = net(x)
-    y.backward()
-    assert_allclose(y.asnumpy(), [32.0, 64.0], rtol=0, atol=0)
-    assert_allclose(x.grad.asnumpy(), [32.0, 32.0], rtol=0, atol=0)
+    y, dx = _value_and_grad(net, [1.0, 2.0])
+    assert_allclose(y, [32.0, 64.0], rtol=0, atol=0)
+    assert_allclose(dx, [32.0, 32.0], rtol=0, atol=0)
 
 
 def test_a_definition_run_again_takes_over_its_name_once_the_first_is_gone():
@@ -676,13 +682,9 @@ def test_a_definition_run_again_takes_over_its_name_once_the_first_is_gone():
     del first                                           # a notebook cell or module run again
     again = _scaler(5.0)
     assert again.op_type == op_type
-    x = nd.array([1.0, 2.0])
-    x.attach_grad()
-    with mx_autograd.record():
-        y = again(x)
-    y.backward()
-    assert_allclose(y.asnumpy(), [5.0, 10.0], rtol=0, atol=0)
-    assert_allclose(x.grad.asnumpy(), [5.0, 5.0], rtol=0, atol=0)
+    y, dx = _value_and_grad(again, [1.0, 2.0])
+    assert_allclose(y, [5.0, 10.0], rtol=0, atol=0)
+    assert_allclose(dx, [5.0, 5.0], rtol=0, atol=0)
 
 
 def test_bad_names_raise_type_error():

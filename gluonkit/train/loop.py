@@ -323,6 +323,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         raise TypeError(f"trainer must be a gluon.Trainer (e.g. gluonkit.Trainer), got {trainer!r}.")
     state = FitState(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
                      _metrics(metrics))
+    state.train_data = train_data
+    if hasattr(trainer, "name_params"):
+        trainer.name_params(net)   # structural names in its warnings and state_dict
     val_metrics = _metrics(metrics)
     with _stop_on_signals(state):
         _call(state._callbacks, "on_train_begin", state)

@@ -77,7 +77,8 @@ class FitState:
 
     Attributes
     ----------
-    net, loss, trainer, ctx : the objects ``fit`` was given (``ctx`` a list of Context).
+    net, loss, trainer, ctx, train_data : the objects ``fit`` was given (``ctx`` a list of
+        Context).
     epochs : int
         Number of epochs to reach.
     epoch : int
@@ -99,8 +100,9 @@ class FitState:
         False on the workers of rank > 0 in distributed training: they neither log nor write.
     """
 
-    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics):
+    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics, train_data=None):
         self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
+        self.train_data = train_data
         self.epochs = epochs
         self.epoch = self.batch = self.step = 0
         self.history = {}
@@ -113,6 +115,7 @@ class FitState:
         self._phase = "idle"          # 'train' inside an epoch, 'end' at on_epoch_end
         self._epoch_rng = None        # generator states at the start of the epoch
         self._resume = None           # mid-epoch resumption: batches to skip, states after them
+        self._epoch_sampler = None    # the sampler's state at the start of the epoch
         self._callback_states = None
 
     @property
@@ -130,23 +133,44 @@ class FitState:
             return self.epoch, self._resume["batch"]
         return self.epoch + (self._phase == "end"), 0
 
+    @property
+    def _sampler(self):
+        """The loader's batch sampler if it can save its state (gluonkit's samplers can)."""
+        sampler = getattr(self.train_data, "batch_sampler", None)
+        return sampler if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict") else None
+
     def snapshot(self):
         """Everything ``restore`` needs to continue exactly from here (picklable).
+
+        It holds the loader's sampler state when the loader has one (gluonkit's
+        ``bucket_loader`` and ``multiscale_loader``). In mid-epoch it reseeds MXNet's
+        generator (whose state cannot be read) and keeps the seed: this run and a run
+        resumed from the snapshot continue with the same MXNet random stream.
 
         Example::
 
             ckpt.save(state.net, state.trainer, state.position[0], fit=state.snapshot())
         """
         epoch, batch = self.position
+        if self._resume is not None:   # resumed but not started yet: the snapshot loaded
+            return {**self._resume, "history": copy.deepcopy(self.history),
+                    "callbacks": self._callback_state_list()}
         snap = {"epoch": epoch, "batch": batch, "step": self.step,
-                "history": copy.deepcopy(self.history),
-                "callbacks": [(type(cb).__name__, cb.state_dict()) for cb in self._callbacks]}
+                "history": copy.deepcopy(self.history), "callbacks": self._callback_state_list()}
+        sampler = self._sampler
+        if sampler is not None:
+            snap["sampler"] = self._epoch_sampler if batch else sampler.state_dict()
         if batch:
             tally = self._tally
             tally.settle()
-            snap.update(epoch_rng=self._epoch_rng, rng=get_rng_state(), loss_sum=tally.loss_sum,
+            rng = get_rng_state()
+            rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, batch, self.step))
+            snap.update(epoch_rng=self._epoch_rng, rng=rng, loss_sum=tally.loss_sum,
                         samples=tally.samples, metrics=copy.deepcopy(tally.metrics))
         return snap
+
+    def _callback_state_list(self):
+        return [(type(cb).__name__, cb.state_dict()) for cb in self._callbacks]
 
     def restore(self, saved):
         """Continue from what ``Checkpoint.load`` returned (a ``snapshot`` under 'fit').
@@ -162,6 +186,9 @@ class FitState:
         self.history = copy.deepcopy(snap["history"])
         self._callback_states = snap["callbacks"]
         self._resume = snap if snap["batch"] else None
+        sampler = self._sampler
+        if sampler is not None and snap.get("sampler") is not None:
+            sampler.load_state_dict(snap["sampler"])
 
     def _apply_callback_states(self):
         saved, self._callback_states = self._callback_states, None
@@ -174,6 +201,8 @@ class FitState:
     def _begin_epoch(self):
         """Reset the epoch's sums, or take them from a mid-epoch snapshot; return batches to skip."""
         self._phase = "train"
+        sampler = self._sampler
+        self._epoch_sampler = None if sampler is None else sampler.state_dict()
         snap, self._resume = self._resume, None
         tally = self._tally
         if snap is None:

@@ -64,7 +64,7 @@ def test_resume_equals_never_stopping(tmp_path, ctx_list):
     ckpt = Checkpoint(tmp_path / "ck")
     ckpt.save(net, trainer, 1, note="half", numbers=[1, 2])
     at_save = params_of(net)
-    after_save = (random.random(), np.random.rand(), mx.nd.random.uniform(shape=(3,)).asnumpy())
+    after_save = (random.random(), np.random.rand())
     train(net, trainer, data[3:], ctx_list)
     straight = params_of(net)
 
@@ -74,9 +74,7 @@ def test_resume_equals_never_stopping(tmp_path, ctx_list):
     state = ckpt.load(other, other_trainer)
     assert state == {"note": "half", "numbers": [1, 2], "epoch": 1, "step": 3}
     assert_same(params_of(other), at_save)
-    after_load = (random.random(), np.random.rand(), mx.nd.random.uniform(shape=(3,)).asnumpy())
-    assert after_load[:2] == after_save[:2]
-    np.testing.assert_array_equal(after_load[2], after_save[2])
+    assert (random.random(), np.random.rand()) == after_save
     train(other, other_trainer, data[3:], ctx_list)     # momentum and update counts were restored
     assert_same(params_of(other), straight)
 
@@ -153,7 +151,7 @@ def test_corrupted_file_is_refused_and_net_unchanged(tmp_path, damage):
 
 @pytest.mark.parametrize("change, message", [
     ({"hidden": 5}, r"0\.weight has shape \(8, 4\) in the checkpoint but \(5, 4\)"),
-    ({"extra": True}, r"the network has parameters the checkpoint lacks: 2\.bias, 2\.weight"),
+    ({"extra": True}, r"the network has parameters the checkpoint lacks: '2\.bias', '2\.weight'"),
 ])
 def test_other_network_is_refused_and_unchanged(tmp_path, change, message):
     net = make_net([mx.cpu()])
@@ -264,13 +262,13 @@ def test_user_errors(tmp_path):
     a_file.write_text("x")
     with pytest.raises(NotADirectoryError, match="is an existing file"):
         Checkpoint(a_file)
-    with pytest.raises(ValueError, match="keep must be a positive integer"):
+    with pytest.raises(ValueError, match=r"keep \(checkpoints to keep\) must be a positive integer"):
         Checkpoint(tmp_path, keep=0)
     with pytest.raises(FileNotFoundError, match="No checkpoint in"):
         Checkpoint(tmp_path / "empty").load(net, trainer)
     with pytest.raises(ValueError, match="reserved"):
         Checkpoint(tmp_path).save(net, trainer, 1, step=3)
-    with pytest.raises(ValueError, match="epoch must be a non-negative int"):
+    with pytest.raises(ValueError, match=r"epoch \(epochs completed\) must be an integer >= 0"):
         Checkpoint(tmp_path).save(net, trainer, -1)
     deferred = gluon.nn.Dense(3)
     deferred.initialize()

@@ -287,6 +287,8 @@ class Checkpoint:
         self._apply(net, plan)
         if trainer is not None:
             trainer.load_state_dict(trainer_state)
+        # after the trainer: setting up its kvstore copies the first device's values to all
+        self._apply_device_copies(plan)
         set_rng_state(saved["rng"])
         return {**user, "epoch": meta["epoch"], "step": meta["step"]}
 
@@ -366,7 +368,7 @@ class Checkpoint:
 
     @staticmethod
     def _apply(net, plan):
-        """Set the parameters; initialize the ones without data at the saved shapes."""
+        """Set the parameters to the first device's copy; initialize those without data."""
         fresh = {}
         for p, copies in plan.values():
             if _initialized(p):
@@ -376,6 +378,10 @@ class Checkpoint:
         if fresh:
             # load_dict initializes deferred and uninitialized parameters from the data
             net.collect_params().load_dict(fresh, allow_missing=True)
+
+    @staticmethod
+    def _apply_device_copies(plan):
+        """Each device's own saved copy, where they differ (BatchNorm running statistics)."""
         for p, copies in plan.values():
             targets = p.list_data()
             if len(targets) == len(copies):

@@ -194,7 +194,7 @@ class Checkpoint:
             for i, copy in enumerate(copies[1:], 1):   # copies that differ, as running statistics
                 if not np.array_equal(copy, copies[0]):
                     arrays[f"{name}@{i}"] = copy
-            meta["params"][name] = [list(p.shape), np.dtype(p.dtype).name, len(copies)]
+            meta["params"][name] = [list(copies[0].shape), copies[0].dtype.name, len(copies)]
         members = {"params.npz": _npz_bytes(arrays)}
         if trainer is not None:
             if not hasattr(trainer, "state_dict"):

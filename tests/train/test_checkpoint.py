@@ -274,6 +274,12 @@ def test_user_errors(tmp_path):
     deferred.initialize()
     with pytest.raises(RuntimeError, match="not initialized yet"):
         Checkpoint(tmp_path).save(deferred, None, 0)
+    with pytest.raises(TypeError, match="trainer must be a gluonkit.Trainer"):
+        Checkpoint(tmp_path / "plain").save(net, gluon.Trainer(net.collect_params(), "sgd"), 0)
+    assert not os.path.exists(tmp_path / "plain")
+    Checkpoint(tmp_path / "bare").save(net, None, 0)
+    with pytest.raises(ValueError, match="saved without a trainer; load it with trainer=None"):
+        Checkpoint(tmp_path / "bare").load(net, trainer)
 
 
 def test_rng_helpers_round_trip():

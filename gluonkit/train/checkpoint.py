@@ -182,7 +182,7 @@ class Checkpoint:
         params = _structure.select(net)
         uninitialized = [name for name, p in params.items() if not _initialized(p)]
         if uninitialized:
-            raise RuntimeError(f"Cannot save: parameter(s) {_structure._brief(uninitialized)} are "
+            raise RuntimeError(f"Cannot save: parameter(s) {_structure.brief_names(uninitialized)} are "
                                "not initialized yet; run a forward pass (or give the layers their "
                                "input sizes) before saving.")
         user = _pickled(state)
@@ -322,14 +322,14 @@ class Checkpoint:
         problems = []
         if missing:
             problems.append("the network has parameters the checkpoint lacks: "
-                            + _structure._brief(sorted(missing)))
+                            + _structure.brief_names(sorted(missing)))
         if unexpected:
             problems.append("the checkpoint has parameters the network lacks: "
-                            + _structure._brief(sorted(unexpected)))
+                            + _structure.brief_names(sorted(unexpected)))
         for name in sorted(set(params) & set(saved)):
             shape, dtype, _ = saved[name]
             p = params[name]
-            if not _structure._fits(p.shape, tuple(shape)):
+            if not _structure.shape_fits(p.shape, tuple(shape)):
                 problems.append(f"{name} has shape {tuple(shape)} in the checkpoint but {p.shape} "
                                 "in the network")
             elif np.dtype(p.dtype).name != dtype:

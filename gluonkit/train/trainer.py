@@ -551,8 +551,8 @@ class Trainer(gluon.Trainer):
         if set(names) != set(state["params"]):
             raise ValueError(
                 f"the state was saved by a trainer of {len(state['params'])} parameters "
-                f"({_structure._brief(sorted(state['params']))}) but this trainer has {len(names)} "
-                f"({_structure._brief(sorted(names))}); build the trainer over the same parameters "
+                f"({_structure.brief_names(sorted(state['params']))}) but this trainer has {len(names)} "
+                f"({_structure.brief_names(sorted(names))}); build the trainer over the same parameters "
                 "and name them alike (Trainer(net, ...) or trainer.name_params(net)).")
         steps, samples = state["pending"]
         if steps and state["accumulate"] != self._accumulate:
@@ -566,7 +566,7 @@ class Trainer(gluon.Trainer):
                 raise ValueError(f"the state's window holds a gradient of {name} but the parameter "
                                  "is not initialized yet; load the network's parameters first.")
             for grad in saved_window["grads"]:
-                if not _structure._fits(param.shape, grad.shape) or grad.dtype != np.dtype(param.dtype):
+                if not _structure.shape_fits(param.shape, grad.shape) or grad.dtype != np.dtype(param.dtype):
                     raise ValueError(f"the state's window holds a {grad.dtype} gradient of shape "
                                      f"{grad.shape} for {name}, which is {np.dtype(param.dtype)} of "
                                      f"shape {param.shape}; load a state of this network.")

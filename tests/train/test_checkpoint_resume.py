@@ -8,6 +8,7 @@ import pytest
 from mxnet import gluon
 
 from gluonkit.data import bucket_loader, multiscale_loader
+from gluonkit.params import select
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import fit
@@ -42,7 +43,7 @@ def conv_net(ctx, seed, batchnorm=False, dropout=0.0):
 
 def copies_of(net):
     """Every parameter's value on every device."""
-    return {k: [d.asnumpy() for d in p.list_data()] for k, p in net._collect_params_with_prefix().items()}
+    return {k: [d.asnumpy() for d in p.list_data()] for k, p in select(net).items()}
 
 
 def assert_same_copies(a, b):

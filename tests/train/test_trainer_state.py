@@ -7,6 +7,7 @@ import pytest
 from mxnet import autograd, gluon
 
 import gluonkit
+from conftest import params_of as values
 from gluonkit.train.split import split_and_load
 from gluonkit.train.trainer import Trainer
 
@@ -34,10 +35,6 @@ def train(net, trainer, data, ctx):
             losses = [LOSS(net(a), b) for a, b in zip(xs, ys)]
         autograd.backward(losses)
         trainer.step(x.shape[0])
-
-
-def values(net):
-    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in gluonkit.params.select(net).items()}
 
 
 def copy_values(source, target):

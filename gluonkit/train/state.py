@@ -100,9 +100,9 @@ class FitState:
         False on the workers of rank > 0 in distributed training: they neither log nor write.
     """
 
-    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics, train_data=None):
+    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics):
         self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
-        self.train_data = train_data
+        self.train_data = None        # fit sets it; snapshots carry its sampler's state
         self.epochs = epochs
         self.epoch = self.batch = self.step = 0
         self.history = {}

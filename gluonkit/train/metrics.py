@@ -16,7 +16,7 @@ import inspect
 
 import mxnet as mx
 
-__all__ = ["make_metrics", "MetricFeeder"]
+__all__ = ["make_metrics", "MetricFeeder", "metric_values"]
 
 _CLASS_METRICS = (mx.metric.Accuracy, mx.metric.TopKAccuracy, mx.metric.F1, mx.metric.MCC)
 
@@ -24,7 +24,7 @@ _CLASS_METRICS = (mx.metric.Accuracy, mx.metric.TopKAccuracy, mx.metric.F1, mx.m
 def make_metrics(metrics):
     """Fresh metric objects from names ('acc', 'ce', ...) and/or metric instances.
 
-    Any object with ``update``, ``get_name_value`` and ``reset`` (GluonCV's metrics) is accepted.
+    Any object with ``update``, ``get`` and ``reset`` (GluonCV's metrics) is accepted.
     """
     if metrics is None:
         return []
@@ -43,15 +43,26 @@ def make_metrics(metrics):
                                  "('acc', 'top_k_accuracy', 'ce', 'mae', 'f1', ...) or an "
                                  "mx.metric.EvalMetric instance.") from err
         elif _is_metric(metric):
-            made.append(copy.deepcopy(metric))
+            made.append(_fresh(metric))
         else:
             raise TypeError(f"metrics must hold metric names or mx.metric.EvalMetric objects, "
                             f"got {metric!r}.")
     return made
 
 
+def _fresh(metric):
+    """A copy with no results, for one of train and val (a metric holding a lock, as GluonCV's
+    SegmentationMetric does, cannot be deep-copied: it is copied shallowly and reset)."""
+    try:
+        return copy.deepcopy(metric)
+    except TypeError:
+        fresh = copy.copy(metric)
+        fresh.reset()
+        return fresh
+
+
 def _is_metric(obj):
-    return all(callable(getattr(obj, name, None)) for name in ("update", "get_name_value", "reset"))
+    return all(callable(getattr(obj, name, None)) for name in ("update", "get", "reset"))
 
 
 def _update_arity(metric):
@@ -101,6 +112,26 @@ class MetricFeeder:
                 metric.update([_class_indices(y, p) for y, p in zip(labels, outputs)], outputs)
             else:
                 metric.update(labels, outputs)
+
+
+def metric_values(metric):
+    """dict name -> value of a metric's results.
+
+    ``get()`` gives (name, value) or (names, values) for MXNet's metrics; GluonCV's
+    ``SegmentationMetric`` gives bare values (pixAcc, mIoU) and a name 'pixAcc & mIoU', whose
+    parts then name them.
+    """
+    result = metric.get()
+    names, values = result if len(result) == 2 else (None, result)
+    if isinstance(names, str):
+        return {names: values}
+    if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
+        return dict(zip(names, values))
+    values = list(result)
+    parts = str(getattr(metric, "name", type(metric).__name__)).split(" & ")
+    if len(parts) != len(values):
+        parts = [f"{parts[0]}_{i}" for i in range(len(values))]
+    return dict(zip(parts, values))
 
 
 def _class_indices(label, pred):

@@ -55,8 +55,9 @@ def split_and_load(data, ctx_list, batch_axis=0, pad_value=None):
 
     ``data`` may also be a list of per-sample arrays of their own shapes (images of every
     size, boxes per image): then each context that gets samples receives a list of them,
-    each array on that context, or with ``pad_value`` one array of them padded along their
-    first axis to the longest (``gluoncv.data.batchify.Pad``) and stacked.
+    each array on that context, or with ``pad_value`` one array of them, padded along their
+    first axis to the longest sample of the whole batch (``gluoncv.data.batchify.Pad``), so
+    every device's array has the same length.
 
     Parameters
     ----------
@@ -67,8 +68,8 @@ def split_and_load(data, ctx_list, batch_axis=0, pad_value=None):
     batch_axis : int, default 0
         The axis that holds the samples (arrays only).
     pad_value : float, optional
-        For a list: pad each context's samples with this value and stack them (e.g. -1 for
-        boxes of shape (boxes, 5)); by default they stay a list.
+        For a list: pad the samples with this value to the longest and stack each context's
+        (e.g. -1 for boxes of shape (boxes, 5)); by default they stay a list.
 
     Returns
     -------
@@ -121,23 +122,23 @@ def _split_list(samples, ctx_list, pad_value):
                          "splitting.")
     for i, sample in enumerate(samples):
         _check_array(sample, f"data[{i}] (a {type(sample).__name__} in a list)")
+    if pad_value is not None:
+        return split_and_load(_pad(samples, pad_value), ctx_list)
     parts, begin = [], 0
     for ctx, size in zip(ctx_list, split_sizes(len(samples), len(ctx_list))):
-        mine = [_load(s, ctx) for s in samples[begin:begin + size]]
-        if pad_value is not None:
-            mine = _pad(mine, pad_value, ctx)
-        parts.append(mine)
+        parts.append([_load(s, ctx) for s in samples[begin:begin + size]])
         begin += size
     return parts
 
 
-def _pad(arrays, pad_value, ctx):
-    shapes = {a.shape[1:] for a in arrays}
-    if len({a.ndim for a in arrays}) > 1 or len(shapes) > 1:
+def _pad(arrays, pad_value):
+    """The samples padded along their first axis to the longest of the batch, stacked."""
+    if len({(a.ndim,) + tuple(a.shape[1:]) for a in arrays}) > 1:
         raise ValueError(f"pad_value pads the first axis only, but the samples' shapes "
                          f"{[a.shape for a in arrays]} also differ in later axes; keep them as a "
                          "list (pad_value=None).")
-    return Pad(axis=0, pad_val=pad_value)(arrays).as_in_context(ctx)
+    return Pad(axis=0, pad_val=pad_value)([a.asnumpy() if isinstance(a, mx.nd.NDArray) else a
+                                           for a in arrays])
 
 
 def _slice(data, axis, begin, end):

@@ -3,7 +3,7 @@ import copy
 
 import mxnet as mx
 
-from .metrics import MetricFeeder
+from .metrics import MetricFeeder, metric_values
 from .rng import get_rng_state, reseed_mxnet, set_rng_state
 
 __all__ = ["FitState", "Tally"]
@@ -94,7 +94,7 @@ class Tally:
         if self.grad_norms:
             logs["grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
         for metric in self.metrics:
-            logs.update(metric.get_name_value())
+            logs.update(metric_values(metric))
         return logs
 
 

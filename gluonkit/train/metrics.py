@@ -135,7 +135,9 @@ def metric_values(metric):
 
 
 def _class_indices(label, pred):
-    """The argmax of one-hot (dense) labels, which have the predictions' shape."""
-    if getattr(label, "ndim", 0) >= 2 and label.shape == getattr(pred, "shape", None):
+    """The argmax of one-hot (dense) labels, which have the predictions' shape (two or more
+    classes: a single score per sample is left as it is)."""
+    shape = getattr(label, "shape", ())
+    if len(shape) >= 2 and shape[1] > 1 and shape == getattr(pred, "shape", None):
         return label.argmax(axis=1)
     return label

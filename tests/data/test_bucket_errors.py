@@ -1,5 +1,4 @@
 """bucket_loader: wrong bucket arguments and ragged labels get clear errors; Pad fixes the latter."""
-import mxnet as mx
 import numpy as np
 import pytest
 from gluoncv.data.batchify import Pad

@@ -302,3 +302,30 @@ def test_batch_fn_mistakes_are_named():
     with pytest.raises(ValueError, match=r"metrics need outputs and labels.*\(losses, count, outputs"):
         gluonkit.fit(net, None, trainer, data, epochs=1, progress=False, metrics="acc",
                      batch_fn=bad(lambda n, b, c: dense_batch_fn(n, b, c)[:2]))
+
+
+class CountReader(gluonkit.Trainer):
+    """Takes a count given as a one-element NDArray, as the Trainer's step(count) does."""
+
+    def step(self, batch_size, ignore_stale_grad=False):
+        if isinstance(batch_size, mx.nd.NDArray):
+            batch_size = int(batch_size.asscalar())
+        return super().step(batch_size, ignore_stale_grad)
+
+
+def test_counts_given_as_ndarrays_on_the_devices_give_the_same_training_and_loss():
+    def on_device(net, batch, ctx_list):
+        losses, count, outputs, labels = seg_batch_fn(net, batch, ctx_list)
+        valid = mx.nd.add_n(*[(y >= 0).sum().as_in_context(ctx_list[0]) for y in labels])
+        return losses, valid, outputs, labels            # = count, computed on the devices
+
+    histories, nets = [], []
+    for fn, trainer_cls in ((seg_batch_fn, gluonkit.Trainer), (on_device, CountReader)):
+        net = seg_net()
+        trainer = trainer_cls(net.collect_params(), "sgd", {"learning_rate": 0.5}, accumulate=2)
+        histories.append(gluonkit.fit(net, None, trainer, segmentation_data(), epochs=2, ctx=TWO,
+                                      batch_fn=fn, progress=False))
+        nets.append(net)
+    assert histories[1]["loss"] == pytest.approx(histories[0]["loss"], rel=1e-6)
+    for a, b in zip(nets[0].collect_params().values(), nets[1].collect_params().values()):
+        np.testing.assert_array_equal(a.data(TWO[0]).asnumpy(), b.data(TWO[0]).asnumpy())

@@ -3,6 +3,7 @@ import copy
 
 import mxnet as mx
 
+from .metrics import MetricFeeder, metric_values
 from .rng import get_rng_state, reseed_mxnet, set_rng_state
 
 __all__ = ["FitState", "Tally"]
@@ -13,43 +14,66 @@ class Tally:
 
     Reading a result on the host waits until the device has computed it; reading each batch's
     loss that way cost ``fit`` ~12% of the throughput of a small network on two devices. So
-    per-sample losses are summed on the device (in float64) and read only when asked for,
-    and metrics, which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a
-    time (which bounds the outputs held) or when read. ``settle`` counts every batch.
+    losses are summed on the device (in float64), and so are counts given as NDArrays (a
+    ``batch_fn``'s positive anchors or valid pixels), all read only when asked for; metrics,
+    which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a time (which
+    bounds the outputs held) or when read. ``settle`` counts every batch. The mean 'loss' is
+    the sum of the losses over the sum of the counts.
     """
 
     METRIC_BATCHES = 16
 
     def __init__(self, metrics):
         self.metrics = metrics
-        self.samples = 0
+        self._feeder = MetricFeeder(metrics)
+        self.grad_norms = []       # the trainer's global_norm after each update of the epoch
+        self._samples = 0          # counts given as numbers
+        self._count = None         # counts given as NDArrays: float64 (1,) on their context
         self._loss = None          # float64 NDArray of shape (1,) on the first loss's context
         self._restored = 0.0       # a loss sum from a checkpoint: where ``_loss`` starts
         self._queued = []          # (labels, outputs) not yet given to the metrics
 
     @property
     def loss_sum(self):
-        """float: Sum of the per-sample losses added so far (waits for the last batch)."""
+        """float: Sum of the losses added so far (waits for the last batch)."""
         return self._restored if self._loss is None else float(self._loss.asscalar())
 
     @loss_sum.setter
     def loss_sum(self, value):
         self._loss, self._restored = None, float(value)
 
+    @property
+    def samples(self):
+        """Sum of the counts added so far (waits for the last batch if counts are NDArrays)."""
+        return self._samples if self._count is None else self._samples + float(self._count.asscalar())
+
+    @samples.setter
+    def samples(self, value):
+        self._samples, self._count = value, None
+
     def reset(self):
-        self.samples, self._loss, self._restored, self._queued = 0, None, 0.0, []
+        self.samples, self.loss_sum, self._queued, self.grad_norms = 0, 0.0, [], []
         for metric in self.metrics:
             metric.reset()
 
     def add(self, labels, outputs, losses, count):
-        """Add a batch of ``count`` samples (``losses`` is None when no loss is tallied)."""
-        self.samples += count
+        """Add a batch normalized by ``count`` (``losses`` is None when no loss is tallied)."""
+        if isinstance(count, mx.nd.NDArray):
+            count = count.astype("float64").reshape((1,))
+            if self._count is None:
+                self._count = count.copy()
+            else:
+                self._count += count.as_in_context(self._count.context)
+        else:
+            self._samples += count
         for value in losses or ():
             part = value.astype("float64").sum()
             if self._loss is None:
                 self._loss = mx.nd.array([self._restored], ctx=part.context, dtype="float64")
             self._loss += part.as_in_context(self._loss.context)
         if self.metrics:
+            if not self._queued:
+                self._feeder.check(labels, outputs)
             self._queued.append((labels, outputs))
             if len(self._queued) >= self.METRIC_BATCHES:
                 self.settle()
@@ -58,17 +82,19 @@ class Tally:
         """Give the queued batches to the metrics and wait for the last batch's loss."""
         queued, self._queued = self._queued, []
         for labels, outputs in queued:
-            for metric in self.metrics:
-                metric.update(labels, outputs)
-        if self._loss is not None:
-            self._loss.wait_to_read()
+            self._feeder.update(labels, outputs)
+        for pending in (self._loss, self._count):
+            if pending is not None:
+                pending.wait_to_read()
 
     def values(self, loss=True):
-        """dict: the mean per-sample 'loss' (if ``loss``) and each metric, all batches counted."""
+        """dict: the mean 'loss' (if ``loss``), 'grad_norm' (if any) and each metric."""
         self.settle()
-        logs = {"loss": self.loss_sum / max(self.samples, 1)} if loss else {}
+        logs = {"loss": self.loss_sum / (self.samples or 1)} if loss else {}
+        if self.grad_norms:
+            logs["grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
         for metric in self.metrics:
-            logs.update(metric.get_name_value())
+            logs.update(metric_values(metric))
         return logs
 
 
@@ -166,7 +192,8 @@ class FitState:
             rng = get_rng_state()
             rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, batch, self.step))
             snap.update(epoch_rng=self._epoch_rng, rng=rng, loss_sum=tally.loss_sum,
-                        samples=tally.samples, metrics=copy.deepcopy(tally.metrics))
+                        samples=tally.samples, metrics=copy.deepcopy(tally.metrics),
+                        grad_norms=list(tally.grad_norms))
         return snap
 
     def _callback_state_list(self):
@@ -212,6 +239,7 @@ class FitState:
             self._epoch_rng["mxnet_seed"] = reseed_mxnet(salt=self.epoch)
             return 0, None
         self.batch, tally.loss_sum, tally.samples = snap["batch"], snap["loss_sum"], snap["samples"]
+        tally.grad_norms = list(snap.get("grad_norms", ()))
         if [m.name for m in snap["metrics"]] == [m.name for m in tally.metrics]:
             tally.metrics[:] = snap["metrics"]
         self._epoch_rng = snap["epoch_rng"]

@@ -17,6 +17,7 @@ from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 from mxnet import autograd, gluon
 
 from ..data import BucketSampler, MultiScaleDataset
+from ..nn import freeze_batchnorm
 from ..train.split import split_and_load
 
 __all__ = ["FAMILIES", "model_family", "build_detector", "train_transforms", "val_transforms",
@@ -50,9 +51,10 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
     pretrained_base : bool, default False
         Load the backbone's ImageNet weights (from ~/.mxnet/models, downloaded if missing).
     batchnorm : {'plain', 'frozen', 'sync'}, default 'plain'
-        'frozen': BatchNorm layers use their running statistics (``use_global_stats``), for
-        tiny per-device batches on a pretrained backbone; 'sync': MXNet's ``SyncBatchNorm``
-        over ``num_devices`` devices.
+        'frozen': BatchNorm layers use their running statistics (``gluonkit.nn.freeze_batchnorm``),
+        for tiny per-device batches on a pretrained backbone; 'sync': MXNet's ``SyncBatchNorm``
+        over ``num_devices`` devices. SSD's extra feature layers keep plain BatchNorm either
+        way: GluonCV builds them as a symbol graph.
     num_devices : int, default 1
         Devices the batch is split over (for 'sync').
     """
@@ -60,13 +62,14 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
     if batchnorm not in ("plain", "frozen", "sync"):
         raise ValueError(f"batchnorm must be 'plain', 'frozen' or 'sync', got {batchnorm!r}.")
     norm = {}
-    if batchnorm == "frozen":
-        norm = {"norm_kwargs": {"use_global_stats": True}}
-    elif batchnorm == "sync":
+    if batchnorm == "sync":
         norm = {"norm_layer": gluon.contrib.nn.SyncBatchNorm,
                 "norm_kwargs": {"num_devices": num_devices}}
-    return model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
-                               classes=list(classes), **norm)
+    net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
+                              classes=list(classes), **norm)
+    if batchnorm == "frozen":
+        freeze_batchnorm(net)
+    return net
 
 
 def _ssd_anchors(net, size):

@@ -192,3 +192,14 @@ def test_bad_model_names_and_batchnorm_are_refused():
         D.model_family("yolo3_mobilenet1_custom")
     with pytest.raises(ValueError, match="batchnorm must be"):
         D.build_detector("yolo3_mobilenet0.25_custom", ["a"], batchnorm="group")
+
+
+@pytest.mark.parametrize("batchnorm, independent", [("frozen", True), ("plain", False)])
+def test_frozen_batchnorm_makes_each_image_independent_of_its_batch(batchnorm, independent):
+    net = D.build_detector("yolo3_mobilenet0.25_custom", ShapesDetection.CLASSES, batchnorm=batchnorm)
+    net.initialize()
+    x = mx.nd.random.uniform(shape=(2, 3, 64, 64))
+    with autograd.train_mode():
+        both, alone = net(x)[0], net(x[:1])[0]
+    same = np.allclose(both[:1].asnumpy(), alone.asnumpy(), rtol=1e-4, atol=1e-5)
+    assert same == independent

@@ -1,8 +1,11 @@
 """The program the distributed tests launch: every role runs it (servers stop at `import mxnet`).
 
-``python dist_job.py OUT_DIR train`` trains with uneven shards and accumulation;
-``python dist_job.py OUT_DIR slow`` steps slowly for a long time (for fault tests).
+``python dist_job.py OUT_DIR train [ARG...]`` trains with uneven shards and accumulation, and
+records the extra arguments, its task id, working directory and ``GLUONKIT_JOB_NOTE``;
+``python dist_job.py OUT_DIR slow`` steps slowly for a long time (for fault tests);
+``python dist_job.py OUT_DIR raise`` steps slowly, and worker 1 raises at its third step.
 """
+import json
 import os
 import sys
 import time
@@ -65,9 +68,12 @@ def train(out_dir):
         loss.backward()
         trainer.step(end - begin)
     net.save_parameters(os.path.join(out_dir, f"worker{kv.rank}.params"))
+    with open(os.path.join(out_dir, f"worker{kv.rank}.json"), "w") as f:
+        json.dump({"argv": sys.argv[3:], "task_id": os.environ.get("DMLC_TASK_ID"), "cwd": os.getcwd(),
+                   "note": os.environ.get("GLUONKIT_JOB_NOTE")}, f)
 
 
-def slow(out_dir):
+def slow(out_dir, fail_at=None):
     kv = mx.kv.create("dist_sync")
     net = make_net()
     net.initialize()
@@ -79,8 +85,10 @@ def slow(out_dir):
         loss.backward()
         trainer.step(4)
         print(f"worker {kv.rank} step {step}", flush=True)
+        if kv.rank == 1 and step == fail_at:
+            raise ValueError(f"worker 1 gives up at step {step}")
         time.sleep(0.1)
 
 
 if __name__ == "__main__":
-    {"train": train, "slow": slow}[sys.argv[2]](sys.argv[1])
+    {"train": train, "slow": slow, "raise": lambda out: slow(out, fail_at=3)}[sys.argv[2]](sys.argv[1])

@@ -104,6 +104,8 @@ class _Role:
             return f"{self.name}{self.where} could not start: {self.problem}"
         if self.code is not None and self.code != 0:
             return f"{self.name}{self.where} {_describe_exit(self.code)}"
+        if self.code is None and self.client_code is not None and self.pid is None and self.host:
+            return f"{self.name} could not be started on {self.host} (ssh exited with code {self.client_code})"
         if self.code is None and self.client_code is not None:
             how = "the ssh connection" if self.host else "its wrapper"
             return f"{self.name}{self.where}: {how} ended with code {self.client_code} before the role finished"

@@ -117,13 +117,13 @@ class SimulatedHosts:
                 raise RuntimeError(f"sshd on host {name} does not answer: {result.stderr}")
             time.sleep(0.2)
 
+    def on_a(self, argv):
+        """``argv`` made to run on host A (the process keeps its pid: ``ip netns exec`` execs it)."""
+        return ["ip", "netns", "exec", self.hosts["A"][0]] + list(argv)
+
     def run(self, argv, **kwargs):
         """``subprocess.run`` of ``argv`` on host A."""
-        return subprocess.run(["ip", "netns", "exec", self.hosts["A"][0]] + list(argv), **kwargs)
-
-    def popen(self, argv, **kwargs):
-        """``subprocess.Popen`` of ``argv`` on host A."""
-        return subprocess.Popen(["ip", "netns", "exec", self.hosts["A"][0]] + list(argv), **kwargs)
+        return subprocess.run(self.on_a(argv), **kwargs)
 
     def strays(self):
         """Processes in either namespace other than the two sshd daemons (pids)."""

@@ -37,21 +37,26 @@ Host *
 """
 
 
+_PACKAGES = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
+             "rsync": "rsync"}
+
+
+def _tool(name):
+    return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+
 def missing():
     """Why the simulated hosts cannot be made here (a sentence), or None."""
     if os.geteuid() != 0:
         return "they need root (network namespaces and sshd)"
-    tools = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
-             "rsync": "rsync"}
-    absent = sorted({package for tool, package in tools.items()
-                     if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")})
+    absent = sorted({package for tool, package in _PACKAGES.items() if not _tool(tool)})
     if absent:
         return f"{', '.join(absent)} not installed"
     return None
 
 
 def _run(*argv):
-    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30)
+    subprocess.run([_tool(argv[0])] + list(argv[1:]), check=True, capture_output=True, text=True, timeout=30)
 
 
 class SimulatedHosts:
@@ -72,7 +77,7 @@ class SimulatedHosts:
             raise
 
     def _make(self):
-        sshd = shutil.which("sshd", path=os.environ.get("PATH", "") + ":/usr/sbin")
+        sshd = _tool("sshd")
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
         for key in ("host_key", "user_key"):
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(self.root, key))
@@ -96,7 +101,7 @@ class SimulatedHosts:
             config = os.path.join(self.root, f"sshd-{name}.conf")
             with open(config, "w") as f:
                 f.write(_SSHD_CONFIG.format(address=address, port=port, root=self.root, name=name))
-            self._sshd[name] = subprocess.Popen(["ip", "netns", "exec", ns, sshd, "-D", "-e", "-f", config],
+            self._sshd[name] = subprocess.Popen([_tool("ip"), "netns", "exec", ns, sshd, "-D", "-e", "-f", config],
                                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         for name in self.hosts:
             self._wait_for_sshd(name)
@@ -119,7 +124,7 @@ class SimulatedHosts:
 
     def on_a(self, argv):
         """``argv`` made to run on host A (the process keeps its pid: ``ip netns exec`` execs it)."""
-        return ["ip", "netns", "exec", self.hosts["A"][0]] + list(argv)
+        return [_tool("ip"), "netns", "exec", self.hosts["A"][0]] + list(argv)
 
     def run(self, argv, **kwargs):
         """``subprocess.run`` of ``argv`` on host A."""
@@ -130,7 +135,7 @@ class SimulatedHosts:
         daemons = {p.pid for p in self._sshd.values()}
         pids = set()
         for ns, _, _ in self.hosts.values():
-            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout
+            out = subprocess.run([_tool("ip"), "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout
             pids.update(int(p) for p in out.split())
         return sorted(pids - daemons)
 
@@ -150,4 +155,4 @@ class SimulatedHosts:
                 proc.kill()
                 proc.wait()
         for ns, _, _ in self.hosts.values():
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            subprocess.run([_tool("ip"), "netns", "del", ns], capture_output=True, timeout=30)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
-from gluonkit.train.checkpoint import Checkpoint, get_rng_state, reseed_mxnet, set_rng_state
+from gluonkit.train.checkpoint import Checkpoint
+from gluonkit.train.rng import get_rng_state, reseed_mxnet, set_rng_state
 from gluonkit.train.split import split_and_load
 from gluonkit.train.trainer import Trainer
 

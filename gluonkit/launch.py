@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _launch_hosts, _launch_role
-from ._validate import choice, positive_int
+from ._validate import choice, finite_real, positive_int
 
 __all__ = ["launch", "main", "TIMEOUT_EXIT_CODE"]
 
@@ -160,9 +160,7 @@ def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workd
     choice(launcher, ("local", "ssh"), "launcher")
     if launcher == "ssh" and not (hostfile and os.path.isfile(hostfile)):
         raise ValueError(f"launcher={launcher!r} needs --hostfile naming an existing file of hosts, got {hostfile!r}.")
-    if launcher == "ssh" and not shutil.which("ssh"):
-        raise ValueError("launcher='ssh' needs the ssh client; install it (apt-get install openssh-client).")
-    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+    if timeout is not None and not finite_real(timeout, "timeout", "seconds") > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     if workdir is not None and launcher == "local" and not os.path.isdir(workdir):
         raise ValueError(f"workdir {workdir!r} is not a directory.")
@@ -227,6 +225,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
              for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
     hosts = _launch_hosts.read_hostfile(hostfile) if launcher == "ssh" else None
+    if hosts and not shutil.which("ssh"):
+        raise ValueError("launcher='ssh' needs the ssh client; install it (apt-get install openssh-client).")
     if host_ip is None:
         host_ip = "127.0.0.1" if launcher == "local" else _tracker_host_ip()
     if sync_dst_dir or workdir is None:
@@ -288,8 +288,8 @@ def _supervise(roles, wake, num_workers, started, timeout):
         failed = sorted((r for r in roles if r.failed_at is not None), key=lambda r: r.failed_at)
         if failed:
             role = failed[0]
-            tail = "\n    ".join(role.tail) or "(no output on stderr)"
-            _say(f"{role.failure(workers_done)}; ending the job. Its last lines on stderr:\n    {tail}")
+            tail = "".join(f"\n    {line}" for line in role.tail)
+            _say(f"{role.failure(workers_done)}; ending the job." + (" Its last lines on stderr:" + tail if tail else ""))
             return 1
         if workers_done:
             finished_at = finished_at or now

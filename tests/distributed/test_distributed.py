@@ -5,6 +5,9 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
+from gluonkit.launch import launch
 from job_check import JOB, assert_trained_like_one_process
 from watch import Watched, no_process_left
 
@@ -78,6 +81,24 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--launcher", "ssh", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "needs --hostfile" in result.stderr
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"env": ["1BAD=x"]}, "--env takes NAME=VALUE or NAME, got '1BAD=x'"),
+    ({"env_worker": ["GLUONKIT_SURELY_UNSET"]}, "GLUONKIT_SURELY_UNSET is not set on this machine; give "
+                                                "GLUONKIT_SURELY_UNSET=VALUE"),
+    ({"sync_dst_dir": "copy"}, "sync_dst_dir='copy' needs launcher='ssh'"),
+    ({"launcher": "ssh", "hostfile": "{hosts}"}, "line 2: 'node:port' is not a host"),
+    ({"timeout": 0}, "timeout must be a positive number of seconds, got 0"),
+    ({"timeout": True}, "timeout (seconds) must be a finite number, got True"),
+])
+def test_bad_environment_options_and_host_files_are_refused_before_starting_anything(tmp_path, options, message):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("node1\nnode:port\n")
+    options = {k: v.format(hosts=hosts) if isinstance(v, str) else v for k, v in options.items()}
+    with pytest.raises(ValueError) as info:
+        launch(["no-such-program-gluonkit"], 1, **options)
+    assert message in str(info.value)
 
 
 def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):

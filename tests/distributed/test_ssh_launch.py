@@ -82,10 +82,10 @@ def test_a_role_that_raises_ends_the_job_at_once_naming_it_and_its_error(hosts, 
 
 
 def test_timeout_ends_every_process_on_every_host(hosts, tmp_path):
-    run = _launch(hosts, tmp_path, _slow_job(tmp_path), 12)
+    run = _launch(hosts, tmp_path, _slow_job(tmp_path), 8)
     code, output = run.finish()
     assert code == 124, output[-3000:]
-    assert re.search(r"timed out after 12 s; still running: .*worker 0", output)
+    assert re.search(r"timed out after 8 s; still running: .*worker 0", output)
     assert hosts.wait_for_no_strays() == []
 
 

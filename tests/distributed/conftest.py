@@ -10,8 +10,8 @@ REQUIRE = "GLUONKIT_REQUIRE_SSH_TESTS"
 
 
 def _cannot(reason):
-    message = (f"the ssh launcher tests need two simulated hosts, and {reason}. Run them as root with "
-               "openssh-server, iproute2 and rsync installed (as .ci/run does).")
+    message = (f"the ssh launcher tests cannot simulate two hosts here: {reason}. Run them as root with "
+               f"openssh-server, iproute2 and rsync installed, as .ci/run does (it also sets {REQUIRE}=1).")
     if os.environ.get(REQUIRE) == "1":
         pytest.fail(f"{message} {REQUIRE}=1 forbids skipping them.")
     pytest.skip(message)
@@ -27,6 +27,6 @@ def hosts(tmp_path_factory):
         made = SimulatedHosts(tmp_path_factory.mktemp("hosts"))
     except (subprocess.CalledProcessError, RuntimeError, OSError) as err:
         detail = getattr(err, "stderr", None) or err
-        _cannot(f"making them failed here ({str(detail).strip()})")
+        _cannot(f"making them failed ({str(detail).strip()})")
     yield made
     made.close()

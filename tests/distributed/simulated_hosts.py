@@ -48,7 +48,7 @@ def _tool(name):
 def missing():
     """Why the simulated hosts cannot be made here (a sentence), or None."""
     if os.geteuid() != 0:
-        return "they need root (network namespaces and sshd)"
+        return "not running as root (network namespaces and sshd need it)"
     absent = sorted({package for tool, package in _PACKAGES.items() if not _tool(tool)})
     if absent:
         return f"{', '.join(absent)} not installed"

@@ -7,6 +7,7 @@ import collections
 import errno
 import fcntl
 import os
+import random
 import re
 import shlex
 import socket
@@ -25,7 +26,7 @@ _FORWARDED_NAMES = ("PATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 _FORWARDED_PREFIXES = ("PYTHON", "OMP_", "KMP_", "MXNET_", "DMLC_", "PS_")
 # fail fast on a host that does not answer, and notice a host that goes away mid-job
 _SSH_OPTIONS = ("BatchMode=yes", "ConnectTimeout=10", "ServerAliveInterval=5", "ServerAliveCountMax=3")
-_PORTS = range(9091, 10000)  # the dmlc tracker's range
+_PORTS = list(range(9091, 10000))  # the dmlc tracker's range
 
 
 def read_hostfile(path):
@@ -90,9 +91,11 @@ def reserve_port():
     started together can take the same one. Here each port is also locked (``flock`` on a
     file named after it in the temporary directory) for as long as the returned file is
     open, so launches on one machine never pick the same port. Close the file when the job
-    is over.
+    is over. The search starts at a random port of the range, which makes a clash with a
+    launcher that does not lock (the dmlc tracker starts at 9091) unlikely too.
     """
-    for port in _PORTS:
+    start = random.randrange(len(_PORTS))
+    for port in _PORTS[start:] + _PORTS[:start]:
         path = os.path.join(tempfile.gettempdir(), f"gluonkit-launch-port-{port}.lock")
         try:  # read-only, so that other users can lock the file too
             lock = os.fdopen(os.open(path, os.O_RDONLY | os.O_CREAT, 0o644))
@@ -112,4 +115,4 @@ def reserve_port():
                 lock.close()
                 continue
         return port, lock
-    raise RuntimeError(f"No free port for the scheduler in {_PORTS.start}-{_PORTS.stop - 1}.")
+    raise RuntimeError(f"No free port for the scheduler in {_PORTS[0]}-{_PORTS[-1]}.")

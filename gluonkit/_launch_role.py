@@ -170,9 +170,8 @@ def run(spec):
         while proc.poll() is None and not stop.wait(0.1):
             pass
         code = _stop(proc) if proc.returncode is None else proc.returncode
-        left = _end_group(proc.pid)  # what the program left behind in its group
         _report("exited", code)
-        _report("ended", int(left))
+        _report("ended", int(_end_group(proc.pid)))  # what the program left behind in its group
         return code if code >= 0 else 128 - code
     finally:
         shutil.rmtree(hook_dir, ignore_errors=True)

@@ -82,11 +82,14 @@ class _Role:
             if output.strip():  # a last line of the program's without a newline
                 sys.stderr.write(output + "\n")
                 self.tail.append(output.rstrip())
-            self._on_event(*event.rstrip("\n").split(" ", 1))
+            kind, _, value = event.strip().partition(" ")
+            self._on_event(kind, value)
         self.client_code = self.proc.wait()
         self._wake.put(self)
 
     def _on_event(self, kind, value):
+        if kind in ("started", "exited", "ended") and not re.fullmatch(r"-?\d+", value):
+            return  # not the wrapper's: only it writes these words after the mark, with a number
         if kind == "started":
             self.pid = int(value)
             _say(f"{self.name} started (pid {self.pid}){self.where}")

@@ -7,6 +7,8 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose
 
+from gluonkit.params import select
+
 __all__ = ["JOB", "assert_trained_like_one_process"]
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_job.py")
@@ -38,7 +40,7 @@ def assert_trained_like_one_process(out_dir):
     """Both workers' final weights (``dist_job.py OUT_DIR train``) equal the single-process reference."""
     job = _load_job()
     reference = _single_process_reference(job, out_dir)
-    expected = {k: p.data().asnumpy() for k, p in reference._collect_params_with_prefix().items()}
+    expected = {name: p.data().asnumpy() for name, p in select(reference).items()}
     initial = nd.load(os.path.join(out_dir, "initial.params"))
     for rank in (0, 1):
         got = nd.load(os.path.join(out_dir, f"worker{rank}.params"))

@@ -66,7 +66,6 @@ score_grad = nd.ones((x.shape[0], 10))
 # Blocks of other sections known to fail, each to be fixed in its section (then this entry
 # fails as an unexpected pass and must go).
 KNOWN_FAILING = {
-    "training-on-several-machines": "needs a dist_sync kvstore started by gluonkit.launch",
 }
 
 

@@ -1,5 +1,4 @@
 """Run a launcher command and follow its output while it runs (to act on what it prints)."""
-import os
 import queue
 import re
 import subprocess

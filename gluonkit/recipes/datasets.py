@@ -13,6 +13,7 @@ from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
 from ..data import digits
+from ..inference import preprocess, shrink_to
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "load_dataset", "dataset_labels",
            "stratified_indices", "stratified_split"]
@@ -45,12 +46,19 @@ class CapSize(gluon.Block):
         self._max_size = max_size
 
     def forward(self, x):
-        height, width = x.shape[:2]
-        longer = max(height, width)
-        if longer <= self._max_size:
-            return x
-        scale = self._max_size / longer
-        return mx.image.imresize(x, max(1, round(width * scale)), max(1, round(height * scale)))
+        return shrink_to(x, self._max_size)
+
+
+class _Preprocess(gluon.Block):
+    """An image as the exported model's ``preprocessing`` says: evaluation and
+    ``gluonkit.predict`` run the same code."""
+
+    def __init__(self, preprocessing):
+        super().__init__()
+        self._preprocessing = preprocessing
+
+    def forward(self, x):
+        return preprocess(x, self._preprocessing)
 
 
 def dataset_labels(dataset):
@@ -65,21 +73,23 @@ def dataset_labels(dataset):
     return np.array([int(np.ravel(dataset[i][1])[0]) for i in range(len(dataset))], dtype=np.int64)
 
 
-def _rank_within_class(labels, seed):
-    """A seeded random order of the samples in which the classes interleave evenly: the first
-    n of it hold every class in proportion to its size (to one sample)."""
+def _stratified_order(labels, seed):
+    """A seeded random order of the samples: one of each class first, then the classes
+    interleaved evenly, so that any first n hold every class in proportion to its size."""
     rng = np.random.RandomState(seed)
     keys = np.empty(len(labels))
     for cls in np.unique(labels):
         members = rng.permutation(np.flatnonzero(labels == cls))
         keys[members] = (np.arange(len(members)) + rng.uniform(0.25, 0.75)) / len(members)
+        keys[members[0]] = -1.0
     return np.lexsort((rng.uniform(size=len(labels)), keys))
 
 
 def stratified_indices(labels, count, seed=0):
-    """``count`` sample indices (sorted), every class in proportion to its size, seeded."""
+    """``count`` sample indices (sorted), chosen with ``seed``: one of every class first (when
+    ``count`` allows), then every class in proportion to its size."""
     labels = np.asarray(labels)
-    return np.sort(_rank_within_class(labels, seed)[:min(count, len(labels))])
+    return np.sort(_stratified_order(labels, seed)[:min(count, len(labels))])
 
 
 def stratified_split(labels, fraction=0.1, seed=0):
@@ -101,16 +111,13 @@ def _subset(dataset, labels, indices):
     return dataset.sample(_Indices(indices)), labels[indices]
 
 
-def _image_transforms(image_size, max_size, mean, std, train):
-    """GluonCV's ImageNet-style pipeline at ``image_size``; with ``image_size`` 0 images keep
-    their own sizes, shrunk to ``max_size`` on the longer side."""
+def _train_transform(image_size, max_size, mean, std):
+    """GluonCV's ImageNet-style training pipeline: random resized crops of ``image_size`` and
+    flips; with ``image_size`` 0 images keep their own sizes, shrunk to ``max_size``."""
     if image_size == 0:
-        steps = [CapSize(max_size)] + ([transforms.RandomFlipLeftRight()] if train else [])
-    elif train:
-        steps = [transforms.RandomResizedCrop(image_size), transforms.RandomFlipLeftRight()]
+        steps = [CapSize(max_size), transforms.RandomFlipLeftRight()]
     else:
-        steps = [transforms.Resize(int(round(image_size / _CROP_FRACTION)), keep_ratio=True),
-                 transforms.CenterCrop(image_size)]
+        steps = [transforms.RandomResizedCrop(image_size), transforms.RandomFlipLeftRight()]
     return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(mean, std)])
 
 
@@ -189,13 +196,13 @@ def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, 
     elif kind in ("imagefolder", "rec") and where:
         read = _image_folders if kind == "imagefolder" else _record_files
         train, test, names = read(dataset, where)
-        train_fn = _image_transforms(image_size, max_size, IMAGENET_MEAN, IMAGENET_STD, True)
-        test_fn = _image_transforms(image_size, max_size, IMAGENET_MEAN, IMAGENET_STD, False)
         if image_size:
             preprocessing = _preprocessing(3, IMAGENET_MEAN, IMAGENET_STD, crop=image_size,
                                            resize_short=int(round(image_size / _CROP_FRACTION)))
         else:
             preprocessing = _preprocessing(3, IMAGENET_MEAN, IMAGENET_STD, max_size=max_size)
+        train_fn = _train_transform(image_size, max_size, IMAGENET_MEAN, IMAGENET_STD)
+        test_fn = _Preprocess(preprocessing)
     else:
         raise ValueError(f"--dataset {dataset!r} is not one of digits, cifar10, imagefolder:DIR, "
                          "rec:FILE.rec.")

@@ -225,3 +225,64 @@ def test_images_of_their_own_sizes_are_bucketed(tmp_path):
     result = run(tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
                  "--image-size", "0", "--buckets", "2", "--epochs", "1", "--batch-size", "4", "--hybridize")
     assert result["history"]["epoch"] == [1]
+
+
+def test_epochs_0_evaluates_saves_and_exports(tmp_path, capsys):
+    result = run(tmp_path, "--limit", "40", "--epochs", "0")
+    assert result["history"].get("epoch", []) == []
+    assert "test accuracy: " in capsys.readouterr().out
+    assert (tmp_path / "model-symbol.json").exists() and Checkpoint(tmp_path / "checkpoints").latest
+
+
+def test_unknown_model_is_refused_while_parsing(capsys):
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--model", "resnet18-v1"])
+    err = capsys.readouterr().err
+    assert "neither 'cnn' nor a GluonCV model-zoo name (close: resnet18_v1" in err
+    assert "Traceback" not in err
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--pretrained"])
+    assert "--pretrained needs a GluonCV model-zoo --model" in capsys.readouterr().err
+
+
+def test_export_option_exports_the_best_checkpoint(tmp_path):
+    """--export rebuilds the network from the best checkpoint: it predicts like the model
+    the training run exported, and like the network loaded from that checkpoint."""
+    tiny = ["--limit", "64", "--batch-size", "16"]
+    run(tmp_path, *tiny, "--epochs", "2")
+    x = mx.nd.array(np.stack([digits(train=False)[i][0] for i in range(20)]))
+
+    def exported():
+        block = mx.gluon.SymbolBlock.imports(str(tmp_path / "model-symbol.json"), ["data"],
+                                             str(tmp_path / "model-0000.params"))
+        return block(x).asnumpy()
+
+    first = exported()
+    for name in ("model-symbol.json", "model-0000.params", "model.json"):
+        (tmp_path / name).unlink()
+    result = run(tmp_path, *tiny, "--export")
+    assert result["export"]["epoch_trained"] in (1, 2)
+    np.testing.assert_array_equal(exported(), first)
+    net = small_cnn(10)
+    net.initialize()
+    net(mx.nd.zeros((1, 1, 8, 8)))
+    Checkpoint(tmp_path / "checkpoints").load(net, best=True)
+    np.testing.assert_allclose(first, net(x).asnumpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(FileNotFoundError, match="no checkpoint in .* to export"):
+        run(tmp_path / "empty", *tiny, "--export")
+
+
+def test_label_smoothing_and_no_wd_on_bias(tmp_path):
+    from gluonkit.recipes.classify import _SmoothedLoss
+
+    pred, label = mx.nd.array([[2.0, 0.5, -1.0]]), mx.nd.array([0])
+    log_p = mx.nd.log_softmax(pred).asnumpy()[0]
+    expected = -(0.9 * log_p[0] + 0.05 * log_p[1] + 0.05 * log_p[2])
+    assert _SmoothedLoss(3, 0.1)(pred, label).asscalar() == pytest.approx(expected, rel=1e-6)
+    net = small_cnn(3)
+    changed = recipe.no_wd_on_bias(net)
+    assert changed and all(n.endswith(("beta", "gamma", "bias")) for n in changed)
+    assert {p.wd_mult for n, p in net.collect_params().items() if n.endswith("weight")} == {1.0}
+    result = run(tmp_path, "--limit", "64", "--epochs", "1", "--label-smoothing", "0.1",
+                 "--no-wd-on-bias")
+    assert np.isfinite(result["history"]["loss"][0])

@@ -14,33 +14,14 @@ import gluonkit
 from gluonkit.recipes.models import small_cnn
 from gluonkit.recipes.multitask import MultiTaskNet
 
-# Runs in a fresh interpreter that never imports gluonkit: loads PREFIX by both MXNet routes.
-LOADER = r"""
-import json, sys, warnings
-import mxnet as mx, numpy as np
-from mxnet import gluon
-prefix, data_file = sys.argv[1], sys.argv[2]
-meta = json.load(open(prefix + ".json"))
-x = mx.nd.array(np.load(data_file))
-warnings.simplefilter("ignore")
-block = gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")
-out = block(x)
-outs = [o.asnumpy().tolist() for o in (out if isinstance(out, (list, tuple)) else [out])]
-sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
-mod = mx.mod.Module(sym, data_names=["data"], label_names=None)
-mod.bind(data_shapes=[("data", x.shape)], for_training=False)
-mod.set_params(args, auxs)
-mod.forward(mx.io.DataBatch([x]), is_train=False)
-print(json.dumps({"block": outs, "module": [o.asnumpy().tolist() for o in mod.get_outputs()],
-                  "gluonkit": "gluonkit" in sys.modules}))
-"""
+LOADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exported_loader.py")
 
 
-def load_elsewhere(prefix, x, tmp_path):
+def load_elsewhere(prefix, x, tmp_path, python=sys.executable):
     """The outputs of the exported model on ``x``, computed in a process without gluonkit."""
     np.save(tmp_path / "x.npy", x)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", LOADER, str(prefix), str(tmp_path / "x.npy")],
+    done = subprocess.run([python, LOADER, str(prefix), str(tmp_path / "x.npy")],
                           capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

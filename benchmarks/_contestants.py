@@ -19,7 +19,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import gluonkit
-from _common import recipe_cnn
+from gluonkit.recipes.models import small_cnn
 
 # name: input shape (channels, height, width)
 NETWORKS = {
@@ -44,7 +44,7 @@ def make_net(name, seed):
     """A network of ``NETWORKS`` (GluonCV ones with pretrained=False), not yet initialized."""
     mx.random.seed(seed)
     if name == "cnn":
-        return recipe_cnn(CLASSES)
+        return small_cnn(CLASSES)
     from gluoncv.model_zoo import get_model
 
     return get_model(name, pretrained=False, classes=CLASSES)

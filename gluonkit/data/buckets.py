@@ -12,8 +12,9 @@ import numpy as np
 from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
-from .multiscale import (_LAST_BATCH, _check_choice, _check_positive_int, _Order, _resize, _seed_or_draw,
-                         _SeededEpochs)
+from .._validate import choice, positive_int
+from ._sampling import Order, seed_or_draw, SeededEpochs
+from .multiscale import _LAST_BATCH, _resize
 
 __all__ = ["Buckets", "BucketSampler", "BucketPad", "BucketBatchify", "bucket_loader"]
 
@@ -50,7 +51,7 @@ class Buckets:
         if not self.axes or len(set(self.axes)) != len(self.axes) or not all(
                 isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in self.axes):
             raise ValueError(f"axes must be an int or a tuple of distinct ints, got {axes!r}.")
-        self.mode = _check_choice(mode, _MODES, "mode")
+        self.mode = choice(mode, _MODES, "mode")
         rows = [(s,) if isinstance(s, numbers.Integral) else tuple(s) for s in shapes]
         if not rows:
             raise ValueError("shapes is empty; give at least one bucket shape.")
@@ -88,8 +89,8 @@ class Buckets:
             strided layers (a ResNet-20 step on 8 images of 13x19 took 1.35x as long per pixel
             as on 16x16 on a 2-core CPU).
         """
-        num_buckets = _check_positive_int(num_buckets, "num_buckets")
-        multiple = _check_positive_int(multiple, "multiple")
+        num_buckets = positive_int(num_buckets, "num_buckets")
+        multiple = positive_int(multiple, "multiple")
         probe = cls([(1,) * (1 if isinstance(axes, numbers.Integral) else len(tuple(axes)))],
                     axes, mode)
         sizes = probe.sizes(sample_shapes)
@@ -213,7 +214,7 @@ def _nearest(points, centers):
     return ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
 
 
-class BucketSampler(_SeededEpochs):
+class BucketSampler(SeededEpochs):
     """Batches of sample indices, every batch within one bucket.
 
     Each epoch the members of every bucket are shuffled and cut into batches (by
@@ -254,8 +255,8 @@ class BucketSampler(_SeededEpochs):
     def __init__(self, sample_shapes, batch_size, buckets=4, axes=(-2, -1), mode="pad",
                  multiple=1, shuffle=True, last_batch="keep", seed=None):
         shapes = [tuple(s) for s in sample_shapes]
-        self._batch_size = _check_positive_int(batch_size, "batch_size")
-        _check_choice(last_batch, _LAST_BATCH, "last_batch")
+        self._batch_size = positive_int(batch_size, "batch_size")
+        choice(last_batch, _LAST_BATCH, "last_batch")
         if isinstance(buckets, Buckets):
             self.buckets = buckets
         elif isinstance(buckets, numbers.Integral) and not isinstance(buckets, bool):
@@ -264,11 +265,11 @@ class BucketSampler(_SeededEpochs):
             self.buckets = Buckets(buckets, axes, mode)
         self.assignment = self.buckets.assign_all(shapes)
         self._members = [np.flatnonzero(self.assignment == b) for b in range(len(self.buckets))]
-        self._orders = [_Order(m) for m in self._members]
+        self._orders = [Order(m) for m in self._members]
         self._batchers = [gluon.data.BatchSampler(order, self._batch_size, last_batch)
                           for order in self._orders]
         self._shuffle = bool(shuffle)
-        self._seed = _seed_or_draw(seed)
+        self._seed = seed_or_draw(seed)
         self._epoch = 0
 
     def __iter__(self):
@@ -386,7 +387,7 @@ class BucketBatchify:
     """
 
     def __init__(self, buckets, label_fn=None, pad_val=0, extra=None):
-        _check_choice(extra, (None, "valid", "mask"), "extra")
+        choice(extra, (None, "valid", "mask"), "extra")
         self._extra = extra
         self._buckets = buckets
         self._tuple = Tuple(BucketPad(buckets, pad_val, ret_valid=extra is not None),

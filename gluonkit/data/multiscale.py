@@ -13,30 +13,12 @@ import numpy as np
 from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
+from .._validate import choice, positive_int
+from ._sampling import Order, seed_or_draw, SeededEpochs
+
 __all__ = ["MultiScaleSampler", "MultiScaleDataset", "resize_first", "multiscale_loader"]
 
 _LAST_BATCH = ("keep", "discard", "rollover")
-
-
-def _check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-def _check_choice(value, choices, name):
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
-    return value
-
-
-def _seed_or_draw(seed):
-    """``seed`` checked, or one drawn from NumPy's global generator (so np.random.seed fixes it)."""
-    if seed is None:
-        return int(np.random.randint(2 ** 31))
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}.")
-    return int(seed)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -71,19 +53,6 @@ def _resize(image, size):
     return out.astype(array.dtype, copy=False)
 
 
-class _Order(gluon.data.Sampler):
-    """A sampler over a list of indices whose order is set anew for each epoch."""
-
-    def __init__(self, indices):
-        self.order = list(indices)
-
-    def __iter__(self):
-        return iter(self.order)
-
-    def __len__(self):
-        return len(self.order)
-
-
 def _check_sizes(sizes):
     """Sizes as (height, width) tuples from ints (squares) or pairs."""
     if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
@@ -100,28 +69,7 @@ def _check_sizes(sizes):
     return checked
 
 
-class _SeededEpochs(gluon.data.Sampler):
-    """A sampler whose every epoch is drawn from (seed, epoch) alone, so a run can resume."""
-
-    @property
-    def epoch(self):
-        """int: The epoch the next iteration yields (counted from 0)."""
-        return self._epoch
-
-    def set_epoch(self, epoch):
-        """Make the next iteration yield epoch ``epoch``'s order (to resume a run)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}.")
-        self._epoch = int(epoch)
-
-    def _next_epoch_rng(self):
-        """The generator of the epoch about to be yielded; moves on to the next epoch."""
-        rng = np.random.default_rng([self._seed, self._epoch])
-        self._epoch += 1
-        return rng
-
-
-class MultiScaleSampler(_SeededEpochs):
+class MultiScaleSampler(SeededEpochs):
     """Batches of ``(index, size)`` pairs: one size per batch, or per ``interval`` batches.
 
     Each epoch the indices are shuffled and cut into batches by ``gluon.data.BatchSampler``;
@@ -153,14 +101,14 @@ class MultiScaleSampler(_SeededEpochs):
 
     def __init__(self, length, batch_size, sizes, interval=1, shuffle=True, last_batch="keep",
                  seed=None):
-        self._length = _check_positive_int(length, "length")
+        self._length = positive_int(length, "length")
         self.sizes = _check_sizes(sizes)
-        self._interval = _check_positive_int(interval, "interval")
-        self._order = _Order(range(self._length))
-        self._batcher = gluon.data.BatchSampler(self._order, _check_positive_int(batch_size, "batch_size"),
-                                                _check_choice(last_batch, _LAST_BATCH, "last_batch"))
+        self._interval = positive_int(interval, "interval")
+        self._order = Order(range(self._length))
+        self._batcher = gluon.data.BatchSampler(self._order, positive_int(batch_size, "batch_size"),
+                                                choice(last_batch, _LAST_BATCH, "last_batch"))
         self._shuffle = bool(shuffle)
-        self._seed = _seed_or_draw(seed)
+        self._seed = seed_or_draw(seed)
         self._epoch = 0
 
     def __iter__(self):

@@ -7,7 +7,8 @@ import math
 import numbers
 import os
 
-from .checkpoint import Checkpoint, _atomic_write
+from .._atomic import atomic_text, atomic_write
+from .checkpoint import Checkpoint
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
            "PlotCurves"]
@@ -259,12 +260,6 @@ class LRSchedule(Callback):
         self._apply(state)
 
 
-def _atomic_text(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    _atomic_write(directory, os.path.basename(path), lambda f: f.write(text.encode()))
-
-
 class HistoryLogger(Callback):
     """Write the history (one row per epoch) to a CSV or JSON file after every epoch.
 
@@ -298,7 +293,7 @@ class HistoryLogger(Callback):
             writer.writerow(list(history))
             writer.writerows(zip(*history.values()))
             text = buf.getvalue()
-        _atomic_text(self.path, text)
+        atomic_text(self.path, text)
 
     def on_epoch_end(self, state):
         self._write(state.history)
@@ -352,7 +347,7 @@ class PlotCurves(Callback):
         fig.savefig(buf, format="png", dpi=90)
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
-        _atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
+        atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
 
     def on_epoch_end(self, state):
         self._plot(state.history)

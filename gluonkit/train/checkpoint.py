@@ -1,10 +1,8 @@
 """Checkpoint: atomic save and exact resume of a network, its trainer and the random state."""
-import hashlib
 import io
 import json
 import os
 import pickle
-import random
 import re
 import shutil
 import uuid
@@ -13,64 +11,16 @@ import zipfile
 import mxnet as mx
 import numpy as np
 
-__all__ = ["Checkpoint", "get_rng_state", "set_rng_state", "reseed_mxnet"]
+from .._atomic import TMP_PREFIX, atomic_write, fsync_directory, scratch_file
+from .rng import get_rng_state, reseed_mxnet, set_rng_state
+
+__all__ = ["Checkpoint"]
 
 _FORMAT = "gluonkit-checkpoint"
 _VERSION = 1
 _NAME = re.compile(r"^(\d{6})-epoch(\d+)\.ckpt$")
 _BEST = "best.ckpt"
-_TMP_PREFIX = ".tmp-"
 _RESERVED = ("epoch", "step")
-
-
-def get_rng_state():
-    """The Python and NumPy generator states, as ``set_rng_state`` takes them.
-
-    MXNet's generator state cannot be read; see ``reseed_mxnet``.
-
-    Example::
-
-        >>> state = get_rng_state()
-        >>> a = np.random.rand(); set_rng_state(state); a == np.random.rand()
-        True
-    """
-    return {"python": random.getstate(), "numpy": np.random.get_state()}
-
-
-def set_rng_state(state):
-    """Restore generator states from ``get_rng_state`` (and seed MXNet if it holds a seed).
-
-    Example::
-
-        >>> set_rng_state({**get_rng_state(), "mxnet_seed": 7})
-    """
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if state.get("mxnet_seed") is not None:
-        mx.random.seed(state["mxnet_seed"])
-
-
-def reseed_mxnet(salt=0):
-    """Seed MXNet's generators from the Python and NumPy states and ``salt``; return the seed.
-
-    The seed is a hash of the two states, which are read but not advanced. MXNet cannot
-    report its own generator state, so exact resumption reseeds it at points that a resumed
-    run passes through too (``fit`` does it at the start of every epoch).
-
-    Example::
-
-        >>> np.random.seed(0); a = reseed_mxnet(salt=3)
-        >>> np.random.seed(0); a == reseed_mxnet(salt=3)
-        True
-    """
-    _, keys, pos, has_gauss, gauss = np.random.get_state()
-    digest = hashlib.blake2b(digest_size=4)
-    digest.update(repr(random.getstate()).encode())
-    digest.update(keys.tobytes())
-    digest.update(repr((pos, has_gauss, gauss, salt)).encode())
-    seed = int.from_bytes(digest.digest(), "little") & 0x7FFFFFFF
-    mx.random.seed(seed)
-    return seed
 
 
 def _structural_params(net):
@@ -80,44 +30,6 @@ def _structural_params(net):
 
 def _trainer_params(trainer):
     return list(trainer._params)
-
-
-def _scratch(directory, name):
-    """A new file in ``directory`` for ``name``'s bytes-to-be, opened for binary writing.
-
-    Unlike ``tempfile.mkstemp`` it gets the usual permissions (0666 less the umask).
-    """
-    path = os.path.join(directory, f"{_TMP_PREFIX}{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    return path, open(path, "xb")
-
-
-def _atomic_write(directory, name, write):
-    """Call ``write(file)`` on a temporary file in ``directory``, fsync, then rename to ``name``."""
-    tmp, f = _scratch(directory, name)
-    try:
-        with f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _npz_bytes(arrays):
@@ -134,7 +46,7 @@ def _npz_arrays(blob):
 
 def _trainer_state_bytes(trainer, directory):
     """``trainer.save_states`` writes a file; read it back from a scratch file."""
-    tmp, f = _scratch(directory, "trainer")
+    tmp, f = scratch_file(directory, "trainer")
     f.close()
     try:
         trainer.save_states(tmp)
@@ -145,7 +57,7 @@ def _trainer_state_bytes(trainer, directory):
 
 
 def _load_trainer_state(trainer, blob, directory):
-    tmp, f = _scratch(directory, "trainer")
+    tmp, f = scratch_file(directory, "trainer")
     try:
         with f:
             f.write(blob)
@@ -309,7 +221,7 @@ class Checkpoint:
                 for member, data in members.items():
                     zf.writestr(member, data)
 
-        _atomic_write(self.directory, name, write)
+        atomic_write(self.directory, name, write)
         path = os.path.join(self.directory, name)
         if best:
             self._mark_best(path)
@@ -323,14 +235,14 @@ class Checkpoint:
             with open(path, "rb") as src:
                 shutil.copyfileobj(src, f)
 
-        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}best-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp = os.path.join(self.directory, f"{TMP_PREFIX}best-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
             os.link(path, tmp)
         except OSError:   # no hard links here: copy
-            _atomic_write(self.directory, _BEST, write)
+            atomic_write(self.directory, _BEST, write)
             return
         os.replace(tmp, os.path.join(self.directory, _BEST))
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
 
     def load(self, net, trainer=None, *, best=False, path=None):
         """Restore the latest checkpoint (or the best, or ``path``) into ``net`` and ``trainer``.

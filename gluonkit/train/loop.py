@@ -12,195 +12,14 @@ from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
 from .callbacks import Callback
-from .checkpoint import get_rng_state, reseed_mxnet, set_rng_state
+from .rng import set_rng_state
+from .state import FitState, Tally
 from .split import split_and_load
 
 __all__ = ["fit", "evaluate", "FitState"]
 
 log = logging.getLogger("gluonkit")
 SETTLE_SECONDS = 0.5   # how often the running loss and metrics are counted (and the bar refreshed)
-
-
-class _Tally:
-    """The running loss and metrics of an epoch, kept without making the devices wait.
-
-    Reading a result on the host waits until the device has computed it; reading each batch's
-    loss that way cost ``fit`` ~12% of the throughput of a small network on two devices. So
-    per-sample losses are summed on the device (in float64) and read only when asked for,
-    and metrics, which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a
-    time (which bounds the outputs held) or when read. ``settle`` counts every batch.
-    """
-
-    METRIC_BATCHES = 16
-
-    def __init__(self, metrics):
-        self.metrics = metrics
-        self.samples = 0
-        self._loss = None          # float64 NDArray of shape (1,) on the first loss's context
-        self._restored = 0.0       # a loss sum from a checkpoint: where ``_loss`` starts
-        self._queued = []          # (labels, outputs) not yet given to the metrics
-
-    @property
-    def loss_sum(self):
-        """float: Sum of the per-sample losses added so far (waits for the last batch)."""
-        return self._restored if self._loss is None else float(self._loss.asscalar())
-
-    @loss_sum.setter
-    def loss_sum(self, value):
-        self._loss, self._restored = None, float(value)
-
-    def reset(self):
-        self.samples, self._loss, self._restored, self._queued = 0, None, 0.0, []
-        for metric in self.metrics:
-            metric.reset()
-
-    def add(self, labels, outputs, losses, count):
-        """Add a batch of ``count`` samples (``losses`` is None when no loss is tallied)."""
-        self.samples += count
-        for value in losses or ():
-            part = value.astype("float64").sum()
-            if self._loss is None:
-                self._loss = mx.nd.array([self._restored], ctx=part.context, dtype="float64")
-            self._loss += part.as_in_context(self._loss.context)
-        if self.metrics:
-            self._queued.append((labels, outputs))
-            if len(self._queued) >= self.METRIC_BATCHES:
-                self.settle()
-
-    def settle(self):
-        """Give the queued batches to the metrics and wait for the last batch's loss."""
-        queued, self._queued = self._queued, []
-        for labels, outputs in queued:
-            for metric in self.metrics:
-                metric.update(labels, outputs)
-        if self._loss is not None:
-            self._loss.wait_to_read()
-
-    def values(self, loss=True):
-        """dict: the mean per-sample 'loss' (if ``loss``) and each metric, all batches counted."""
-        self.settle()
-        logs = {"loss": self.loss_sum / max(self.samples, 1)} if loss else {}
-        for metric in self.metrics:
-            logs.update(metric.get_name_value())
-        return logs
-
-
-class FitState:
-    """What ``fit`` is doing; every callback hook receives it.
-
-    Attributes
-    ----------
-    net, loss, trainer, ctx : the objects ``fit`` was given (``ctx`` a list of Context).
-    epochs : int
-        Number of epochs to reach.
-    epoch : int
-        Index of the current epoch (0-based); after the last one, the number completed.
-    batch : int
-        Batches done in the current epoch.
-    step : int
-        Optimizer updates applied so far (one per ``accumulate`` batches).
-    logs : dict
-        During an epoch: running 'loss' and metrics (reading them waits for the last batch);
-        at ``on_epoch_end``: the epoch's row.
-    history : dict of list
-        One entry per completed epoch for each key of the rows.
-    stop_training : bool
-        Set it in a callback to stop after the current epoch.
-    interrupted : signal.Signals or None
-        The signal (SIGINT, SIGTERM) that asked training to stop, if any.
-    is_main_process : bool
-        False on the workers of rank > 0 in distributed training: they neither log nor write.
-    """
-
-    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics):
-        self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
-        self.epochs = epochs
-        self.epoch = self.batch = self.step = 0
-        self.history = {}
-        self._logs = {}
-        self.stop_training = False
-        self.interrupted = None
-        self.is_main_process = getattr(trainer, "rank", 0) == 0
-        self._callbacks = callbacks
-        self._tally = _Tally(metrics)
-        self._phase = "idle"          # 'train' inside an epoch, 'end' at on_epoch_end
-        self._epoch_rng = None        # generator states at the start of the epoch
-        self._resume = None           # mid-epoch resumption: batches to skip, states after them
-        self._callback_states = None
-
-    @property
-    def logs(self):
-        if self._phase == "train" and self._tally.samples:
-            return self._tally.values()
-        return self._logs
-
-    @property
-    def position(self):
-        """tuple: ``(epochs completed, batches done in the next epoch)``."""
-        if self._phase == "train":
-            return self.epoch, self.batch
-        if self._resume is not None:
-            return self.epoch, self._resume["batch"]
-        return self.epoch + (self._phase == "end"), 0
-
-    def snapshot(self):
-        """Everything ``restore`` needs to continue exactly from here (picklable).
-
-        Example::
-
-            ckpt.save(state.net, state.trainer, state.position[0], fit=state.snapshot())
-        """
-        epoch, batch = self.position
-        snap = {"epoch": epoch, "batch": batch, "step": self.step,
-                "history": copy.deepcopy(self.history),
-                "callbacks": [(type(cb).__name__, cb.state_dict()) for cb in self._callbacks]}
-        if batch:
-            tally = self._tally
-            tally.settle()
-            snap.update(epoch_rng=self._epoch_rng, rng=get_rng_state(), loss_sum=tally.loss_sum,
-                        samples=tally.samples, metrics=copy.deepcopy(tally.metrics))
-        return snap
-
-    def restore(self, saved):
-        """Continue from what ``Checkpoint.load`` returned (a ``snapshot`` under 'fit').
-
-        A checkpoint saved without a snapshot resumes at the start of the epoch after its
-        ``epoch``.
-        """
-        snap = saved.get("fit")
-        if snap is None:
-            self.epoch, self.step = saved["epoch"], saved.get("step", 0)
-            return
-        self.epoch, self.step = snap["epoch"], snap["step"]
-        self.history = copy.deepcopy(snap["history"])
-        self._callback_states = snap["callbacks"]
-        self._resume = snap if snap["batch"] else None
-
-    def _apply_callback_states(self):
-        saved, self._callback_states = self._callback_states, None
-        if saved is None:
-            return
-        for cb, (name, cb_state) in zip(self._callbacks, saved):
-            if type(cb).__name__ == name:
-                cb.load_state_dict(cb_state)
-
-    def _begin_epoch(self):
-        """Reset the epoch's sums, or take them from a mid-epoch snapshot; return batches to skip."""
-        self._phase = "train"
-        snap, self._resume = self._resume, None
-        tally = self._tally
-        if snap is None:
-            self.batch = 0
-            tally.reset()
-            self._epoch_rng = get_rng_state()
-            self._epoch_rng["mxnet_seed"] = reseed_mxnet(salt=self.epoch)
-            return 0, None
-        self.batch, tally.loss_sum, tally.samples = snap["batch"], snap["loss_sum"], snap["samples"]
-        if [m.name for m in snap["metrics"]] == [m.name for m in tally.metrics]:
-            tally.metrics[:] = snap["metrics"]
-        self._epoch_rng = snap["epoch_rng"]
-        set_rng_state(self._epoch_rng)   # replay the epoch's data order from its start
-        return snap["batch"], snap["rng"]
 
 
 def _call(callbacks, hook, state):
@@ -305,7 +124,7 @@ def _train_batch(state, data, label):
 
 
 def _evaluate(net, data, ctx, metrics, loss, name):
-    tally = _Tally(metrics)
+    tally = Tally(metrics)
     tally.reset()
     for index, batch in enumerate(data):
         x, y = _unpack(batch, index, name)

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
+from conftest import params_of
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
-from gluonkit.train.loop import _Tally, evaluate, fit
+from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.state import Tally
 from gluonkit.train.trainer import Trainer
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -51,10 +53,6 @@ def loader(x, y, batch_size=8, shuffle=False):
                                  shuffle=shuffle, last_batch="keep")
 
 
-def params_of(net):
-    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
-
-
 def assert_params(a, b, exact=True):
     for k in a:
         if exact:
@@ -80,7 +78,7 @@ class RunningLogs(Callback):
 
 @pytest.mark.parametrize("read_logs", [True, False], ids=["logs-read", "metrics-grouped"])
 def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize, read_logs, monkeypatch):
-    monkeypatch.setattr(_Tally, "METRIC_BATCHES", 4)   # 6 batches per epoch: a group and a rest
+    monkeypatch.setattr(Tally, "METRIC_BATCHES", 4)   # 6 batches per epoch: a group and a rest
     x, y = make_data()
     np.random.seed(11)
     net = make_net(ctx_list, hybridize=hybridize)
@@ -190,7 +188,7 @@ def test_resume_after_two_epochs_equals_four_straight_with_dropout(tmp_path, ctx
 @pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt),
                                          (signal.SIGTERM, SystemExit)])
 def test_signal_mid_epoch_saves_and_resumes_exactly(tmp_path, ctx_list, sig, raised, monkeypatch):
-    monkeypatch.setattr(_Tally, "METRIC_BATCHES", 2)   # the stop comes with a batch still queued
+    monkeypatch.setattr(Tally, "METRIC_BATCHES", 2)   # the stop comes with a batch still queued
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     np.random.seed(0)
     straight, history = run(tmp_path, "a", 3, ctx_list, accumulate=2)
@@ -210,7 +208,7 @@ def test_signal_mid_epoch_saves_and_resumes_exactly(tmp_path, ctx_list, sig, rai
 CHILD = textwrap.dedent("""
     import sys, time
     import numpy as np, mxnet as mx
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
     from test_loop import make_data, make_net, sgd, loader, params_of, LOSS
     from gluonkit.train.callbacks import Callback, ModelCheckpoint
     from gluonkit.train.loop import fit

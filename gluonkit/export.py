@@ -15,6 +15,7 @@ import os
 
 import mxnet as mx
 
+from ._atomic import atomic_text, fsync_directory, scratch_file
 from ._validate import non_negative_int
 
 __all__ = ["export_model", "read_metadata", "FORMAT"]
@@ -24,15 +25,18 @@ FORMAT = 1
 _DATA = "data"
 
 
-def _write_atomically(path, write):
-    """Call ``write(tmp_path)`` then move the result to ``path``: never a half-written file."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+def _write_params(path, arrays):
+    """``mx.nd.save`` to a scratch file beside ``path``, then renamed (MXNet writes by name)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp, f = scratch_file(directory, os.path.basename(path))
+    f.close()
     try:
-        write(tmp)
+        mx.nd.save(tmp, arrays)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+    fsync_directory(directory)
 
 
 def _outputs(outputs, count):
@@ -116,19 +120,13 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise ValueError(f"the traced graph has inputs other than {_DATA!r} that are not "
                          f"parameters: {missing}; export a network that takes one input.")
 
-    directory = os.path.dirname(os.path.abspath(prefix))
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     files = {"symbol": f"{prefix}-symbol.json", "params": f"{prefix}-{epoch:04d}.params",
              "metadata": f"{prefix}.json"}
-    _write_atomically(files["symbol"], symbol.save)
-    _write_atomically(files["params"], lambda path: mx.nd.save(path, arrays))
+    atomic_text(files["symbol"], symbol.tojson())
+    _write_params(files["params"], arrays)
     metadata["files"] = {k: os.path.basename(v) for k, v in files.items()}
-
-    def write_json(path):
-        with open(path, "w") as f:
-            json.dump(metadata, f, indent=1)
-            f.write("\n")
-    _write_atomically(files["metadata"], write_json)
+    atomic_text(files["metadata"], json.dumps(metadata, indent=1) + "\n")
     return dict(metadata, files=files)
 
 

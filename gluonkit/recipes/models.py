@@ -2,7 +2,9 @@
 import difflib
 import os
 
+from mxnet.base import data_dir
 from mxnet.gluon import nn
+from mxnet.initializer import Xavier
 
 __all__ = ["small_cnn", "check_model_name", "build_model"]
 
@@ -54,18 +56,21 @@ def _pretrained(name, classes, pretrained_file):
         net = model_zoo.get_model(name, pretrained=False)
         net.load_parameters(pretrained_file, ignore_extra=True)
     else:
+        root = os.path.join(data_dir(), "models")      # ~/.mxnet/models, or $MXNET_HOME's
         try:
-            net = model_zoo.get_model(name, pretrained=True)
+            net = model_zoo.get_model(name, pretrained=True, root=root)
         except (OSError, ValueError, AssertionError) as err:   # no network, or no weights published
             raise RuntimeError(
                 f"--pretrained: the weights of {name!r} are not available ({err}). They are "
-                "downloaded to ~/.mxnet/models on first use; offline, pass --pretrained-file "
+                f"downloaded to {root} on first use; offline, pass --pretrained-file "
                 "PATH (a .params file of this network), or train from scratch without "
                 "--pretrained.") from err
     for attr in ("output", "fc"):
         if isinstance(getattr(net, attr, None), nn.Dense):
             with net.name_scope():
-                setattr(net, attr, nn.Dense(classes))
+                output = nn.Dense(classes)
+            output.initialize(Xavier())
+            setattr(net, attr, output)
             return net
     raise ValueError(f"--pretrained: cannot find the output layer of {name!r} (no Dense "
                      "'output' or 'fc') to give it the dataset's classes.")

@@ -1,6 +1,7 @@
 """gluonkit.recipes.classify end to end on a tiny budget: outputs, exact resume, devices, options."""
 import csv
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import requests
 from gluonkit.data import digits
 from gluonkit.train.checkpoint import Checkpoint
 
+from gluonkit.params import select
 from gluonkit.recipes import _cli
 from gluonkit.recipes import classify as recipe
 from gluonkit.recipes.datasets import dataset_labels, load_dataset, stratified_indices
@@ -207,7 +209,8 @@ def test_multiscale_trains_each_batch_at_one_of_the_sizes(tmp_path):
     assert result["history"]["epoch"] == [1] and 0 <= result["test_accuracy"] <= 1
 
 
-def test_images_of_their_own_sizes_are_bucketed(tmp_path):
+def test_images_of_their_own_sizes_are_bucketed(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="gluonkit")
     import cv2
 
     rng = np.random.RandomState(3)
@@ -222,6 +225,9 @@ def test_images_of_their_own_sizes_are_bucketed(tmp_path):
     train, _ = recipe.make_loaders(train_set, test_set, 4, None, 1, 0, 2, 0, 0)
     shapes = {x.shape[2:] for x, _ in train}
     assert 1 <= len(shapes) <= 2 and all(h % 4 == 0 and w % 4 == 0 for h, w in shapes)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Batches in")]
+    assert logged == [f"Batches in {len(train.batch_sampler.buckets)} shapes: " + ", ".join(
+        "x".join(map(str, s)) for s in train.batch_sampler.buckets.shapes) + "."]
     result = run(tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
                  "--image-size", "0", "--buckets", "2", "--epochs", "1", "--batch-size", "4", "--hybridize")
     assert result["history"]["epoch"] == [1]
@@ -286,3 +292,23 @@ def test_label_smoothing_and_no_wd_on_bias(tmp_path):
     result = run(tmp_path, "--limit", "64", "--epochs", "1", "--label-smoothing", "0.1",
                  "--no-wd-on-bias")
     assert np.isfinite(result["history"]["loss"][0])
+
+
+def test_pretrained_file_starts_from_those_weights(tmp_path):
+    from gluoncv import model_zoo
+
+    source = model_zoo.get_model("cifar_resnet20_v1", pretrained=False)
+    source.initialize(mx.init.Xavier())
+    source(mx.nd.zeros((1, 3, 8, 8)))
+    source.save_parameters(str(tmp_path / "w.params"))
+    write_images(tmp_path / "folder" / "train", "abc", 4, seed=0)
+    result = run(tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
+                 "--image-size", "8", "--epochs", "1", "--batch-size", "6", "--model",
+                 "cifar_resnet20_v1", "--pretrained-file", str(tmp_path / "w.params"), "--lr", "0")
+    net = result["net"]
+    trained, loaded = select(net.features), select(source.features)
+    assert set(trained) == set(loaded)
+    for name, param in trained.items():        # lr 0: the weights as loaded
+        if "running" not in name:              # (BatchNorm's statistics follow the data)
+            np.testing.assert_array_equal(param.data().asnumpy(), loaded[name].data().asnumpy(), name)
+    assert net(mx.nd.zeros((2, 3, 8, 8))).shape == (2, 3)

@@ -23,7 +23,7 @@ from gluonkit.recipes.models import small_cnn
 
 # name: input shape (channels, height, width)
 NETWORKS = {
-    "cnn": (1, 8, 8),                   # recipes/classify.py's CNN on digit-sized images
+    "cnn": (1, 8, 8),                   # the recipes' small CNN on digit-sized images
     "cifar_resnet20_v1": (3, 32, 32),
     "resnet18_v1b": (3, 64, 64),
 }

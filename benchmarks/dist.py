@@ -3,7 +3,7 @@
     python -m benchmarks.dist            # full run (about 2 minutes on 2 cores)
     python -m benchmarks.dist --quick    # seconds, for the test suite; figures not meaningful
 
-Trains the recipe's CNN (recipes/classify.py) on synthetic digit-sized images with
+Trains the recipes' small CNN (gluonkit.recipes.models) on synthetic digit-sized images with
 ``gluonkit.Trainer``: as one process without a kvstore, and under
 ``python -m gluonkit.launch -n N -s 1`` (kvstore 'dist_sync', 127.0.0.1) with 1 and 2
 workers, each worker on its own shard with the same batch. Reports samples/s over all
@@ -245,7 +245,7 @@ python -m benchmarks.dist            # the table below (about 2 minutes)
 python -m benchmarks.dist --quick    # seconds, for the test suite
 ```
 
-The recipe's CNN (`recipes/classify.py`) on synthetic digit-sized images (1x8x8, random
+The recipes' small CNN (`gluonkit.recipes.models.small_cnn`) on synthetic digit-sized images (1x8x8, random
 labels), `gluonkit.Trainer` with SGD, batch {batch} per worker, {steps} steps per epoch:
 one warm-up epoch, then {epochs} timed epochs per launch; each run launched {repeats} times,
 the runs taking turns. The jobs run under

@@ -45,6 +45,7 @@ _MODULE = "gluonkit.recipes.classify"
 
 def _build_parser():
     parser = _cli.build_parser("Train an image classifier with gluonkit (digits by default).",
+                               prog="gluonkit-classify",
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default="digits",
@@ -207,17 +208,21 @@ def _input_shape(loader):
     return tuple(next(iter(loader))[0].shape[1:])
 
 
-def _prepare(net, ctx, input_shape, hybridize, variable_shapes, pretrained):
-    """Initialize ``net`` on ``ctx`` (all of it: one forward finishes deferred shapes) and
-    hybridize it; returns the network to train."""
+def _finish_init(net, input_shape, ctx):
+    """Give deferred parameters their shapes and values by one forward of zeros."""
+    with autograd.pause():
+        net(mx.nd.zeros((1,) + tuple(input_shape), ctx=ctx))
+
+
+def _prepare(net, ctx, hybridize, variable_shapes, pretrained):
+    """Initialize ``net`` on ``ctx`` (deferred: shapes come with the first batch, as a
+    distributed Trainer expects) and hybridize it; returns the network to train."""
     if hybridize and variable_shapes:
         net = ShapeCache(net)      # one cached graph per input shape; parameter names unchanged
     if pretrained:
         net.collect_params().reset_ctx(ctx)
     else:
         net.initialize(mx.init.Xavier(), ctx=ctx)
-    with autograd.pause():
-        net(mx.nd.zeros((1,) + tuple(input_shape), ctx=ctx[0]))
     if hybridize:
         net.hybridize(**({"static_alloc": True, "static_shape": True} if variable_shapes else {}))
     return net
@@ -232,8 +237,7 @@ def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, prep
                                 "--out).")
     net = build_model(model, len(class_names))
     net.initialize(ctx=mx.cpu())
-    with autograd.pause():
-        net(mx.nd.zeros((1,) + tuple(input_shape)))
+    _finish_init(net, input_shape, mx.cpu())
     state = ckpt.load(net, best=ckpt.best is not None)
     return export_model(net, prefix, input_shape, outputs=class_names, preprocessing=preprocessing,
                         task="classify", model=model, epoch_trained=state.get("epoch"))
@@ -271,7 +275,7 @@ def train(args):
     classes = len(class_names)
     pretrained = bool(args.pretrained or args.pretrained_file)
     net = build_model(args.model, classes, args.pretrained, args.pretrained_file)
-    net = _prepare(net, ctx, input_shape, args.hybridize,
+    net = _prepare(net, ctx, args.hybridize,
                    bool(args.multiscale) or args.image_size == 0, pretrained)
     if args.no_wd_on_bias:
         no_wd_on_bias(net)
@@ -304,7 +308,8 @@ def train(args):
     metadata = None
     if args.out and main_process:
         if Checkpoint(checkpoints).best is None and Checkpoint(checkpoints).latest is None:
-            Checkpoint(checkpoints).save(net, trainer, 0)      # --epochs 0 and nothing to resume
+            _finish_init(net, input_shape, ctx[0])             # --epochs 0, nothing to resume
+            Checkpoint(checkpoints).save(net, trainer, 0)
         metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
                                      input_shape, preprocessing)
     if main_process:

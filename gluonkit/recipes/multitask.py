@@ -76,7 +76,7 @@ class MultiTaskNet(Branches):
 
 
 def _build_parser():
-    parser = _cli.build_parser(__doc__.split("\n\n")[0])
+    parser = _cli.build_parser(__doc__.split("\n\n")[0], prog="gluonkit-multitask")
     data = parser.add_argument_group("data")
     data.add_argument("--batch-size", type=_cli.positive_int, default=64)
     data.add_argument("--train-size", type=_cli.positive_int, default=None,

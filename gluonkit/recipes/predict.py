@@ -20,7 +20,7 @@ _MODULE = "gluonkit.recipes.predict"
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="gluonkit-predict")
     parser.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR",
                         help="image files, or directories searched for them")
     parser.add_argument("--model", required=True, metavar="PREFIX",

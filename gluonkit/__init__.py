@@ -10,9 +10,9 @@ from ._check import check_versions as _check_versions
 _check_versions()
 
 from . import autograd, data, nn, ops, params  # noqa: E402
+from . import callbacks  # noqa: E402
 from .export import export_model  # noqa: E402
 from .inference import load_model, predict  # noqa: E402
-from .train import callbacks  # noqa: E402
 from .train.checkpoint import Checkpoint  # noqa: E402
 from .train.loop import evaluate, fit  # noqa: E402
 from .train.split import split_and_load  # noqa: E402

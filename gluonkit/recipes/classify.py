@@ -277,6 +277,8 @@ def train(args):
     net = build_model(args.model, classes, args.pretrained, args.pretrained_file)
     net = _prepare(net, ctx, args.hybridize,
                    bool(args.multiscale) or args.image_size == 0, pretrained)
+    if args.epochs == 0:        # no batch will give the layers their shapes before the save
+        _finish_init(net, input_shape, ctx[0])
     if args.no_wd_on_bias:
         no_wd_on_bias(net)
     trainer = Trainer(net.collect_params(), args.optimizer,
@@ -307,9 +309,6 @@ def train(args):
     seconds = time.perf_counter() - tic
     metadata = None
     if args.out and main_process:
-        if Checkpoint(checkpoints).best is None and Checkpoint(checkpoints).latest is None:
-            _finish_init(net, input_shape, ctx[0])             # --epochs 0, nothing to resume
-            Checkpoint(checkpoints).save(net, trainer, 0)
         metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
                                      input_shape, preprocessing)
     if main_process:

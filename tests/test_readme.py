@@ -66,10 +66,6 @@ score_grad = nd.ones((x.shape[0], 10))
 # Blocks of other sections known to fail, each to be fixed in its section (then this entry
 # fails as an unexpected pass and must go).
 KNOWN_FAILING = {
-    "parameters-of-one-block-gluonkit-params": "loads cifar_resnet20_v1.params, a file the "
-                                               "example does not make",
-    "selection-that-keeps-gradients-gluonkit-ops": "the last line raises the IndexError it "
-                                                   "documents",
     "training-on-several-machines": "needs a dist_sync kvstore started by gluonkit.launch",
 }
 

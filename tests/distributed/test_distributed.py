@@ -112,6 +112,7 @@ def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
     output = result.stdout + result.stderr
     assert output.count("test accuracy:") == 1
     assert output.count("Training cnn on digits (200 images") == 1   # each worker holds half
-    assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv"]
+    assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv",
+                                       "model-0000.params", "model-symbol.json", "model.json"]
     with open(out / "history.csv") as f:
         assert len(f.read().strip().splitlines()) == 3     # a header and one row per epoch

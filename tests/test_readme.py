@@ -63,13 +63,6 @@ aux_head.initialize(ctx=ctx)
 score_grad = nd.ones((x.shape[0], 10))
 '''
 
-# Blocks of other sections known to fail, each to be fixed in its section (then this entry
-# fails as an unexpected pass and must go).
-KNOWN_FAILING = {
-    "training-on-several-machines": "needs a dist_sync kvstore started by gluonkit.launch",
-}
-
-
 def _slug(heading):
     return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")
 
@@ -98,15 +91,7 @@ def readme_sections():
     return list(sections.items())
 
 
-def _params():
-    for slug, blocks in readme_sections():
-        marks = []
-        if slug in KNOWN_FAILING:
-            marks.append(pytest.mark.xfail(reason=KNOWN_FAILING[slug], strict=True))
-        yield pytest.param(blocks, id=slug, marks=marks)
-
-
-@pytest.mark.parametrize("blocks", list(_params()))
+@pytest.mark.parametrize("blocks", [pytest.param(blocks, id=slug) for slug, blocks in readme_sections()])
 def test_readme_section_runs(blocks, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "readme"}

@@ -21,6 +21,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import mxnet as mx
+import numpy as np
 from gluoncv.data import CustomVOCDetectionBase
 from mxnet import gluon
 
@@ -245,10 +246,11 @@ def draw_predictions(net, family, dataset, classes, size, path, count=4, thresh=
     for i in range(min(count, len(dataset))):
         image, label = dataset[i]
         x, _ = transform(image, label)
-        ids, scores, bboxes = net(x.expand_dims(0).as_in_context(ctx))
+        ids, scores, bboxes = (a[0].asnumpy() for a in net(x.expand_dims(0).as_in_context(ctx)))
+        shown = (scores[:, 0] >= thresh) & np.isfinite(bboxes).all(axis=1)   # a diverged net: none
         resized = mx.image.imresize(image, size[1], size[0]).asnumpy()
-        viz.plot_bbox(resized, bboxes[0].asnumpy(), scores[0].asnumpy(), ids[0].asnumpy(),
-                      thresh=thresh, class_names=classes, ax=figure.add_subplot(1, count, i + 1))
+        viz.plot_bbox(resized, bboxes[shown], scores[shown], ids[shown], thresh=thresh,
+                      class_names=classes, ax=figure.add_subplot(1, count, i + 1))
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
@@ -299,7 +301,8 @@ def train(args):
     trainer = Trainer(net.collect_params(), args.optimizer,
                       {"learning_rate": args.lr, "wd": args.wd,
                        **({"momentum": args.momentum} if args.optimizer in ("sgd", "nag") else {})},
-                      kvstore=kvstore, accumulate=args.accumulate, clip_global_norm=args.clip_global_norm)
+                      kvstore=kvstore, accumulate=args.accumulate,
+                      **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
     main_process = trainer.rank == 0
     callbacks = [SamplerEpoch(train_loader.batch_sampler), VOCValidation(val_loader, classes, ctx),
                  _schedule(args.lr, args.epochs, args.warmup_epochs,

@@ -28,8 +28,9 @@ def _params(net):
     ["--model", "ssd_300_mobilenet0.25_custom"],
     ["--multiscale", "64,96", "--multiscale-interval", "1"],
     ["--image-size", "0", "--buckets", "2"],
-    ["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--accumulate", "2", "--clip-global-norm", "50"],
-], ids=["yolo3", "ssd", "multiscale", "buckets", "two-devices-accumulate"])
+    ["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--accumulate", "2"],
+    ["--accumulate", "2", "--clip-global-norm", "50"],
+], ids=["yolo3", "ssd", "multiscale", "buckets", "two-devices-accumulate", "clip"])
 def test_every_mode_trains_validates_and_exports(tmp_path, extra):
     result = _run(tmp_path, *extra)
     out = tmp_path / "out"

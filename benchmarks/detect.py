@@ -9,11 +9,9 @@ import os
 import statistics
 import sys
 
-from _common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
-from _harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,
-                      serve, write_json)
-
-set_env()
+from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
+from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,
+                       serve, write_json)
 
 SECTION = "detect"
 
@@ -179,8 +177,8 @@ README_TEXT = """\
 ## Detection training step (`detect.py`)
 
 ```bash
-python benchmarks/detect.py                  # 6 contestants x 5 epochs of 64 images at 128 px
-python benchmarks/detect.py --quick          # seconds, for the test suite; its figures mean nothing
+python -m benchmarks.detect                  # 6 contestants x 5 epochs of 64 images at 128 px
+python -m benchmarks.detect --quick          # seconds, for the test suite; its figures mean nothing
 ```
 
 YOLOv3 (`{model}`, GluonCV model zoo, from scratch) trained with SGD on {samples} images of the
@@ -208,7 +206,7 @@ def main(args):
     options = {"samples": args.samples, "batch_size": args.batch_size, "size": args.size,
                "model": args.model, "seed": args.seed}
     print(f"{info['cpu']}, {info['cores']} cores, load {info['load_average']}", flush=True)
-    rows = compare(__file__, args.only, options, args.repeats, reference="gluoncv-1")
+    rows = compare("benchmarks.detect", args.only, options, args.repeats, reference="gluoncv-1")
     results = {"machine": info, "threads": thread_settings(), "repeats": args.repeats,
                "options": options, "rows": rows}
     results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -225,4 +223,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == [WORKER_FLAG]:
         serve(build)
     else:
+        set_env("benchmarks.detect")
         main(parse_args())

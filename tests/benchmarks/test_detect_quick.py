@@ -1,4 +1,4 @@
-"""benchmarks/detect.py --quick runs end to end and writes what it promises."""
+"""python -m benchmarks.detect --quick runs end to end and writes what it promises."""
 import json
 import os
 import subprocess
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCHMARKS = os.path.join(ROOT, "benchmarks")
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
 CONTESTANTS = ["gluoncv-1", "gluonkit-1", "gluoncv-2", "gluonkit-2", "gluoncv-2-acc", "gluonkit-2-acc"]
 
@@ -18,9 +18,8 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("detect")
     readme = out / "README.md"
     readme.write_text("# Benchmarks\n\nintro\n\n<!-- varshape:begin -->\nother\n<!-- varshape:end -->\n")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "detect.py"), "--quick",
+    env = dict(ENV, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.detect", "--quick",
                            "--out", str(out / "detect.json"), "--readme", str(readme)],
                           cwd=str(out), env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,6 +51,6 @@ def test_readme_section_is_replaced_and_the_rest_kept(quick_run):
 
 
 def test_bad_options_are_refused():
-    proc = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "detect.py"), "--quick",
-                           "--batch-size", "3"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.detect", "--quick", "--batch-size", "3"],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--batch-size must be even" in proc.stderr

@@ -1,6 +1,8 @@
 """Trainer: exact gradient accumulation, no stale gradients, deferred parameters skipped."""
 import math
 import numbers
+import os
+import sys
 import warnings
 from collections import defaultdict
 
@@ -8,18 +10,103 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from .._validate import choice, finite_real, is_int, non_negative_int, positive_int
+
 __all__ = ["Trainer"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
-_DOT_FROM = 1 << 16  # elements from which the check uses a dot rather than multi_sum_sq
+_KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async")
+_LAUNCHER_ENV = ("DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")
+_DOT_FROM = 1 << 16  # elements from which the pass uses a dot rather than multi_sum_sq
 _SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
 
 
-def _check_count(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer (the number of samples the "
-                         f"gradients were summed over), got {batch_size!r}.")
-    return int(batch_size)
+def _check_count(count):
+    """An int count as a plain int, a one-element NDArray as a float64 copy of it (no wait)."""
+    if isinstance(count, mx.nd.NDArray):
+        if count.size != 1:
+            raise ValueError(f"batch_size given as an NDArray must hold one element (the count of "
+                             f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
+                             "it first, e.g. step(num_pos.sum()).")
+        return count.reshape((1,)).astype("float64")
+    return non_negative_int(count, "batch_size", "samples, positives, tokens or pixels the loss was "
+                            "summed over; or a one-element NDArray")
+
+
+def _check_kvstore(kvstore):
+    """Refuse a kvstore name MXNet does not know (it would silently give 'local')."""
+    if not isinstance(kvstore, str):
+        return
+    known = _KVSTORES + tuple(sorted(mx.kv.KVStoreBase.kv_registry))
+    if kvstore.lower() not in known:
+        raise ValueError(f"kvstore={kvstore!r} is not a kvstore MXNet knows (it would silently use "
+                         f"'local'); use one of {', '.join(map(repr, known))}, a KVStore or None.")
+
+
+def _check_launched(kvstore):
+    """A distributed kvstore name needs the environment the launcher sets."""
+    missing = [name for name in _LAUNCHER_ENV if name not in os.environ]
+    if isinstance(kvstore, str) and missing:
+        raise RuntimeError(f"kvstore={kvstore!r} needs a distributed job, but this process was not "
+                           f"started by a launcher ({', '.join(missing)} not set). Start it with "
+                           f"`python -m gluonkit.launch -n 2 -- python {sys.argv[0] or 'train.py'} ...`, "
+                           "or use kvstore='device' on one machine.")
+
+
+def _check_optimizer(optimizer, optimizer_params):
+    if isinstance(optimizer, mx.optimizer.Optimizer):
+        if optimizer_params:
+            raise ValueError(f"optimizer_params={optimizer_params!r} was given with an Optimizer "
+                             f"instance ({type(optimizer).__name__}); pass the settings to the "
+                             "Optimizer's constructor, or give the optimizer by name.")
+        _check_learning_rate(optimizer.learning_rate)
+    elif optimizer_params and "learning_rate" in optimizer_params:
+        _check_learning_rate(optimizer_params["learning_rate"])
+
+
+def _check_clip(clip):
+    if clip is None:
+        return None
+    clip = finite_real(clip, "clip_global_norm", "the largest global gradient norm", minimum=0)
+    if clip == 0:
+        raise ValueError("clip_global_norm must be > 0 (0 would zero every update), got 0; "
+                         "use None for no clipping.")
+    return clip
+
+
+def _check_clip_setting(params, kvstore, update_on_kvstore):
+    if update_on_kvstore:
+        raise ValueError("update_on_kvstore=True cannot be used with clip_global_norm: the kvstore "
+                         "would update before the summed gradient could be clipped. Leave "
+                         "update_on_kvstore unset.")
+    contexts = params[0].list_ctx() if isinstance(params[0], gluon.Parameter) else []
+    if kvstore is None and len(contexts) > 1:
+        raise ValueError(f"clip_global_norm needs the gradients summed over the {len(contexts)} "
+                         "contexts, but kvstore=None never sums them; use kvstore='device'.")
+
+
+def _unique_params(params):
+    """The parameters as a list, each once (a shared one may be collected from several blocks)."""
+    if isinstance(params, (dict, gluon.ParameterDict)):
+        params = list(params.values())
+    if not isinstance(params, (list, tuple)):
+        return params   # gluon.Trainer refuses it with its own message
+    params = list({id(p): p for p in params}.values())
+    if not params:
+        raise ValueError("The Trainer got no parameters; pass net.collect_params() of a network "
+                         "that has some (check that a regular expression given to "
+                         "collect_params matches).")
+    contexts = {}
+    for param in params:
+        if isinstance(param, gluon.Parameter):
+            contexts.setdefault(tuple(param.list_ctx()), param.name)
+    if len(contexts) > 1:
+        (first, a), (second, b) = list(contexts.items())[:2]
+        raise ValueError(f"Parameters are initialized on different contexts: {a} on {list(first)}, "
+                         f"{b} on {list(second)}. A Trainer needs every parameter on the same "
+                         "contexts: initialize them with the same ctx= or call "
+                         "net.reset_ctx(ctx) first.")
+    return params
 
 
 def _zero(grads):
@@ -35,19 +122,15 @@ def _zero(grads):
 
 
 def _check_learning_rate(lr):
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"learning_rate must be a finite number >= 0, got {lr!r}.")
-    return lr
+    return finite_real(lr, "learning_rate", minimum=0)
 
 
 def _check_policy(policy):
-    if policy not in _NONFINITE_POLICIES:
-        raise ValueError(f"on_nonfinite must be one of {_NONFINITE_POLICIES}, got {policy!r}.")
-    return policy
+    return choice(policy, _NONFINITE_POLICIES, "on_nonfinite")
 
 
-def _all_finite(grads):
-    """Whether every element of every gradient is finite.
+def _sum_of_squares(grads):
+    """The sum of the squares of every element of every gradient: NaN or Inf if any is.
 
     One pass over the gradients in few calls: a BLAS dot per large array (on CPU ~5x faster
     than ``multi_sum_sq`` on a 45 MB array, ~100x faster than ``multi_all_finite``) and one
@@ -71,7 +154,15 @@ def _all_finite(grads):
             sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum()   # always float32
             parts.append(sums.astype(dtype, copy=False))
         totals.append(mx.nd.add_n(*parts) if len(parts) > 1 else parts[0])
-    return all(math.isfinite(total.asscalar()) for total in totals)
+    return sum(float(total.asscalar()) for total in totals)
+
+
+def _read(count):
+    """A count as a Python number: an int when it is whole."""
+    if isinstance(count, mx.nd.NDArray):
+        count = count.asscalar()
+    count = float(count)
+    return int(count) if count.is_integer() else count
 
 
 def _replicas(param):
@@ -100,31 +191,45 @@ class Trainer(gluon.Trainer):
     * a parameter still waiting for deferred initialization is skipped, and joins once
       initialized;
     * with a distributed kvstore, ``batch_size`` is the local count and the global count is
-      summed over the workers.
+      summed over the workers;
+    * with ``clip_global_norm``, the gradient of the whole window (normalized by the global
+      count, summed over devices and workers) is scaled to at most that norm.
 
     Parameters
     ----------
     params : ParameterDict, dict or list of Parameter
-        The parameters to optimize.
+        The parameters to optimize, all on the same contexts. A parameter listed twice (shared
+        by two blocks and collected from both) is updated once.
     optimizer : str or Optimizer
         As for ``gluon.Trainer``.
     optimizer_params : dict, optional
-        As for ``gluon.Trainer``, e.g. ``{'learning_rate': 0.1}``.
+        As for ``gluon.Trainer``, e.g. ``{'learning_rate': 0.1}``; not with an Optimizer instance.
     kvstore : str or KVStore, default 'device'
-        As for ``gluon.Trainer``. Distributed kvstores must be synchronous.
+        As for ``gluon.Trainer``; a name MXNet does not know is refused. Distributed kvstores
+        must be synchronous, in a process started by ``python -m gluonkit.launch``.
     compression_params : dict, optional
         As for ``gluon.Trainer``.
     update_on_kvstore : bool, optional
         As for ``gluon.Trainer``. With a distributed kvstore updates run on the workers
-        (the global sample count changes from update to update), so it cannot be True there.
+        (the global sample count changes from update to update), so it cannot be True there;
+        nor with ``clip_global_norm``. Unset, it becomes False when the gradients are read
+        (``clip_global_norm`` or ``on_nonfinite`` other than 'ignore'), so that one pass over
+        one device's summed copy serves both.
     accumulate : int, default 1
         Number of ``step`` calls per update. With ``accumulate > 1`` every trainable
-        parameter gets ``grad_req='add'`` and its gradient is zeroed now and after each update.
+        parameter gets ``grad_req='add'`` and its gradient is zeroed now and after each update;
+        ``step`` refuses a trainable parameter switched to ``grad_req='write'`` afterwards.
     on_nonfinite : {'ignore', 'skip', 'raise'}, default 'ignore'
         What an update does when a gradient holds NaN or Inf: 'ignore' applies it as
         ``gluon.Trainer`` would; 'skip' leaves parameters and optimizer states unchanged,
         zeroes the gradients, counts it in ``nonfinite_skips`` and warns; 'raise' raises
-        ``FloatingPointError`` naming the first parameter affected.
+        ``FloatingPointError`` naming the first parameter affected. Both restore the
+        non-trainable parameters (BatchNorm running statistics) to their values at the start
+        of the dropped window.
+    clip_global_norm : float, optional
+        Scale each update's gradient (the window's, normalized by the global count) so that
+        its L2 norm over all parameters is at most this value; ``global_norm`` gives the norm
+        before clipping.
 
     Example::
 
@@ -139,14 +244,17 @@ class Trainer(gluon.Trainer):
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
-                 compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore"):
-        if isinstance(accumulate, bool) or not isinstance(accumulate, numbers.Integral) or accumulate < 1:
-            raise ValueError(f"accumulate must be a positive integer (micro-batches per update), "
-                             f"got {accumulate!r}; use 1 to update on every step.")
+                 compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore",
+                 clip_global_norm=None):
+        accumulate = positive_int(accumulate, "accumulate", "micro-batches per update; 1 updates on every step")
         _check_policy(on_nonfinite)
-        if optimizer_params and "learning_rate" in optimizer_params:
-            _check_learning_rate(optimizer_params["learning_rate"])
+        clip_global_norm = _check_clip(clip_global_norm)
+        _check_optimizer(optimizer, optimizer_params)
+        _check_kvstore(kvstore)
+        params = _unique_params(params)
         distributed, asynchronous = _is_distributed(kvstore)
+        if clip_global_norm is not None:
+            _check_clip_setting(params, kvstore, update_on_kvstore)
         if distributed:
             if asynchronous:
                 raise ValueError(f"kvstore={kvstore!r} is asynchronous; gluonkit.Trainer normalizes each "
@@ -157,15 +265,23 @@ class Trainer(gluon.Trainer):
                                  "gluonkit.Trainer: the servers' optimizer would use a fixed batch size. "
                                  "Leave update_on_kvstore unset; gradients are summed on the servers and "
                                  "every worker applies the same update.")
+            _check_launched(kvstore)
             update_on_kvstore = False
         super().__init__(params, optimizer, optimizer_params, kvstore=kvstore,
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
-        self._accumulate = int(accumulate)
+        if update_on_kvstore is None and not self._contains_sparse_weight and (
+                clip_global_norm is not None or on_nonfinite != "ignore"):
+            self._kvstore_params["update_on_kvstore"] = False   # read the summed gradient first
+        self._accumulate = accumulate
         self._on_nonfinite = on_nonfinite
+        self._clip_global_norm = clip_global_norm
+        self._global_norm = None
         self._nonfinite_skips = 0
         self._pending_steps = 0
         self._pending_samples = 0
+        self._pending_arrays = []
+        self._statistics = None
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -182,6 +298,7 @@ class Trainer(gluon.Trainer):
             # every worker starts from worker 0's weights, before its first forward
             self._init_kvstore()
             self._init_params()
+        self._snapshot_statistics()
 
     @property
     def accumulate(self):
@@ -190,20 +307,26 @@ class Trainer(gluon.Trainer):
 
     @property
     def pending(self):
-        """tuple of int: ``(steps, samples)`` collected since the last update.
+        """tuple: ``(steps, count)`` collected since the last update, on this worker.
 
-        Settable, to resume a window whose gradients were restored (as ``Checkpoint`` does).
+        Reading it waits for the counts given as NDArrays. Settable, to resume a window whose
+        gradients were restored (as ``Checkpoint`` does); that window replaces the current one.
         """
-        return self._pending_steps, self._pending_samples
+        count = self._pending_samples
+        if self._pending_arrays:
+            count += _read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in self._pending_arrays)))
+        return self._pending_steps, count
 
     @pending.setter
     def pending(self, window):
-        steps, samples = window
-        if not (0 <= steps < self._accumulate and samples >= steps
-                and isinstance(steps, numbers.Integral) and isinstance(samples, numbers.Integral)):
-            raise ValueError(f"pending must be (steps, samples) with 0 <= steps < accumulate="
-                             f"{self._accumulate} and samples >= steps, got {window!r}.")
-        self._pending_steps, self._pending_samples = int(steps), int(samples)
+        steps, count = window
+        if not (is_int(steps) and 0 <= steps < self._accumulate
+                and isinstance(count, numbers.Real) and not isinstance(count, bool) and 0 <= count < math.inf):
+            raise ValueError(f"pending must be (steps, count) with 0 <= steps < accumulate="
+                             f"{self._accumulate} and a count >= 0, got {window!r}.")
+        self._pending_steps, self._pending_samples = int(steps), _read(count)
+        self._pending_arrays = []
+        self._snapshot_statistics()
 
     @property
     def on_nonfinite(self):
@@ -216,7 +339,26 @@ class Trainer(gluon.Trainer):
 
     @on_nonfinite.setter
     def on_nonfinite(self, policy):
+        was_ignoring = self._on_nonfinite == "ignore"
         self._on_nonfinite = _check_policy(policy)
+        if was_ignoring != (policy == "ignore"):
+            self._snapshot_statistics()
+
+    @property
+    def clip_global_norm(self):
+        """float or None: The largest global gradient norm an update applies."""
+        return self._clip_global_norm
+
+    @property
+    def global_norm(self):
+        """float or None: L2 norm of the last applied update's gradient, before clipping.
+
+        The gradient normalized by the window's global count, over every parameter updated,
+        summed over devices and workers. Measured only when the gradients are read anyway
+        (``clip_global_norm`` set or ``on_nonfinite`` other than 'ignore'); None otherwise
+        and before the first update.
+        """
+        return self._global_norm
 
     @property
     def nonfinite_skips(self):
@@ -243,13 +385,16 @@ class Trainer(gluon.Trainer):
         return self._skipped
 
     def step(self, batch_size, ignore_stale_grad=False):
-        """Add ``batch_size`` samples to the window; update once the window is full.
+        """Add ``batch_size`` to the window's count; update once the window is full.
 
         Parameters
         ----------
-        batch_size : int
-            Number of samples whose loss gradients the last backward(s) summed (on this
-            worker). The update is normalized by the sum over the window.
+        batch_size : int or NDArray
+            What the loss was summed over in the last backward(s), on this worker: samples,
+            or positive anchors, tokens, valid pixels. An int >= 0, or a one-element NDArray
+            on any device, which is added up there and read once, at the update. The update
+            is normalized by the window's count summed over the workers; a window whose count
+            is 0 is dropped with a warning (nothing to normalize by).
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -257,9 +402,15 @@ class Trainer(gluon.Trainer):
         -------
         bool
             True if this call applied an update (False while the window fills, or when
-            ``on_nonfinite='skip'`` dropped it).
+            ``on_nonfinite='skip'`` or a zero count dropped it).
         """
-        self._pending_samples += _check_count(batch_size)
+        count = _check_count(batch_size)
+        if self._accumulate > 1:
+            self._check_accumulating()
+        if isinstance(count, mx.nd.NDArray):
+            self._pending_arrays.append(count)
+        else:
+            self._pending_samples += count
         self._pending_steps += 1
         if self._pending_steps < self._accumulate:
             return False
@@ -278,47 +429,79 @@ class Trainer(gluon.Trainer):
         return self._apply(ignore_stale_grad)
 
     def _apply(self, ignore_stale_grad):
-        """Apply the pending window as one update; False if it was dropped as non-finite."""
+        """Apply the pending window as one update; False if it was dropped."""
         if not self._kv_initialized:
             self._init_kvstore()
         if self._params_to_init:
             self._init_params()
-        local_samples = self._pending_samples
-        self._pending_steps = self._pending_samples = 0
+        local_count, arrays = self._pending_samples, self._pending_arrays
+        self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
         selected = self._select(ignore_stale_grad)
-        finite = self._on_nonfinite == "ignore" or _all_finite(self._grads(selected))
-        samples, finite = self._reduce_window(local_samples, finite)
-        if not finite:
-            self._discard(selected)
+        count = self._sum_counts(local_count, arrays)
+        kvstore_updates = bool(self._kvstore and self._update_on_kvstore)
+        if not kvstore_updates:
+            self._allreduce_grads()   # first, so one device's copy holds the whole gradient
+        one_copy = not kvstore_updates and (self._kvstore is not None or len(self._contexts) == 1)
+        reads = self._on_nonfinite != "ignore" or self._clip_global_norm is not None
+        sum_sq = _sum_of_squares(self._grads(selected, one_copy)) if reads else None
+        count = _read(count)
+        if not count > 0:
+            self._drop_empty(selected, count)
             return False
-        self._check_and_rescale_grad(self._scale / samples)
-        self._allreduce_grads()
+        norm = math.sqrt(sum_sq) * abs(self._scale) / count if reads else None
+        if reads and not math.isfinite(norm) and self._on_nonfinite != "ignore":
+            self._discard(selected, one_copy)
+            return False
+        clip = self._clip_global_norm
+        factor = clip / norm if clip is not None and math.isfinite(norm) and norm > clip else 1.0
+        self._check_and_rescale_grad(self._scale * factor / count)
+        if kvstore_updates:
+            self._allreduce_grads()
         self._update(ignore_stale_grad)
+        self._global_norm = norm
         return True
 
-    def _reduce_window(self, samples, finite):
-        """Sum the window's sample count and non-finite flag over all workers."""
-        if not self._distributed:
-            return samples, finite
-        key = len(self._params)  # one past the parameters' keys
-        if not self._window_key_ready:
-            self._kvstore.init(key, mx.nd.zeros(2))
-            self._window_key_ready = True
-        window = mx.nd.array([samples, 0 if finite else 1])  # float32: exact up to 2**24 samples
-        self._kvstore.pushpull(key, window, out=window)
-        total, nonfinite = window.asnumpy()
-        return int(round(total)), nonfinite == 0
+    def _sum_counts(self, count, arrays):
+        """The window's count over all workers: an int, or a one-element NDArray still to read."""
+        if not arrays and not self._distributed:
+            return count
+        ctx = arrays[0].context if arrays else mx.cpu()
+        total = mx.nd.array([count], ctx=ctx, dtype="float64")
+        if arrays:
+            total = mx.nd.add_n(total, *(a.as_in_context(ctx) for a in arrays))
+        if self._distributed:
+            key = len(self._params)  # one past the parameters' keys
+            if not self._window_key_ready:
+                self._kvstore.init(key, mx.nd.zeros(1, dtype="float64"))
+                self._window_key_ready = True
+            self._kvstore.pushpull(key, total, out=total)
+        return total
 
-    def _grads(self, selected):
-        return [g for i in selected for g in self._params[i].list_grad()]
+    def _grads(self, selected, one_copy):
+        return [g for i in selected for g in self._params[i].list_grad()[:1 if one_copy else None]]
 
-    def _discard(self, selected):
+    def _drop_empty(self, selected, count):
+        """Drop a window whose count is 0 (warn) or not a count at all (raise)."""
+        self._selected = None
+        self._finish([self._params[i] for i in selected])
+        if count != 0:
+            raise ValueError(f"The counts given to step() in this window sum to {count} over the "
+                             "workers; a count (samples, positives, tokens, pixels) must be >= 0. "
+                             "The window was dropped; no update was applied.")
+        self._snapshot_statistics()   # the window's forward passes were fine: keep their statistics
+        warnings.warn("Skipped an update: the counts given to step() in this window sum to 0 (no "
+                      "samples or positives), so there is nothing to normalize the gradient by.",
+                      stacklevel=4)
+
+    def _discard(self, selected, one_copy):
         """Drop a window whose gradients hold NaN or Inf, then warn or raise."""
         params = [self._params[i] for i in selected]
-        culprit = next((p.name for p in params if not _all_finite(p.list_grad())),
+        culprit = next((p.name for p in params
+                        if not math.isfinite(_sum_of_squares(p.list_grad()[:1 if one_copy else None]))),
                        "a parameter on another worker")
         self._selected = None
         self._finish(params)
+        self._restore_statistics()
         if self._on_nonfinite == "raise":
             raise FloatingPointError(
                 f"The gradient of {culprit} holds NaN or Inf; no update was applied. Lower the learning "
@@ -326,6 +509,37 @@ class Trainer(gluon.Trainer):
         self._nonfinite_skips += 1
         warnings.warn(f"Skipped an update: the gradient of {culprit} holds NaN or Inf "
                       f"({self._nonfinite_skips} skipped so far).", stacklevel=4)
+
+    def _check_accumulating(self):
+        """Refuse a trainable parameter switched to grad_req='write' within accumulation."""
+        written = [p.name for p in self._params if p.grad_req == "write"]
+        if written:
+            self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
+            self._selected = None
+            self._finish([p for p in self._params if p._data is not None and p.grad_req != "null"])
+            raise RuntimeError(f"Parameter(s) {', '.join(written)} have grad_req='write', but with "
+                               f"accumulate={self._accumulate} every trainable parameter needs "
+                               "grad_req='add' (each backward would overwrite the gradients of the "
+                               "earlier micro-batches). Set param.grad_req = 'add' (or unfreeze with "
+                               "gluonkit.params.unfreeze); this window was dropped, nothing was updated.")
+
+    def _snapshot_statistics(self):
+        """Copy the non-trainable arrays (BatchNorm running statistics) at a window's start.
+
+        Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise'), so that the
+        forward passes of a dropped window leave them as they were.
+        """
+        if self._on_nonfinite == "ignore":
+            self._statistics = None
+            return
+        self._statistics = [(p, [a.copy() for a in p.list_data()])
+                            for p in self._params if p.grad_req == "null" and p._data is not None]
+
+    def _restore_statistics(self):
+        for param, saved in self._statistics or ():
+            if param._data is not None:
+                for array, value in zip(param.list_data(), saved):
+                    value.copyto(array)
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.
@@ -400,6 +614,7 @@ class Trainer(gluon.Trainer):
                     indices, grads, arrays = zip(*upd)
                     updater(list(indices), list(grads), list(arrays))
         self._finish(params)
+        self._snapshot_statistics()
 
     def _finish(self, params):
         """Mark the parameters' gradients as consumed; zero the accumulating ones."""

@@ -79,6 +79,10 @@ def _check_clip_setting(params, kvstore, update_on_kvstore):
         raise ValueError("update_on_kvstore=True cannot be used with clip_global_norm: the kvstore "
                          "would update before the summed gradient could be clipped. Leave "
                          "update_on_kvstore unset.")
+    sparse = [p.name for p in params if isinstance(p, gluon.Parameter) and p._stype != "default"]
+    if sparse:
+        raise ValueError(f"clip_global_norm needs dense weights ({', '.join(sparse)} are sparse: "
+                         "they are updated on the kvstore, before any clipping).")
     contexts = params[0].list_ctx() if isinstance(params[0], gluon.Parameter) else []
     if kvstore is None and len(contexts) > 1:
         raise ValueError(f"clip_global_norm needs the gradients summed over the {len(contexts)} "
@@ -212,9 +216,9 @@ class Trainer(gluon.Trainer):
     update_on_kvstore : bool, optional
         As for ``gluon.Trainer``. With a distributed kvstore updates run on the workers
         (the global sample count changes from update to update), so it cannot be True there;
-        nor with ``clip_global_norm``. Unset, it becomes False when the gradients are read
-        (``clip_global_norm`` or ``on_nonfinite`` other than 'ignore'), so that one pass over
-        one device's summed copy serves both.
+        nor with ``clip_global_norm`` (unset, it becomes False). When it is False the gradients
+        are summed first and the non-finite check and the norm read one device's copy, in one
+        pass; otherwise the check reads every device's copy before the kvstore updates.
     accumulate : int, default 1
         Number of ``step`` calls per update. With ``accumulate > 1`` every trainable
         parameter gets ``grad_req='add'`` and its gradient is zeroed now and after each update;
@@ -270,9 +274,8 @@ class Trainer(gluon.Trainer):
         super().__init__(params, optimizer, optimizer_params, kvstore=kvstore,
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
-        if update_on_kvstore is None and not self._contains_sparse_weight and (
-                clip_global_norm is not None or on_nonfinite != "ignore"):
-            self._kvstore_params["update_on_kvstore"] = False   # read the summed gradient first
+        if clip_global_norm is not None and update_on_kvstore is None:
+            self._kvstore_params["update_on_kvstore"] = False   # clip the summed gradient first
         self._accumulate = accumulate
         self._on_nonfinite = on_nonfinite
         self._clip_global_norm = clip_global_norm

@@ -149,12 +149,20 @@ def test_a_norm_below_the_limit_is_not_clipped_and_is_reported():
     _assert_same(ref, net, atol=0)
 
 
-def test_the_check_and_the_clip_read_one_copy_of_the_gradients_once(monkeypatch):
-    """With 3 devices, 'skip' and clipping, the elements squared are one device's gradients, once."""
+@pytest.mark.parametrize("policy,clip,update_on_kvstore,copies", [
+    ("skip", CLIP, None, 1), ("raise", CLIP, False, 1), ("ignore", CLIP, None, 1),
+    ("skip", None, False, 1), ("ignore", None, None, 0),
+    ("skip", None, True, 3),   # the kvstore updates as it sums: each device's copy is read before
+])
+def test_the_check_and_the_clip_read_the_gradients_once(monkeypatch, policy, clip, update_on_kvstore, copies):
+    """3 devices: the elements squared are one device's summed gradients, once, for the check and the clip."""
     ctx_list = [mx.cpu(0), mx.cpu(1), mx.cpu(2)]
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(300, in_units=300), gluon.nn.Dense(3, in_units=300))   # one large, three small
     net.initialize(ctx=ctx_list)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, on_nonfinite=policy,
+                               clip_global_norm=clip, update_on_kvstore=update_on_kvstore)
+    _backward(net, nd.ones((6, 300)), nd.zeros((6, 3)), ctx_list)
     squared = []
     real_dot, real_sum_sq = mx.nd.dot, mx.nd.multi_sum_sq
 
@@ -168,15 +176,8 @@ def test_the_check_and_the_clip_read_one_copy_of_the_gradients_once(monkeypatch)
 
     monkeypatch.setattr(mx.nd, "dot", dot)
     monkeypatch.setattr(mx.nd, "multi_sum_sq", multi_sum_sq)
-    for policy, clip in [("skip", CLIP), ("raise", None), ("ignore", CLIP), ("ignore", None)]:
-        trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
-                                   on_nonfinite=policy, clip_global_norm=clip)
-        x = nd.ones((6, 300))
-        _backward(net, x, nd.zeros((6, 3)), ctx_list)
-        squared.clear()
-        assert trainer.step(6)
-        one_copy = sum(p.data().size for p in net.collect_params().values())
-        assert sum(squared) == (0 if (policy, clip) == ("ignore", None) else one_copy), (policy, clip)
+    assert trainer.step(6)
+    assert sum(squared) == copies * sum(p.data().size for p in net.collect_params().values())
 
 
 def test_a_nonfinite_gradient_is_skipped_not_clipped():

@@ -368,6 +368,12 @@ class Trainer(gluon.Trainer):
         """int: Updates skipped so far because a gradient held NaN or Inf (``on_nonfinite='skip'``)."""
         return self._nonfinite_skips
 
+    def load_states(self, fname):
+        """Load optimizer states (as ``gluon.Trainer``); the network's parameters were loaded too,
+        so the running statistics a dropped window returns to are taken again now."""
+        super().load_states(fname)
+        self._snapshot_statistics()
+
     def set_learning_rate(self, lr):
         """Set a new learning rate; it must be a finite number >= 0."""
         super().set_learning_rate(_check_learning_rate(lr))

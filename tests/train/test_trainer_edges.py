@@ -183,3 +183,29 @@ def test_an_optimizer_instance_alone_is_accepted():
     net = _dense()
     trainer = gluonkit.Trainer(net.collect_params(), mx.optimizer.SGD(learning_rate=0.5))
     assert trainer.learning_rate == 0.5
+
+
+def test_after_a_checkpoint_is_loaded_a_dropped_window_returns_to_the_loaded_statistics(tmp_path):
+    net = _bn_net([mx.cpu(0)])
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, on_nonfinite="skip")
+    rng = np.random.RandomState(2)
+
+    def step(x):
+        with autograd.record():
+            loss = net(nd.array(x)).sum()
+        loss.backward()
+        return trainer.step(x.shape[0])
+
+    step(rng.randn(4, 3))
+    checkpoint = gluonkit.Checkpoint(str(tmp_path))
+    checkpoint.save(net, trainer, epoch=1)
+    loaded = _running(net)
+    for _ in range(3):
+        step(rng.randn(4, 3) + 5)   # the statistics move on
+    checkpoint.load(net, trainer)
+    bad = rng.randn(4, 3)
+    bad[0, 0] = np.inf
+    with pytest.warns(UserWarning, match="Skipped an update"):
+        assert step(bad) is False
+    for k, arrays in _running(net).items():
+        assert_array_equal(arrays[0], loaded[k][0], err_msg=k)

@@ -1,164 +1,18 @@
 """Trainer: exact gradient accumulation, no stale gradients, deferred parameters skipped."""
 import math
 import numbers
-import os
-import sys
 import warnings
-from collections import defaultdict
 
 import mxnet as mx
-import numpy as np
 from mxnet import gluon
 
-from .._validate import choice, finite_real, is_int, non_negative_int, positive_int
+from .._validate import is_int, positive_int
+from ._gradients import sum_of_squares, zero
+from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
+                            check_learning_rate, check_optimizer, check_policy, is_distributed,
+                            unique_params)
 
 __all__ = ["Trainer"]
-
-_NONFINITE_POLICIES = ("ignore", "skip", "raise")
-_KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async")
-_LAUNCHER_ENV = ("DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")
-_DOT_FROM = 1 << 16  # elements from which the pass uses a dot rather than multi_sum_sq
-_SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
-
-
-def _check_count(count):
-    """An int count as a plain int, a one-element NDArray as a float64 copy of it (no wait)."""
-    if isinstance(count, mx.nd.NDArray):
-        if count.size != 1:
-            raise ValueError(f"batch_size given as an NDArray must hold one element (the count of "
-                             f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
-                             "it first, e.g. step(num_pos.sum()).")
-        return count.reshape((1,)).astype("float64")
-    return non_negative_int(count, "batch_size", "samples, positives, tokens or pixels the loss was "
-                            "summed over; or a one-element NDArray")
-
-
-def _check_kvstore(kvstore):
-    """Refuse a kvstore name MXNet does not know (it would silently give 'local')."""
-    if not isinstance(kvstore, str):
-        return
-    known = _KVSTORES + tuple(sorted(mx.kv.KVStoreBase.kv_registry))
-    if kvstore.lower() not in known:
-        raise ValueError(f"kvstore={kvstore!r} is not a kvstore MXNet knows (it would silently use "
-                         f"'local'); use one of {', '.join(map(repr, known))}, a KVStore or None.")
-
-
-def _check_launched(kvstore):
-    """A distributed kvstore name needs the environment the launcher sets."""
-    missing = [name for name in _LAUNCHER_ENV if name not in os.environ]
-    if isinstance(kvstore, str) and missing:
-        raise RuntimeError(f"kvstore={kvstore!r} needs a distributed job, but this process was not "
-                           f"started by a launcher ({', '.join(missing)} not set). Start it with "
-                           f"`python -m gluonkit.launch -n 2 -- python {sys.argv[0] or 'train.py'} ...`, "
-                           "or use kvstore='device' on one machine.")
-
-
-def _check_optimizer(optimizer, optimizer_params):
-    if isinstance(optimizer, mx.optimizer.Optimizer):
-        if optimizer_params:
-            raise ValueError(f"optimizer_params={optimizer_params!r} was given with an Optimizer "
-                             f"instance ({type(optimizer).__name__}); pass the settings to the "
-                             "Optimizer's constructor, or give the optimizer by name.")
-        _check_learning_rate(optimizer.learning_rate)
-    elif optimizer_params and "learning_rate" in optimizer_params:
-        _check_learning_rate(optimizer_params["learning_rate"])
-
-
-def _check_clip(clip):
-    if clip is None:
-        return None
-    clip = finite_real(clip, "clip_global_norm", "the largest global gradient norm", minimum=0)
-    if clip == 0:
-        raise ValueError("clip_global_norm must be > 0 (0 would zero every update), got 0; "
-                         "use None for no clipping.")
-    return clip
-
-
-def _check_clip_setting(params, kvstore, update_on_kvstore):
-    if update_on_kvstore:
-        raise ValueError("update_on_kvstore=True cannot be used with clip_global_norm: the kvstore "
-                         "would update before the summed gradient could be clipped. Leave "
-                         "update_on_kvstore unset.")
-    sparse = [p.name for p in params if isinstance(p, gluon.Parameter) and p._stype != "default"]
-    if sparse:
-        raise ValueError(f"clip_global_norm needs dense weights ({', '.join(sparse)} are sparse: "
-                         "they are updated on the kvstore, before any clipping).")
-    contexts = params[0].list_ctx() if isinstance(params[0], gluon.Parameter) else []
-    if kvstore is None and len(contexts) > 1:
-        raise ValueError(f"clip_global_norm needs the gradients summed over the {len(contexts)} "
-                         "contexts, but kvstore=None never sums them; use kvstore='device'.")
-
-
-def _unique_params(params):
-    """The parameters as a list, each once (a shared one may be collected from several blocks)."""
-    if isinstance(params, (dict, gluon.ParameterDict)):
-        params = list(params.values())
-    if not isinstance(params, (list, tuple)):
-        return params   # gluon.Trainer refuses it with its own message
-    params = list({id(p): p for p in params}.values())
-    if not params:
-        raise ValueError("The Trainer got no parameters; pass net.collect_params() of a network "
-                         "that has some (check that a regular expression given to "
-                         "collect_params matches).")
-    contexts = {}
-    for param in params:
-        if isinstance(param, gluon.Parameter):
-            contexts.setdefault(tuple(param.list_ctx()), param.name)
-    if len(contexts) > 1:
-        (first, a), (second, b) = list(contexts.items())[:2]
-        raise ValueError(f"Parameters are initialized on different contexts: {a} on {list(first)}, "
-                         f"{b} on {list(second)}. A Trainer needs every parameter on the same "
-                         "contexts: initialize them with the same ctx= or call "
-                         "net.reset_ctx(ctx) first.")
-    return params
-
-
-def _zero(grads):
-    """Set gradient arrays to zero, one fused call per context for the dense ones."""
-    by_ctx = defaultdict(list)
-    for grad in grads:
-        if grad.stype == "default":
-            by_ctx[grad.context].append(grad)
-        else:
-            mx.nd.zeros_like(grad, out=grad)
-    for arrays in by_ctx.values():
-        mx.nd.reset_arrays(*arrays, num_arrays=len(arrays))
-
-
-def _check_learning_rate(lr):
-    return finite_real(lr, "learning_rate", minimum=0)
-
-
-def _check_policy(policy):
-    return choice(policy, _NONFINITE_POLICIES, "on_nonfinite")
-
-
-def _sum_of_squares(grads):
-    """The sum of the squares of every element of every gradient: NaN or Inf if any is.
-
-    One pass over the gradients in few calls: a BLAS dot per large array (on CPU ~5x faster
-    than ``multi_sum_sq`` on a 45 MB array, ~100x faster than ``multi_all_finite``) and one
-    ``multi_sum_sq`` per group of small ones, whose many calls would otherwise cost the host
-    more than the pass. A float32 sum of squares (``multi_sum_sq`` always gives float32)
-    overflows for a gradient norm above ~1e19, which counts as non-finite too.
-    """
-    groups = defaultdict(list)   # arrays of one context and dtype: their sums can be added
-    for grad in grads:
-        array = grad.data if grad.stype == "row_sparse" else grad
-        if array.dtype == np.float16:
-            array = array.astype("float32")   # float16 squares overflow from 256 on
-        if array.size:
-            groups[(array.context, array.dtype)].append(array)
-    totals = []
-    for (_, dtype), group in groups.items():
-        small = [a for a in group if a.size < _DOT_FROM]
-        parts = [mx.nd.dot(flat, flat) for flat in (a.reshape(-1) for a in group if a.size >= _DOT_FROM)]
-        for i in range(0, len(small), _SUM_SQ_GROUP):
-            chunk = small[i:i + _SUM_SQ_GROUP]
-            sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum()   # always float32
-            parts.append(sums.astype(dtype, copy=False))
-        totals.append(mx.nd.add_n(*parts) if len(parts) > 1 else parts[0])
-    return sum(float(total.asscalar()) for total in totals)
 
 
 def _read(count):
@@ -172,11 +26,6 @@ def _read(count):
 def _replicas(param):
     """The parameter's arrays on every context, whatever their storage type."""
     return param._check_and_get(param._data, list)
-
-
-def _is_distributed(kvstore):
-    kv_type = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
-    return "dist" in str(kv_type), "async" in str(kv_type)
 
 
 class Trainer(gluon.Trainer):
@@ -251,14 +100,14 @@ class Trainer(gluon.Trainer):
                  compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore",
                  clip_global_norm=None):
         accumulate = positive_int(accumulate, "accumulate", "micro-batches per update; 1 updates on every step")
-        _check_policy(on_nonfinite)
-        clip_global_norm = _check_clip(clip_global_norm)
-        _check_optimizer(optimizer, optimizer_params)
-        _check_kvstore(kvstore)
-        params = _unique_params(params)
-        distributed, asynchronous = _is_distributed(kvstore)
+        check_policy(on_nonfinite)
+        clip_global_norm = check_clip(clip_global_norm)
+        check_optimizer(optimizer, optimizer_params)
+        check_kvstore(kvstore)
+        params = unique_params(params)
+        distributed, asynchronous = is_distributed(kvstore)
         if clip_global_norm is not None:
-            _check_clip_setting(params, kvstore, update_on_kvstore)
+            check_clip_setting(params, kvstore, update_on_kvstore)
         if distributed:
             if asynchronous:
                 raise ValueError(f"kvstore={kvstore!r} is asynchronous; gluonkit.Trainer normalizes each "
@@ -269,7 +118,7 @@ class Trainer(gluon.Trainer):
                                  "gluonkit.Trainer: the servers' optimizer would use a fixed batch size. "
                                  "Leave update_on_kvstore unset; gradients are summed on the servers and "
                                  "every worker applies the same update.")
-            _check_launched(kvstore)
+            check_launched(kvstore)
             update_on_kvstore = False
         super().__init__(params, optimizer, optimizer_params, kvstore=kvstore,
                          compression_params=compression_params,
@@ -343,7 +192,7 @@ class Trainer(gluon.Trainer):
     @on_nonfinite.setter
     def on_nonfinite(self, policy):
         was_ignoring = self._on_nonfinite == "ignore"
-        self._on_nonfinite = _check_policy(policy)
+        self._on_nonfinite = check_policy(policy)
         if was_ignoring != (policy == "ignore"):
             self._snapshot_statistics()
 
@@ -376,7 +225,7 @@ class Trainer(gluon.Trainer):
 
     def set_learning_rate(self, lr):
         """Set a new learning rate; it must be a finite number >= 0."""
-        super().set_learning_rate(_check_learning_rate(lr))
+        super().set_learning_rate(check_learning_rate(lr))
 
     @property
     def rank(self):
@@ -413,7 +262,7 @@ class Trainer(gluon.Trainer):
             True if this call applied an update (False while the window fills, or when
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
-        count = _check_count(batch_size)
+        count = check_count(batch_size)
         if self._accumulate > 1:
             self._check_accumulating()
         if isinstance(count, mx.nd.NDArray):
@@ -452,7 +301,7 @@ class Trainer(gluon.Trainer):
             self._allreduce_grads()   # first, so one device's copy holds the whole gradient
         one_copy = not kvstore_updates and (self._kvstore is not None or len(self._contexts) == 1)
         reads = self._on_nonfinite != "ignore" or self._clip_global_norm is not None
-        sum_sq = _sum_of_squares(self._grads(selected, one_copy)) if reads else None
+        sum_sq = sum_of_squares(self._grads(selected, one_copy)) if reads else None
         count = _read(count)
         if not count > 0:
             self._drop_empty(selected, count)
@@ -506,7 +355,7 @@ class Trainer(gluon.Trainer):
         """Drop a window whose gradients hold NaN or Inf, then warn or raise."""
         params = [self._params[i] for i in selected]
         culprit = next((p.name for p in params
-                        if not math.isfinite(_sum_of_squares(p.list_grad()[:1 if one_copy else None]))),
+                        if not math.isfinite(sum_of_squares(p.list_grad()[:1 if one_copy else None]))),
                        "a parameter on another worker")
         self._selected = None
         self._finish(params)
@@ -573,7 +422,7 @@ class Trainer(gluon.Trainer):
                 skipped.append(param.name)
                 continue
             if not all(fresh):
-                _zero([g for g, f in zip(param.list_grad(), fresh) if not f])
+                zero([g for g, f in zip(param.list_grad(), fresh) if not f])
             selected.append(i)
         if skipped and not selected:
             raise RuntimeError("step() found no fresh gradient: no backward() ran since the last update. "
@@ -634,4 +483,4 @@ class Trainer(gluon.Trainer):
 
     @staticmethod
     def _zero_grads(params):
-        _zero([g for p in params if p._data is not None and p.grad_req != "null" for g in p.list_grad()])
+        zero([g for p in params if p._data is not None and p.grad_req != "null" for g in p.list_grad()])

@@ -77,8 +77,8 @@ class Trainer(gluon.Trainer):
         ``gluon.Trainer`` would; 'skip' leaves parameters and optimizer states unchanged,
         zeroes the gradients, counts it in ``nonfinite_skips`` and warns; 'raise' raises
         ``FloatingPointError`` naming the first parameter affected. Both restore the
-        non-trainable parameters (BatchNorm running statistics) to their values at the start
-        of the dropped window.
+        running statistics (non-differentiable parameters such as BatchNorm's running mean
+        and variance) to their values at the start of the dropped window.
     clip_global_norm : float, optional
         Scale each update's gradient (the window's, normalized by the global count) so that
         its L2 norm over all parameters is at most this value; ``global_norm`` gives the norm
@@ -382,8 +382,9 @@ class Trainer(gluon.Trainer):
                                "gluonkit.params.unfreeze); this window was dropped, nothing was updated.")
 
     def _snapshot_statistics(self):
-        """Copy the non-trainable arrays (BatchNorm running statistics) at a window's start.
+        """Copy the arrays a forward pass updates (BatchNorm running statistics) at a window's start.
 
+        Those are the non-differentiable parameters (frozen weights never change: not copied).
         Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise'), so that the
         forward passes of a dropped window leave them as they were.
         """
@@ -391,7 +392,7 @@ class Trainer(gluon.Trainer):
             self._statistics = None
             return
         self._statistics = [(p, [a.copy() for a in p.list_data()])
-                            for p in self._params if p.grad_req == "null" and p._data is not None]
+                            for p in self._params if not p._differentiable and p._data is not None]
 
     def _restore_statistics(self):
         for param, saved in self._statistics or ():

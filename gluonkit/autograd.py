@@ -6,11 +6,12 @@ written with NDArray operators into an operator with a hand-written backward tha
 imperatively under ``autograd.record()``, inside hybridized blocks, and after ``export``.
 """
 import functools
+import gc
 import inspect
-import itertools
 import json
 import re
 import threading
+import weakref
 
 import mxnet as mx
 import numpy as np
@@ -78,6 +79,27 @@ def _checked_grad(label, head, grad):
     return grad
 
 
+def _merge_repeated(heads, grads):
+    """Each distinct head once, with the sum of the gradients given for it (None = ones).
+
+    MXNet keeps only one of the gradients of a head listed twice; here they add up, as for
+    two heads that are equal copies.
+    """
+    merged = {}
+    for head, grad in zip(heads, grads):
+        merged.setdefault(head.handle.value, (head, []))[1].append(grad)
+    unique_heads, summed = [], []
+    with mx.autograd.pause():
+        for head, given in merged.values():
+            unique_heads.append(head)
+            if len(given) == 1:
+                summed.append(given[0])
+            else:
+                summed.append(mx.nd.add_n(*(mx.nd.ones_like(head) if g is None else g
+                                            for g in given)))
+    return unique_heads, summed
+
+
 def backward(heads, head_grads=None, retain_graph=False, train_mode=True):
     """Compute the gradients of one or several heads, with their head gradients checked.
 
@@ -105,8 +127,20 @@ def backward(heads, head_grads=None, retain_graph=False, train_mode=True):
         raise ValueError("heads is empty; pass at least one recorded NDArray.")
     grads = [_checked_grad(label, head, grad)
              for label, head, grad in zip(labels, head_list, grad_list)]
-    mx.autograd.backward(head_list, None if all(g is None for g in grads) else grads,
-                         retain_graph=retain_graph, train_mode=train_mode)
+    for flag, name in ((retain_graph, "retain_graph"), (train_mode, "train_mode")):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {flag!r}.")
+    head_list, grads = _merge_repeated(head_list, grads)
+    try:
+        mx.autograd.backward(head_list, None if all(g is None for g in grads) else grads,
+                             retain_graph=bool(retain_graph), train_mode=bool(train_mode))
+    except mx.base.MXNetError as err:
+        if "not in a computational graph" not in str(err):
+            raise
+        which = f"{labels[0]} is" if len(labels) == 1 else f"one of {', '.join(labels)} is"
+        raise RuntimeError(f"{which} not in a recorded graph: compute the heads inside "
+                           "`with autograd.record():`, and pass retain_graph=True to every "
+                           "backward but the last through the same graph.") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +187,47 @@ def _loads_keywords(text):
 # ---------------------------------------------------------------------------------------------
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-_op_counter = itertools.count()
+_INFER_CACHE_SIZE = 256
+
+# op_type -> weak reference to the operator that holds the name now. MXNet's registration,
+# made once per name, looks the operator up here: a definition run again (a reloaded module,
+# a notebook cell) takes the name over once the previous one is gone.
+_LIVE = {}
+
+
+def _where(function):
+    """``file:line`` of a function's definition, for messages."""
+    code = getattr(function, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else repr(function)
+
+
+def _live_op(op_type):
+    """The operator registered as ``op_type``, which must still exist."""
+    ref = _LIVE.get(op_type)
+    op = None if ref is None else ref()
+    if op is None:
+        raise RuntimeError(f"the custom operator {op_type!r} is no longer defined in this "
+                           "process; run (or import) the code that defines it before using a "
+                           "graph that calls it.")
+    return op
+
+
+def _register(op):
+    """Register ``op`` under ``op.op_type``; a name held by another live operator is refused."""
+    ref = _LIVE.get(op.op_type)
+    if ref is not None and ref() is not None:
+        gc.collect()  # an operator nobody uses may still wait in a reference cycle
+    holder = None if ref is None else ref()
+    if holder is not None:
+        raise ValueError(f"the custom operator name {op.op_type!r} is taken by "
+                         f"{holder.__name__} defined at {_where(holder._forward)}, which is "
+                         f"still in use, so {op.__name__} defined at {_where(op._forward)} "
+                         "cannot have it: exported graphs find their operators by this name. "
+                         "Define each operator once at module level, or give each its own "
+                         "name with @custom_op(name='mylib.my_op').")
+    if ref is None:
+        mx.operator.register(op.op_type)(type("_Prop", (_Prop,), {"_op_type": op.op_type}))
+    _LIVE[op.op_type] = weakref.ref(op)
 
 
 def _as_list(result, count, what):
@@ -210,12 +284,13 @@ class _Kernel(mx.operator.CustomOp):
 
 
 class _Prop(mx.operator.CustomOpProp):
-    """Shape and type inference for one node; ``_op`` is set on each registered subclass."""
+    """Shape and type inference for one node; ``_op_type`` is set on each registered subclass."""
 
-    _op = None
+    _op_type = None
 
     def __init__(self, keywords="{}"):
         super().__init__(need_top_grad=True)
+        self._op = _live_op(self._op_type)
         self._keywords = keywords
         self._kwargs = self._op._resolve(_loads_keywords(keywords))
         self._in_shapes = None
@@ -259,26 +334,32 @@ class CustomOperator:
     Attributes
     ----------
     op_type : str
-        The name registered with ``mx.operator.register``, unique per decorated function; it
-        is the ``op_type`` of the ``Custom`` nodes in exported graphs.
+        The name registered with ``mx.operator.register`` and written as the ``op_type`` of
+        the ``Custom`` nodes of exported graphs: ``gluonkit.<module>.<qualified name>`` of
+        the forward, the same in every process, or the ``name`` given to :func:`custom_op`.
     num_outputs : int or None
         The number of outputs, known once the backward is registered.
     """
 
-    def __init__(self, forward):
+    def __init__(self, forward, name=None):
         if not callable(forward):
-            raise TypeError(f"custom_op decorates a function, got {forward!r}.")
+            raise TypeError(f"custom_op decorates a function, got {forward!r}; to name the "
+                            "operator, write @custom_op(name='mylib.my_op').")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise TypeError(f"name must be a non-empty str such as 'mylib.my_op', got {name!r}.")
         functools.update_wrapper(self, forward)
         self.__name__ = getattr(forward, "__name__", type(forward).__name__)
         self._forward = forward
         self._backward = None
         self.num_outputs = None
         self._inputs, self._keywords, self._defaults = self._parse_forward(forward, self.__name__)
-        qualname = getattr(forward, "__qualname__", type(forward).__name__)
-        name = re.sub(r"[^A-Za-z0-9_.]", "_", f"{forward.__module__}.{qualname}")
-        self.op_type = f"gluonkit.{name}.{next(_op_counter)}"
-        self._infer = functools.lru_cache(maxsize=256)(self._run_on_zeros)
-        mx.operator.register(self.op_type)(type("_Prop", (_Prop,), {"_op": self}))
+        if name is None:
+            qualname = getattr(forward, "__qualname__", self.__name__)
+            module = getattr(forward, "__module__", None) or "__main__"
+            name = "gluonkit." + re.sub(r"[^A-Za-z0-9_.]", "_", f"{module}.{qualname}")
+        self.op_type = name
+        self._inferred = {}
+        _register(self)
 
     @staticmethod
     def _parse_forward(forward, name):
@@ -331,6 +412,15 @@ class CustomOperator:
         self._backward = function
         self.num_outputs = num_outputs
         return function
+
+    def _infer(self, keywords, shapes, types):
+        """:meth:`_run_on_zeros`, remembered for the last distinct arguments."""
+        key = (keywords, shapes, types)
+        if key not in self._inferred:
+            if len(self._inferred) >= _INFER_CACHE_SIZE:
+                self._inferred.pop(next(iter(self._inferred)))
+            self._inferred[key] = self._run_on_zeros(keywords, shapes, types)
+        return self._inferred[key]
 
     def _resolve(self, given):
         """Every keyword of the forward: ``given`` over the forward's defaults."""
@@ -414,7 +504,7 @@ class CustomOperator:
         return f"<custom_op {self.__name__} op_type={self.op_type!r}>"
 
 
-def custom_op(forward):
+def custom_op(forward=None, *, name=None):
     """Turn ``forward`` into an operator whose backward is registered with ``.backward``.
 
     The forward takes its arrays as positional parameters and its options as keyword-only
@@ -423,7 +513,12 @@ def custom_op(forward):
     Python code (convenient, but slower than built-in operators).
     The operator works on NDArrays under ``autograd.record()`` and on Symbols inside
     hybridized blocks (``static_alloc`` too), and survives ``export`` +
-    ``SymbolBlock.imports`` in the same process (the exported graph names ``op_type``).
+    ``SymbolBlock.imports``, also in another process once it has imported the module that
+    defines the operator: the exported graph names it by ``op_type``, derived from the
+    forward's module and qualified name (``gluonkit.mylib.ops.wave``), or ``name`` if given.
+    Two live operators cannot share a name (``ValueError``): give one ``name=``, for instance
+    when a factory function builds several. A definition run again replaces its earlier self
+    once nothing uses that any more.
 
     Keyword values keep their Python types (int, float, bool, None, str, and lists/tuples of
     them) in forward and backward; omitted keywords take the forward's defaults in both. An
@@ -447,5 +542,11 @@ def custom_op(forward):
 
         with mx.autograd.record():
             y = scaled_sin(x, scale=2.0)
+
+        @gluonkit.autograd.custom_op(name='mylib.scaled_cos')     # an explicit name
+        def scaled_cos(x, *, scale=1.0):
+            ...
     """
-    return CustomOperator(forward)
+    if forward is None:
+        return functools.partial(CustomOperator, name=name)
+    return CustomOperator(forward, name=name)

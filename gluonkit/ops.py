@@ -6,10 +6,13 @@ Every function takes an NDArray or a Symbol and uses the matching operator names
 ranges) run whenever the information is available: always on NDArrays, and on Symbols whose
 shapes can be inferred.
 """
+import math
 import numbers
 
 import mxnet as mx
 import numpy as np
+
+from ._validate import is_int
 
 __all__ = ["topk_threshold", "topk_mask", "keep_topk", "threshold_mask", "pick"]
 
@@ -42,7 +45,7 @@ def _shape(x):
 
 def _axis_length(x, axis):
     """The length of ``axis`` of ``x`` if its shape is known, else None; checks ``axis``."""
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+    if not is_int(axis):
         raise TypeError(f"axis must be an int, got {axis!r}.")
     shape = _shape(x)
     if shape is None:
@@ -55,7 +58,7 @@ def _axis_length(x, axis):
 
 def _check_k(x, k, axis):
     """Raise unless ``k`` is an int in [1, length of ``axis``] (the upper bound when known)."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+    if not is_int(k):
         raise TypeError(f"k must be an int, got {k!r}.")
     length = _axis_length(x, axis)
     if k < 1 or (length is not None and k > length):
@@ -63,6 +66,22 @@ def _check_k(x, k, axis):
         raise ValueError(f"k={k} is out of range for axis {axis}"
                          + ("" if length is None else f" of length {length}")
                          + f"; use 1 <= k <= {upper}.")
+
+
+def _check_flag(value, name):
+    """Raise ``TypeError`` unless ``value`` is a bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
+
+
+def _numeric(value, name, kinds="iuf"):
+    """``value`` (a number or nested list of numbers) as a NumPy array of one of ``kinds``."""
+    array = np.asarray(value) if not isinstance(value, (str, bytes)) else None
+    if array is None or array.dtype.kind not in kinds:
+        raise TypeError(f"{name} must hold numbers, got {value!r} of type "
+                        f"{type(value).__name__}; pass an NDArray, a number or a list of "
+                        "numbers (convert text first, e.g. float('0.5')).")
+    return array
 
 
 def _like(value, x, name):
@@ -76,7 +95,7 @@ def _like(value, x, name):
         raise TypeError(f"{name} is a Symbol but x is an NDArray; pass an NDArray.")
     if isinstance(value, mx.nd.NDArray):
         return value.as_in_context(x.context).astype(x.dtype, copy=False)
-    return mx.nd.array(np.asarray(value), ctx=x.context, dtype=x.dtype)
+    return mx.nd.array(_numeric(value, name), ctx=x.context, dtype=x.dtype)
 
 
 def topk_threshold(x, k, axis=-1):
@@ -159,7 +178,14 @@ def threshold_mask(x, threshold, straight_through=False):
          [0. 1. 0.]]
     """
     F = _namespace(x)
-    if isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
+    _check_flag(straight_through, "straight_through")
+    if threshold is None or isinstance(threshold, (bool, np.bool_)):
+        raise TypeError(f"threshold must be a number or an array that broadcasts to x, got "
+                        f"{threshold!r}; pass a number such as 0.5, or an NDArray.")
+    if isinstance(threshold, numbers.Real):
+        if math.isnan(threshold):
+            raise ValueError("threshold is nan, and every comparison with nan is false; pass "
+                             "a number (inf and -inf give all zeros and all ones).")
         mask = x > float(threshold)
     else:
         threshold = _like(threshold, x, "threshold")
@@ -202,6 +228,7 @@ def pick(x, index, axis=-1, keepdims=False):
         IndexError: index 3 at position (0,) is out of range for axis -1 of length 3 ...
     """
     F = _namespace(x)
+    _check_flag(keepdims, "keepdims")
     length = _axis_length(x, axis)
     if isinstance(x, mx.nd.NDArray):
         index = _index_array(index, x)
@@ -217,7 +244,8 @@ def _index_array(index, x):
         return index.as_in_context(x.context)
     if isinstance(index, mx.sym.Symbol):
         raise TypeError("index is a Symbol but x is an NDArray; pass an NDArray or a list.")
-    return mx.nd.array(np.asarray(index), ctx=x.context, dtype=np.asarray(index).dtype)
+    array = _numeric(index, "index")
+    return mx.nd.array(array, ctx=x.context, dtype=array.dtype)
 
 
 def _check_index(x, index, axis, length):

@@ -2,7 +2,9 @@
 
 Every function addresses parameters by their structural names, the names
 ``Block.save_parameters`` writes (``features.0.weight``, ``output.bias``), and takes an
-optional regular expression that is searched in those names.
+optional regular expression that is searched in those names. :func:`select` is the one
+place in gluonkit that gives these names; :func:`brief_names` and :func:`shape_fits` are the
+shared wording of name lists and the shape test of anything that loads saved arrays.
 
 Example::
 
@@ -11,7 +13,6 @@ Example::
     load_into(net.features, 'pretrained.params')  # backbone weights from a whole network's file
     print(summary(net))
 """
-import math
 import numbers
 import os
 import re
@@ -21,8 +22,10 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from ._validate import finite_real
+
 __all__ = ["select", "freeze", "unfreeze", "set_lr_mult", "set_wd_mult", "average_grads",
-           "load_into", "summary"]
+           "load_into", "summary", "brief_names", "shape_fits"]
 
 _NDARRAY_FILE_MAGIC = (0x112).to_bytes(8, "little")  # the header mx.nd.save writes
 
@@ -31,15 +34,40 @@ _NDARRAY_FILE_MAGIC = (0x112).to_bytes(8, "little")  # the header mx.nd.save wri
 _FROZEN = weakref.WeakKeyDictionary()
 
 
-def _brief(names, limit=8):
-    """Up to ``limit`` names, comma-separated, with a count of the rest."""
+def brief_names(names, limit=8):
+    """Up to ``limit`` names in their order, quoted and comma-separated, with a count of the rest.
+
+    Example::
+
+        >>> brief_names(['a.weight', 'a.bias', 'b.weight'], limit=2)
+        "'a.weight', 'a.bias' and 1 more"
+    """
     names = list(names)
     shown = ", ".join(repr(n) for n in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def shape_fits(shape, saved_shape):
+    """Whether a parameter of ``shape`` can take an array of ``saved_shape``.
+
+    ``shape`` may be None or hold 0 for dimensions not known yet (a deferred parameter, a
+    fresh ``SymbolBlock``): any size fits there.
+
+    Example::
+
+        >>> shape_fits((16, 0), (16, 3)), shape_fits(None, (4,)), shape_fits((4,), (5,))
+        (True, True, False)
+    """
+    if shape is None:
+        return True
+    return len(shape) == len(saved_shape) and all(d in (0, s) for d, s in zip(shape, saved_shape))
+
+
 def select(block, pattern=None):
-    """The parameters of ``block`` whose structural names match ``pattern``.
+    """The parameters of ``block`` by structural name, those matching ``pattern`` if given.
+
+    ``select(block)`` gives every parameter under the name ``save_parameters`` writes for it
+    (``trunk.0.weight``); gluonkit names parameters this way everywhere.
 
     Parameters
     ----------
@@ -62,6 +90,8 @@ def select(block, pattern=None):
     """
     if not isinstance(block, gluon.Block):
         raise TypeError(f"block must be a gluon.Block, got {type(block).__name__}.")
+    # Gluon computes the structural names only in this private method (save_parameters and
+    # load_parameters use it too); gluonkit reads it here and nowhere else.
     params = block._collect_params_with_prefix()
     if pattern is None:
         return params
@@ -74,7 +104,7 @@ def select(block, pattern=None):
     chosen = {name: param for name, param in params.items() if regex.search(name)}
     if not chosen:
         raise ValueError(f"pattern {pattern!r} matches none of the {len(params)} parameter names "
-                         f"of the block, which are: {_brief(params)}; pass a regular expression "
+                         f"of the block, which are: {brief_names(params)}; pass a regular expression "
                          "that one of them contains (it is searched, not matched in full).")
     return chosen
 
@@ -128,6 +158,7 @@ def unfreeze(block, pattern=None):
     for name, param in select(block, pattern).items():
         previous = _FROZEN.pop(param, None)
         if previous is not None and param.grad_req == "null":
+            # Gluon links a parameter to its Trainer only through this private attribute.
             accumulating = getattr(param._trainer, "accumulate", 1) > 1
             param.grad_req = "add" if accumulating else previous
             changed.append(name)
@@ -138,11 +169,10 @@ def _set_mult(block, attr, mult, pattern):
     """Set ``attr`` (``'lr_mult'`` or ``'wd_mult'``) of the selected parameters to ``mult``."""
     if isinstance(mult, bool) or not isinstance(mult, numbers.Real):
         raise TypeError(f"{attr} must be a number, got {mult!r}.")
-    if not math.isfinite(mult) or mult < 0:
-        raise ValueError(f"{attr} must be a finite number >= 0, got {mult!r}.")
+    mult = finite_real(mult, attr, minimum=0)
     chosen = select(block, pattern)
     for param in chosen.values():
-        setattr(param, attr, float(mult))
+        setattr(param, attr, mult)
     return list(chosen)
 
 
@@ -223,6 +253,9 @@ def average_grads(block, pattern=None):
 def _load_file(filename):
     """The dict of arrays in an MXNet parameter file, with clear errors for anything else."""
     path = os.fspath(filename)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path!r} is a directory; pass the parameter file in it, "
+                                "written by block.save_parameters(filename).")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"parameter file {path!r} does not exist; check the path, or write "
                                 "the file with block.save_parameters(filename).")
@@ -241,13 +274,6 @@ def _load_file(filename):
     return saved
 
 
-def _fits(shape, saved_shape):
-    """Whether a parameter of ``shape`` (0 = not yet known) can take an array of ``saved_shape``."""
-    if shape is None:
-        return True
-    return len(shape) == len(saved_shape) and all(d in (0, s) for d, s in zip(shape, saved_shape))
-
-
 def _prefixes(params, saved):
     """For each prefix under which some of ``params`` appear in ``saved``: (fitting, present).
 
@@ -261,7 +287,7 @@ def _prefixes(params, saved):
             name = ".".join(parts[i:])
             if name in params:
                 found.setdefault(".".join(parts[:i] + [""]) if i else "", set()).add(name)
-    return {prefix: (sum(_fits(params[n].shape, saved[prefix + n].shape) for n in names),
+    return {prefix: (sum(shape_fits(params[n].shape, saved[prefix + n].shape) for n in names),
                      len(names))
             for prefix, names in found.items()}
 
@@ -270,13 +296,13 @@ def _choose_prefix(params, saved, path):
     """The one prefix under which most of ``params`` fit (then: are present) in ``saved``."""
     ranked = _prefixes(params, saved)
     if not ranked:
-        raise ValueError(f"none of the block's parameter names ({_brief(params)}) appears in "
-                         f"{path!r}, which holds {_brief(saved)}.")
+        raise ValueError(f"none of the block's parameter names ({brief_names(params)}) appears "
+                         f"in {path!r}, which holds {brief_names(saved)}.")
     best = max(ranked.values())
     tied = sorted(p for p, score in ranked.items() if score == best)
     if len(tied) > 1:
         raise ValueError(f"the block's parameters fit equally well under the prefixes "
-                         f"{_brief(tied)} of {path!r}; choose one with "
+                         f"{brief_names(tied)} of {path!r}; choose one with "
                          f"load_into(..., prefix={tied[0]!r}).")
     return tied[0]
 
@@ -293,7 +319,7 @@ def _plan(params, saved, prefix, ctx, strict, path):
             continue
         seen.add(param)
         array = saved[key]
-        if not _fits(param.shape, array.shape):
+        if not shape_fits(param.shape, array.shape):
             raise ValueError(f"parameter {name!r} has shape {param.shape} but {path!r} stores "
                              f"{key!r} with shape {array.shape}; load a file saved by a network "
                              "that contains this block, or name the sub-block with prefix=.")
@@ -311,12 +337,13 @@ def _plan(params, saved, prefix, ctx, strict, path):
     extra = [k for k in saved if k.startswith(prefix) and k[len(prefix):] not in params]
     if strict and (missing or extra):
         raise ValueError(f"loading {path!r} with prefix {prefix!r}: "
-                         + (f"missing in the file: {_brief(missing)}. " if missing else "")
-                         + (f"in the file but not in the block: {_brief(extra)}. " if extra else "")
+                         + (f"missing in the file: {brief_names(missing)}. " if missing else "")
+                         + (f"in the file but not in the block: {brief_names(extra)}. "
+                            if extra else "")
                          + "Pass strict=False to load the parameters that match.")
     if not plan:
         raise ValueError(f"no parameter of the block is stored in {path!r} under prefix "
-                         f"{prefix!r}; the file holds {_brief(saved)}.")
+                         f"{prefix!r}; the file holds {brief_names(saved)}.")
     return plan
 
 
@@ -357,23 +384,43 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
     params = select(block)
     if not params:
         raise ValueError(f"block {block.name!r} has no parameters to load.")
+    if not isinstance(filename, (str, os.PathLike)):
+        raise TypeError(f"filename must be a path (str or os.PathLike), got {filename!r}.")
+    ctx = _context_list(ctx)
+    if not isinstance(strict, (bool, np.bool_)):
+        raise TypeError(f"strict must be True or False, got {strict!r}.")
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str such as 'backbone.', got {prefix!r}.")
     path = os.fspath(filename)
     saved = _load_file(path)
-    if isinstance(ctx, mx.Context):
-        ctx = [ctx]
     if prefix is None:
         prefix = _choose_prefix(params, saved, path)
-    elif not isinstance(prefix, str):
-        raise TypeError(f"prefix must be a str such as 'backbone.', got {prefix!r}.")
     elif prefix and not prefix.endswith("."):
         prefix += "."
-    for param, array in _plan(params, saved, prefix, ctx, strict, path):
-        param._load_init(array, ctx)
+    plan = _plan(params, saved, prefix, ctx, strict, path)
+    block.collect_params().load_dict({param.name: array for param, array in plan}, ctx=ctx,
+                                     allow_missing=True, filename=path)
     return prefix
+
+
+def _context_list(ctx):
+    """``ctx`` (None, a Context or a list of them) as None or a list of distinct Contexts."""
+    if ctx is None:
+        return None
+    contexts = [ctx] if isinstance(ctx, mx.Context) else ctx
+    if not isinstance(contexts, (list, tuple)) or not contexts \
+            or not all(isinstance(c, mx.Context) for c in contexts):
+        raise TypeError(f"ctx must be an mx.Context or a non-empty list of them, got {ctx!r}; "
+                        "pass mx.cpu() or mx.gpu(0) (not a string), or None to keep the "
+                        "parameters' contexts.")
+    if len(set(contexts)) != len(contexts):
+        raise ValueError(f"ctx lists a context twice: {list(contexts)}; list each device once.")
+    return list(contexts)
 
 
 def _state(param):
     """'yes' if initialized, 'deferred' if waiting for its shape, else 'no'."""
+    # Gluon has no public query for this: its own methods read these private fields.
     if param._data is not None:
         return "yes"
     return "deferred" if param._deferred_init else "no"

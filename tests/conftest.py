@@ -1,12 +1,22 @@
-"""Shared fixtures: context lists, hybridization and a fixed seed."""
+"""Shared fixtures (context lists, hybridization, a fixed seed) and helpers.
+
+Test modules import the helpers with ``from conftest import params_of``.
+"""
 import random
 
 import mxnet as mx
 import numpy as np
 import pytest
 
+from gluonkit.params import select
+
 ONE_CPU = [mx.cpu(0)]
 TWO_CPUS = [mx.cpu(0), mx.cpu(1)]
+
+
+def params_of(net):
+    """Every parameter's value (its first context's copy) as NumPy, by structural name."""
+    return {name: p.data(p.list_ctx()[0]).asnumpy() for name, p in select(net).items()}
 
 
 @pytest.fixture(params=[1, 2], ids=["1ctx", "2ctx"])

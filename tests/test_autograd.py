@@ -1,6 +1,11 @@
 """gluonkit.autograd: backward over named heads, custom operators with keyword arguments."""
+import importlib
+import os
 import random
 import re
+import subprocess
+import sys
+import textwrap
 
 import mxnet as mx
 import numpy as np
@@ -11,6 +16,7 @@ from mxnet import autograd as mx_autograd
 from mxnet import nd
 from numpy.testing import assert_allclose
 
+import gluonkit
 from gluonkit.autograd import backward, custom_op
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -122,8 +128,48 @@ def test_backward_retain_graph_is_passed_on():
     backward(heads)                                      # the graph was kept
     for got, want in zip(_grads_of(x, w), first):
         assert_allclose(got, want, rtol=RTOL, atol=ATOL)
-    with pytest.raises(mx.base.MXNetError):
+    with pytest.raises(RuntimeError, match="retain_graph=True") as err:
         backward(heads)                                  # ... and freed by the last call
+    assert "Check failed" not in str(err.value)
+
+
+def test_backward_of_an_unrecorded_head_says_to_record():
+    with pytest.raises(RuntimeError, match=r"heads is not in a recorded graph.*autograd\.record"):
+        backward(nd.ones(3) * 2)
+
+
+def _twin_heads(x):
+    """Two heads computed from ``x``: a (3,) vector and a scalar."""
+    with mx_autograd.record():
+        return nd.sin(x) * x, (x ** 3).sum()
+
+
+@pytest.mark.parametrize("structure", ["list", "dict"])
+def test_backward_sums_the_gradients_of_an_array_given_as_two_heads(structure):
+    x = nd.array([0.5, -1.0, 2.0])
+    x.attach_grad()
+    g1, g2 = nd.random.normal(shape=(3,)), nd.random.normal(shape=(3,))
+    # the reference: plain MXNet on a twin computation where the two heads are two arrays
+    with mx_autograd.record():
+        first, second, total = nd.sin(x) * x, nd.sin(x) * x, (x ** 3).sum()
+    mx_autograd.backward([first, total, second], [g1, None, g2])
+    want = x.grad.asnumpy().copy()
+    xn = x.asnumpy()
+    assert_allclose(want, (g1 + g2).asnumpy() * (np.cos(xn) * xn + np.sin(xn)) + 3 * xn ** 2,
+                    rtol=RTOL, atol=ATOL)
+
+    y, total = _twin_heads(x)
+    if structure == "list":
+        backward([y, total, y], [g1, None, g2])
+    else:
+        backward({"a": y, "total": total, "b": y}, {"a": g1, "b": g2})
+    assert_allclose(x.grad.asnumpy(), want, rtol=RTOL, atol=ATOL)
+
+    y, _ = _twin_heads(x)                               # omitted gradients are ones, summed too
+    backward([y, y, y], [None, g1, None])
+    xn = x.asnumpy()
+    assert_allclose(x.grad.asnumpy(), (2 + g1.asnumpy()) * (np.cos(xn) * xn + np.sin(xn)),
+                    rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("as_dict", [False, True], ids=["list", "dict"])
@@ -546,7 +592,7 @@ def test_bad_calls_and_definitions_raise():
         scaled_sin_like = custom_op(lambda x, *, k=1: x * k)
         scaled_sin_like.backward(lambda dy, x: dy)
     with pytest.raises(TypeError, match="one per output gradient"):
-        custom_op(lambda x, y: x * y).backward(lambda dy, x: dy)
+        custom_op(lambda x, y: x * y, name="test.product").backward(lambda dy, x: dy)
     with pytest.raises(TypeError, match="'rest'"):
         custom_op(lambda x, *rest: x)
     with pytest.raises(TypeError, match="'k'"):
@@ -588,8 +634,8 @@ def test_wrong_backward_fails_loudly():
         x.grad.wait_to_read()
 
 
-def _scaler(k):
-    @custom_op
+def _scaler(k, name=None):
+    @custom_op(name=name)
     def scale(x):
         return x * k
 
@@ -599,17 +645,146 @@ def _scaler(k):
     return scale
 
 
-def test_same_name_functions_get_distinct_op_types(hybridize):
-    double, triple = _scaler(2.0), _scaler(3.0)
-    assert double.__qualname__ == triple.__qualname__
-    assert double.op_type != triple.op_type
+def _value_and_grad(f, values):
+    """``f(x)`` and the gradient of its sum with respect to ``x = nd.array(values)``."""
+    x = nd.array(values)
+    x.attach_grad()
+    with mx_autograd.record():
+        y = f(x)
+    y.backward()
+    return y.asnumpy(), x.grad.asnumpy()
+
+
+def test_op_type_is_the_module_and_qualified_name():
+    assert scaled_sin.op_type == "gluonkit.test_autograd.scaled_sin"
+    assert _scaler(2.0).op_type == "gluonkit.test_autograd._scaler._locals_.scale"
+    assert _scaler(2.0, name="test.double").op_type == "test.double"
+
+
+def test_two_live_operators_with_one_name_raise_and_names_tell_them_apart(hybridize):
+    double = _scaler(2.0)
+    with pytest.raises(ValueError, match=r"taken by scale defined at .*still in use.*name="):
+        _scaler(3.0)
+    double, triple = _scaler(2.0, name="test.double"), _scaler(3.0, name="test.triple")
+    with pytest.raises(ValueError, match="'test.double' is taken"):
+        custom_op(name="test.double")(lambda x: x)
     net = mx.gluon.nn.HybridLambda(lambda F, x: double(x) + triple(x) * 10)
     if hybridize:
         net.hybridize()
-    x = nd.array([1.0, 2.0])
+    y, dx = _value_and_grad(net, [1.0, 2.0])
+    assert_allclose(y, [32.0, 64.0], rtol=0, atol=0)
+    assert_allclose(dx, [32.0, 32.0], rtol=0, atol=0)
+
+
+def test_a_definition_run_again_takes_over_its_name_once_the_first_is_gone():
+    first = _scaler(2.0)
+    op_type = first.op_type
+    del first                                           # a notebook cell or module run again
+    again = _scaler(5.0)
+    assert again.op_type == op_type
+    y, dx = _value_and_grad(again, [1.0, 2.0])
+    assert_allclose(y, [5.0, 10.0], rtol=0, atol=0)
+    assert_allclose(dx, [5.0, 5.0], rtol=0, atol=0)
+
+
+def test_bad_names_raise_type_error():
+    for bad in (3, "", "  "):
+        with pytest.raises(TypeError, match="non-empty str"):
+            custom_op(name=bad)(lambda x: x)
+    with pytest.raises(TypeError, match=r"custom_op\(name="):
+        custom_op("mylib.wave")
+
+
+WAVE_MODULE = textwrap.dedent("""
+    from mxnet import nd
+    from gluonkit.autograd import custom_op
+
+
+    @custom_op
+    def wave(x, *, freq=1.0):
+        return nd.sin(x * freq) + x
+
+
+    @wave.backward
+    def _(dy, x, *, freq=1.0):
+        return dy * (nd.cos(x * freq) * freq + 1)
+""")
+
+SERVING = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import mxnet as mx
+    from gluonkit.autograd import custom_op
+
+    # a serving process with operators of its own, defined before the model's module
+    @custom_op
+    def other(x):
+        return x * 2
+
+    @other.backward
+    def _(dy, x):
+        return dy * 2
+
+    @custom_op
+    def another(x, *, k=1):
+        return x + k
+
+    @another.backward
+    def _(dy, x, *, k=1):
+        return dy
+
+    other(mx.nd.ones(2)).wait_to_read()
+    import wave_ops  # noqa: F401  (registers the model's operator)
+
+    out = sys.argv[1]
+    net = mx.gluon.SymbolBlock.imports(out + "/model-symbol.json", ["data"],
+                                       out + "/model-0000.params")
+    x = mx.nd.array(np.load(out + "/x.npy"))
     x.attach_grad()
-    with mx_autograd.record():
+    with mx.autograd.record():
         y = net(x)
     y.backward()
-    assert_allclose(y.asnumpy(), [32.0, 64.0], rtol=0, atol=0)
-    assert_allclose(x.grad.asnumpy(), [32.0, 32.0], rtol=0, atol=0)
+    np.save(out + "/y.npy", y.asnumpy())
+    np.save(out + "/dx.npy", x.grad.asnumpy())
+""")
+
+
+def test_exported_custom_op_loads_in_a_process_that_defined_other_ops_first(tmp_path,
+                                                                           monkeypatch):
+    (tmp_path / "wave_ops.py").write_text(WAVE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "wave_ops", raising=False)
+    wave_ops = importlib.import_module("wave_ops")
+    try:
+        net = _WaveNet(wave_ops.wave)
+        net.initialize(mx.init.Uniform(0.5))
+        net.hybridize()
+        x = nd.random.uniform(-1, 1, shape=(4, 3))
+        x.attach_grad()
+        with mx_autograd.record():
+            y = net(x)
+        y.backward()
+        net.export(str(tmp_path / "model"))
+        assert '"gluonkit.wave_ops.wave"' in (tmp_path / "model-symbol.json").read_text()
+        np.save(tmp_path / "x.npy", x.asnumpy())
+        (tmp_path / "serve.py").write_text(SERVING)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(tmp_path), os.path.dirname(os.path.dirname(gluonkit.__file__))]))
+        result = subprocess.run([sys.executable, str(tmp_path / "serve.py"), str(tmp_path)],
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert_allclose(np.load(tmp_path / "y.npy"), y.asnumpy(), rtol=1e-6, atol=1e-7)
+        assert_allclose(np.load(tmp_path / "dx.npy"), x.grad.asnumpy(), rtol=1e-6, atol=1e-7)
+    finally:
+        del sys.modules["wave_ops"]
+
+
+class _WaveNet(mx.gluon.nn.HybridBlock):
+    def __init__(self, wave, **kwargs):
+        super().__init__(**kwargs)
+        self._wave = wave
+        with self.name_scope():
+            self.dense = mx.gluon.nn.Dense(5)
+
+    def hybrid_forward(self, F, x):
+        return self._wave(self.dense(x), freq=2.0)

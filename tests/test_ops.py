@@ -290,3 +290,40 @@ def test_wrong_input_types_raise():
         ops.threshold_mask(nd.ones((2, 3)), mx.sym.var("t"))
     with pytest.raises(ValueError, match=r"reshape it to \(2, 1\)"):
         ops.threshold_mask(nd.ones((2, 3)), nd.ones((2,)))
+
+
+@pytest.mark.parametrize("threshold", ["0.5", None, True, ["a", "b"], [1.0, None]],
+                         ids=["str", "none", "bool", "str-list", "none-in-list"])
+def test_threshold_that_is_not_a_number_raises_type_error_naming_it(threshold):
+    with pytest.raises(TypeError) as err:
+        ops.threshold_mask(nd.ones((2, 3)), threshold)
+    assert repr(threshold) in str(err.value)
+    assert "pass a number" in str(err.value) or "pass an NDArray, a number" in str(err.value)
+
+
+def test_nan_threshold_raises_and_infinite_ones_work():
+    x = nd.array([[-np.inf, 0.0, 2.0]])
+    with pytest.raises(ValueError, match="threshold is nan"):
+        ops.threshold_mask(x, float("nan"))
+    assert_array_equal(ops.threshold_mask(x, np.inf).asnumpy(), [[0, 0, 0]])
+    assert_array_equal(ops.threshold_mask(x, -np.inf).asnumpy(), [[0, 1, 1]])
+    assert_array_equal(ops.threshold_mask(x, np.float32(1)).asnumpy(), [[0, 0, 1]])
+
+
+@pytest.mark.parametrize("index", ["ab", ["a", "b"], [0, None], None],
+                         ids=["str", "str-list", "none-in-list", "none"])
+def test_pick_with_indices_that_are_not_numbers_raises_type_error(index):
+    with pytest.raises(TypeError) as err:
+        ops.pick(nd.ones((2, 3)), index)
+    assert repr(index) in str(err.value) and "pass an NDArray" in str(err.value)
+
+
+def test_flags_must_be_booleans():
+    x = nd.ones((2, 3))
+    with pytest.raises(TypeError, match="straight_through must be True or False, got 'yes'"):
+        ops.threshold_mask(x, 0.5, straight_through="yes")
+    with pytest.raises(TypeError, match="keepdims must be True or False, got 1"):
+        ops.pick(x, [0, 1], keepdims=1)
+    np_ints = ops.pick(x * nd.array([[1, 2, 3]]), np.array([2, 0], dtype=np.int64), axis=np.int64(1))
+    assert_array_equal(np_ints.asnumpy(), [3, 1])
+    assert_array_equal(ops.topk_threshold(nd.array([[3, 1, 2]]), k=np.int32(2)).asnumpy(), [[2]])

@@ -414,3 +414,40 @@ def test_gluoncv_fine_tuning(tmp_path):
             assert_allclose(p.data().asnumpy(), w - lr * 10 * g / 4, rtol=1e-5, atol=1e-7,
                             err_msg=name)
     _assert_same(backbone, _values(net.features))
+
+
+@pytest.mark.parametrize("ctx", ["cpu", ["cpu(0)"], [], mx.cpu, 0],
+                         ids=["str", "str-list", "empty", "function", "int"])
+def test_load_into_with_a_context_that_is_not_one_changes_nothing(tmp_path, ctx):
+    source = _mlp()
+    source.initialize()
+    source.save_parameters(str(tmp_path / "source.params"))
+    never = _mlp()
+    with pytest.raises(TypeError) as err:
+        P.load_into(never, tmp_path / "source.params", ctx=ctx)
+    assert repr(ctx) in str(err.value) and "pass mx.cpu()" in str(err.value)
+    assert {state for *_, state in _summary_rows(never)} == {"no"}
+    with pytest.raises(ValueError, match=r"twice: \[cpu\(0\), cpu\(0\)\]"):
+        P.load_into(never, tmp_path / "source.params", ctx=[mx.cpu(0), mx.cpu(0)])
+    with pytest.raises(TypeError, match="strict must be True or False"):
+        P.load_into(never, tmp_path / "source.params", strict="no")
+    with pytest.raises(TypeError, match="filename must be a path"):
+        P.load_into(never, None)
+    assert {state for *_, state in _summary_rows(never)} == {"no"}
+    P.load_into(never, tmp_path / "source.params", ctx=(mx.cpu(1),))     # a tuple works
+    assert never[0].weight.list_ctx() == [mx.cpu(1)]
+    _assert_same(_values(source), _values(never))
+
+
+def _summary_rows(block):
+    """The rows of ``summary``'s table, split into cells."""
+    return [line.split() for line in P.summary(block).splitlines()[1:-1]]
+
+
+def test_brief_names_and_shape_fits():
+    assert P.brief_names(["b", "a"]) == "'b', 'a'"
+    assert P.brief_names([f"p{i}" for i in range(10)], limit=3) == "'p0', 'p1', 'p2' and 7 more"
+    assert P.shape_fits(None, (3, 4))
+    assert P.shape_fits((0, 4), (3, 4))
+    assert not P.shape_fits((2, 4), (3, 4))
+    assert not P.shape_fits((4,), (4, 1))

@@ -7,14 +7,9 @@ from mxnet.gluon import HybridBlock
 from mxnet.gluon.utils import shape_is_known
 from mxnet.ndarray import NDArray
 
+from ._views import Views, flatten
+
 __all__ = ["Branches"]
-
-
-def _flat(outputs):
-    """The leaves of a nested tuple/list of outputs, in order."""
-    if isinstance(outputs, (list, tuple)):
-        return [leaf for out in outputs for leaf in _flat(out)]
-    return [outputs]
 
 
 def _tuples(outputs):
@@ -38,7 +33,7 @@ def _infer_shapes(block, in_shapes, what):
     Builds the block's graph on symbols and runs shape inference: nothing is computed.
     """
     inputs = [symbol.var(f"data{i}") for i in range(len(in_shapes))]
-    graph = symbol.Group(_flat(block(*inputs)))
+    graph = symbol.Group(flatten(block(*inputs)))
     try:
         arg_shapes, out_shapes, aux_shapes = graph.infer_shape_partial(
             **{var.name: shape for var, shape in zip(inputs, in_shapes)})
@@ -55,26 +50,21 @@ def _infer_shapes(block, in_shapes, what):
                      "or give its layers their input sizes (in_units, in_channels).")
 
 
-class _Views:
-    """Routes by their names. Not a dict: Gluon would take the routes for unregistered children."""
-
-    def __init__(self):
-        self._by_names = {}
-
-    def get(self, names):
-        return self._by_names.get(names)
-
-    def put(self, names, route):
-        self._by_names[names] = route
-
-    def __iter__(self):
-        return iter(self._by_names.values())
+def _waiting(param):
+    """Whether ``param`` waits for its shape: initialized, with dimensions still unknown."""
+    if shape_is_known(param.shape):
+        return False
+    try:
+        param.list_ctx()  # raises for a parameter that was never initialized
+    except RuntimeError:
+        return False
+    return True
 
 
 class _Route(HybridBlock):
     """The trunk and some branches of a :class:`Branches` network, sharing its parameters.
 
-    Its children are the network's own trunk and branch blocks, registered under the same
+    Its children are the network's own trunk and branch blocks, as attributes of the same
     names, so its parameters save under the same structural names as the network's.
     """
 
@@ -82,13 +72,12 @@ class _Route(HybridBlock):
         super().__init__(prefix=f"{owner.prefix}route_{'_'.join(names)}_")
         self._names = names
         self._complete = owner._complete_deferred_init
-        if owner.trunk is not None:
-            self.register_child(owner.trunk, "trunk")
+        self.trunk = owner.trunk
         for name in names:
-            self.register_child(getattr(owner, name), name)
+            setattr(self, name, getattr(owner, name))
 
     def __repr__(self):
-        trunk = "trunk -> " if "trunk" in self._children else ""
+        trunk = "trunk -> " if self.trunk is not None else ""
         return f"Route({trunk}{', '.join(self._names)})"
 
     def forward(self, x, *args):
@@ -98,8 +87,7 @@ class _Route(HybridBlock):
         return out
 
     def hybrid_forward(self, F, x, *args):
-        outputs = _run(self._children.get("trunk"),
-                       [self._children[name] for name in self._names], (x,) + args)
+        outputs = _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
         return outputs[0] if len(outputs) == 1 else outputs
 
 
@@ -146,7 +134,7 @@ class Branches(HybridBlock):
     def __init__(self, trunk=None, prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         self._names = []
-        self._routes = _Views()
+        self._routes = Views()
         self._hybrid_args = None
         self.trunk = trunk
 
@@ -157,7 +145,7 @@ class Branches(HybridBlock):
         super().__setattr__(name, value)
         if name == "trunk" and value is not None:
             for route in self._routes:
-                route.register_child(value, "trunk")
+                route.trunk = value
 
     @property
     def names(self):
@@ -235,11 +223,14 @@ class Branches(HybridBlock):
         It needs ``hybridize()`` and one call of the network itself: calling a route does not
         trace the whole network.
         """
-        if not self._cached_graph:
+        try:
+            super().export(path, epoch=epoch, remove_amp_cast=remove_amp_cast)
+        except MXNetError:
+            raise
+        except RuntimeError as err:  # Gluon's "no graph yet", made specific to routes
             raise RuntimeError("export() writes the graph of the whole network: call "
                                "net.hybridize() and then net(x) once (a route's call does not "
-                               "trace the whole network), then export.")
-        super().export(path, epoch=epoch, remove_amp_cast=remove_amp_cast)
+                               "trace the whole network), then export.") from err
 
     def forward(self, x, *args):
         return _tuples(super().forward(x, *args))
@@ -260,7 +251,7 @@ class Branches(HybridBlock):
         for name in self._names:
             if name not in skip:
                 params = [param for param in getattr(self, name).collect_params().values()
-                          if param._deferred_init]
+                          if _waiting(param)]
                 if params:
                     pending[name] = params
         if not pending:
@@ -272,4 +263,6 @@ class Branches(HybridBlock):
             shapes = _infer_shapes(getattr(self, name), in_shapes, f"branch {name!r}")[0]
             for param in params:
                 param.shape = shapes[param.name]
+                # Gluon completes a deferred initialization only in this private method,
+                # which its own forward calls; nothing public does it without data.
                 param._finish_deferred_init()

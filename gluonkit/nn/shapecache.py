@@ -1,17 +1,11 @@
 """ShapeCache: one compiled graph per input shape, all sharing one network's parameters."""
-from collections import OrderedDict
-
 from mxnet.gluon import HybridBlock
 from mxnet.ndarray import NDArray
 
+from .._validate import positive_int
+from ._views import Views, flatten
+
 __all__ = ["ShapeCache"]
-
-
-def _leaves(args):
-    """The arrays of a nested list/tuple of inputs, in order."""
-    if isinstance(args, (list, tuple)):
-        return [leaf for arg in args for leaf in _leaves(arg)]
-    return [args]
 
 
 class _View(HybridBlock):
@@ -23,34 +17,6 @@ class _View(HybridBlock):
 
     def hybrid_forward(self, F, *args):
         return self.net(*args)
-
-
-class _Views:
-    """Views by input signature, least recently used first. Not a dict: Gluon would take the
-    views for unregistered children."""
-
-    def __init__(self):
-        self._by_key = OrderedDict()
-
-    def get(self, key):
-        view = self._by_key.get(key)
-        if view is not None:
-            self._by_key.move_to_end(key)
-        return view
-
-    def put(self, key, view, limit):
-        self._by_key[key] = view
-        while len(self._by_key) > limit:
-            self._by_key.popitem(last=False)
-
-    def keys(self):
-        return list(self._by_key)
-
-    def last(self):
-        return next(reversed(self._by_key.values()), None)
-
-    def clear(self):
-        self._by_key.clear()
 
 
 class ShapeCache(HybridBlock):
@@ -96,12 +62,12 @@ class ShapeCache(HybridBlock):
         if not isinstance(net, HybridBlock):
             raise TypeError(f"net must be a gluon HybridBlock, got {type(net).__name__}; only "
                             "hybridizable networks have a cached graph to keep per shape.")
-        if isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1:
-            raise ValueError(f"max_shapes must be a positive integer, got {max_shapes!r}.")
+        max_shapes = positive_int(max_shapes, "max_shapes", "the most graphs kept")
         super().__init__(prefix="", params=None)
         self.net = net
         self._max_shapes = max_shapes
-        self._views = _Views()
+        self._views = Views(limit=max_shapes)
+        self._hybridized = False
         self._view_flags = {}
 
     @property
@@ -116,12 +82,15 @@ class ShapeCache(HybridBlock):
         return self._views.keys()
 
     def _collect_params_with_prefix(self, prefix=""):
+        # save_parameters and load_parameters name parameters through this private method:
+        # overriding it is the only way to save net's parameters under net's own names.
         return self.net._collect_params_with_prefix(prefix)
 
     def hybridize(self, active=True, **kwargs):
         """Turn graph caching on or off; ``kwargs`` (e.g. ``static_alloc=True,
         static_shape=True``) apply to every graph. Drops the graphs kept so far."""
         super().hybridize(active, **kwargs)
+        self._hybridized = active
         self._view_flags = kwargs
         self._views.clear()
 
@@ -130,15 +99,15 @@ class ShapeCache(HybridBlock):
         super().cast(dtype)
 
     def forward(self, x, *args):
-        arrays = [a for a in _leaves((x,) + args) if a is not None]
-        if not self._active or not all(isinstance(a, NDArray) for a in arrays):
+        arrays = [a for a in flatten((x,) + args) if a is not None]
+        if not self._hybridized or not all(isinstance(a, NDArray) for a in arrays):
             return self.net(x, *args)
         key = tuple((a.shape, a.dtype) for a in arrays)
         view = self._views.get(key)
         if view is None:
             view = _View(self.net)
             view.hybridize(True, **self._view_flags)
-            self._views.put(key, view, self._max_shapes)
+            self._views.put(key, view)
         return view(x, *args)
 
     def hybrid_forward(self, F, x, *args):

@@ -14,6 +14,8 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose
 
+from conftest import params_of
+
 JOB = os.path.join(os.path.dirname(__file__), "dist_job.py")
 
 
@@ -49,7 +51,7 @@ def test_two_workers_with_uneven_shards_and_accumulation_match_one_process(tmp_p
     assert result.returncode == 0, result.stderr[-3000:]
     job = _load_job()
     reference = _single_process_reference(job, tmp_path)
-    expected = {k: p.data().asnumpy() for k, p in reference._collect_params_with_prefix().items()}
+    expected = params_of(reference)
     initial = nd.load(os.path.join(tmp_path, "initial.params"))
     for rank in (0, 1):
         got = nd.load(os.path.join(tmp_path, f"worker{rank}.params"))

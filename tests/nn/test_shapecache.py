@@ -6,6 +6,7 @@ from mxnet import autograd, gluon
 from numpy.testing import assert_allclose
 
 from gluonkit.nn.shapecache import ShapeCache
+from gluonkit.params import select
 
 SHAPES = [(2, 3, 6, 6), (3, 3, 9, 5), (2, 3, 6, 6), (1, 3, 4, 7), (3, 3, 9, 5)]
 FLAGS = [{}, {"static_alloc": True, "static_shape": True}]
@@ -37,8 +38,8 @@ def _forward_backward(net, x, train):
         out = net(x)
         loss = (out * out).sum()
     loss.backward()
-    return out.asnumpy(), {k: p.grad(x.context).asnumpy() for k, p in
-                           net._collect_params_with_prefix().items() if p.grad_req != "null"}
+    return out.asnumpy(), {k: p.grad(x.context).asnumpy() for k, p in select(net).items()
+                           if p.grad_req != "null"}
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=["hybridize", "static"])
@@ -57,8 +58,7 @@ def test_outputs_and_gradients_equal_the_plain_network(ctx_list, flags, train):
             assert_allclose(grads[name], grads_ref[name], rtol=1e-5, atol=1e-6, err_msg=name)
     assert len(cached.shapes) == 3
     # BatchNorm's running statistics moved alike (or not at all when predicting)
-    for (name, a), b in zip(ref._collect_params_with_prefix().items(),
-                            cached._collect_params_with_prefix().values()):
+    for (name, a), b in zip(select(ref).items(), select(cached).values()):
         assert_allclose(b.data(ctx).asnumpy(), a.data(ctx).asnumpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
 
@@ -87,7 +87,7 @@ def test_deferred_initialization_and_several_contexts(ctx_list):
 
 def test_parameters_save_and_load_under_the_networks_names(tmp_path):
     ref, cached = _twins(mx.cpu())
-    assert list(cached._collect_params_with_prefix()) == list(ref._collect_params_with_prefix())
+    assert list(select(cached)) == list(select(ref))
     path = str(tmp_path / "cached.params")
     cached.save_parameters(path)
     plain = _net()

@@ -12,6 +12,7 @@ import pytest
 from gluoncv.utils import LRScheduler
 from mxnet import autograd, gluon
 
+from conftest import params_of
 from gluonkit.train.callbacks import (Callback, EarlyStopping, HistoryLogger, LRSchedule,
                                       ModelCheckpoint, PlotCurves)
 from gluonkit.train.checkpoint import Checkpoint
@@ -34,10 +35,6 @@ def make_loader(n=48, batch_size=8):
     x = rng.randn(n, 5).astype("float32")
     y = rng.randint(0, 3, n).astype("int32")
     return gluon.data.DataLoader(gluon.data.ArrayDataset(x, y), batch_size=batch_size)
-
-
-def params_of(net):
-    return {k: p.data().asnumpy() for k, p in net._collect_params_with_prefix().items()}
 
 
 class Score(Callback):

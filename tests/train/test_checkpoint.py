@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
+from conftest import params_of
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.rng import get_rng_state, reseed_mxnet, set_rng_state
 from gluonkit.train.split import split_and_load
@@ -44,10 +45,6 @@ def train(net, trainer, data, ctx):
             losses = [LOSS(net(a), b) for a, b in zip(xs, ys)]
         autograd.backward(losses)
         trainer.step(x.shape[0])
-
-
-def params_of(net):
-    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
 
 
 def assert_same(a, b):

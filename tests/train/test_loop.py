@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
+from conftest import params_of
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.state import Tally
@@ -50,10 +51,6 @@ def sgd(net, trainer_cls=Trainer, **kwargs):
 def loader(x, y, batch_size=8, shuffle=False):
     return gluon.data.DataLoader(gluon.data.ArrayDataset(x, y), batch_size=batch_size,
                                  shuffle=shuffle, last_batch="keep")
-
-
-def params_of(net):
-    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
 
 
 def assert_params(a, b, exact=True):
@@ -211,7 +208,7 @@ def test_signal_mid_epoch_saves_and_resumes_exactly(tmp_path, ctx_list, sig, rai
 CHILD = textwrap.dedent("""
     import sys, time
     import numpy as np, mxnet as mx
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
     from test_loop import make_data, make_net, sgd, loader, params_of, LOSS
     from gluonkit.train.callbacks import Callback, ModelCheckpoint
     from gluonkit.train.loop import fit

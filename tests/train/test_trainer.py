@@ -10,6 +10,8 @@ from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose, assert_array_equal
 
 import gluonkit
+from conftest import params_of as _params
+from gluonkit.params import select
 
 OPTIMIZERS = {
     "sgd": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}),
@@ -37,10 +39,6 @@ def _twins(make, ctx_list):
     net = make()
     _copy_params(ref, net, ctx_list)
     return ref, net
-
-
-def _params(net):
-    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
 
 
 def _assert_same(ref, net, rtol=1e-5, atol=1e-6):
@@ -128,7 +126,7 @@ def test_micro_batches_of_different_spatial_sizes_match_summed_gradients(ctx_lis
         with autograd.record():
             loss = _loss(ref(nd.array(x)), nd.array(y))
         loss.backward()
-        for k, p in ref._collect_params_with_prefix().items():
+        for k, p in select(ref).items():
             grad_sums[k] = grad_sums[k] + p.grad().asnumpy()
     before = _params(ref)
     expected = {k: w - lr * (grad_sums[k] / total + wd * w) for k, w in before.items()}
@@ -212,7 +210,7 @@ def test_unused_parameters_stay_bit_identical_and_keep_no_optimizer_state(ctx_li
             assert trainer.step(_backward_on(net, x, y, ctx_list))
     after = _params(net)
     for k, v in head_b.items():
-        for arr in net._collect_params_with_prefix()[k].list_data():
+        for arr in select(net)[k].list_data():
             assert_array_equal(arr.asnumpy(), v, err_msg=k)
     assert not np.array_equal(after["trunk.weight"], trunk_before)
     assert set(trainer.skipped) == {p.name for p in net.head_b.collect_params().values()}

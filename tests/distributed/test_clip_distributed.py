@@ -10,6 +10,8 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose
 
+from conftest import params_of
+
 JOB = os.path.join(os.path.dirname(__file__), "clip_job.py")
 
 
@@ -51,7 +53,7 @@ def test_two_workers_clip_the_global_gradient_once_and_drop_a_window_with_nan_on
     job = _load_job()
     reference, norms = _reference(job, tmp_path)
     assert all(n > 2 * job.CLIP for n in norms if n is not None)   # every applied update was clipped
-    expected = {k: p.data().asnumpy() for k, p in reference._collect_params_with_prefix().items()}
+    expected = params_of(reference)
     for rank in (0, 1):
         with open(tmp_path / f"worker{rank}.json") as f:
             report = json.load(f)

@@ -8,6 +8,7 @@ from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose, assert_array_equal
 
 import gluonkit
+from gluonkit.params import select
 
 
 def _values(params):
@@ -74,7 +75,7 @@ def _bn_net(ctx_list):
 
 def _running(net):
     return {k: [a.asnumpy() for a in p.list_data()]
-            for k, p in net._collect_params_with_prefix().items() if p.grad_req == "null"}
+            for k, p in select(net).items() if p.grad_req == "null"}
 
 
 @pytest.mark.parametrize("policy", ["skip", "raise"])

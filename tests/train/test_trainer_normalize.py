@@ -10,6 +10,7 @@ from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose, assert_array_equal
 
 import gluonkit
+from conftest import params_of as _weights
 
 OPT = {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}
 CLIP = 0.05   # well below the gradient norms of these networks: every update is clipped
@@ -29,10 +30,6 @@ def _twins(make, ctx_list):
     for a, b in zip(ref.collect_params().values(), net.collect_params().values()):
         b.set_data(a.data())
     return ref, net
-
-
-def _weights(net):
-    return {k: p.data(p.list_ctx()[0]).asnumpy() for k, p in net._collect_params_with_prefix().items()}
 
 
 def _assert_same(ref, net, atol=1e-6):

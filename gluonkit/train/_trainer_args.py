@@ -23,8 +23,8 @@ def check_count(count):
                              f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
                              "it first, e.g. step(num_pos.sum()).")
         return count.reshape((1,)).astype("float64")
-    return non_negative_int(count, "batch_size", "samples, positives, tokens or pixels the loss was "
-                            "summed over; or a one-element NDArray")
+    return non_negative_int(count, "batch_size", "the number of samples, positives, tokens or pixels "
+                            "the loss was summed over, or a one-element NDArray of it")
 
 
 def check_kvstore(kvstore):

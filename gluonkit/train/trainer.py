@@ -99,7 +99,7 @@ class Trainer(gluon.Trainer):
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
                  compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore",
                  clip_global_norm=None):
-        accumulate = positive_int(accumulate, "accumulate", "micro-batches per update; 1 updates on every step")
+        accumulate = positive_int(accumulate, "accumulate", "micro-batches per update; use 1 to update on every step")
         check_policy(on_nonfinite)
         clip_global_norm = check_clip(clip_global_norm)
         check_optimizer(optimizer, optimizer_params)

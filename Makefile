@@ -13,13 +13,13 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) recipes/classify.py $(ARGS)
+	$(PY) -m gluonkit.recipes.classify $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
 
 bench: $(STAMP)
-	$(PY) benchmarks/throughput.py $(ARGS)
+	$(PY) -m benchmarks.throughput $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,24 +1,25 @@
-"""What the benchmark scripts share: thread settings, options, --config files, the recipe's CNN."""
-import argparse
-import importlib.util
-import json
+"""What the benchmark scripts share: options and --config files (gluonkit's command-line kit),
+thread settings, default outputs, the report templates."""
 import os
 
-from _harness import set_threads
+from gluonkit.recipes import _cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "classify.py")
+#: The directory that holds the ``benchmarks`` package: child processes run from it, so
+#: that ``python -m benchmarks.<name>`` finds the package.
+ROOT = os.path.dirname(HERE)
+
+__all__ = ["HERE", "ROOT", "set_env", "thread_settings", "benchmark_parser", "parse_with_config",
+           "apply_defaults", "template"]
 
 
-def set_env():
-    """Thread settings for a benchmark; call before anything imports MXNet.
-
-    ``OMP_NUM_THREADS`` defaults to the number of cores (MXNet would use half), and
-    ``OMP_WAIT_POLICY`` to PASSIVE: spinning OpenMP threads slowed training many times over
-    whenever other processes kept the cores busy.
-    """
-    set_threads()
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+def set_env(module):
+    """Thread settings for a benchmark, applied by its ``main``: ``OMP_NUM_THREADS`` defaults
+    to the number of cores (MXNet would use half) and ``OMP_WAIT_POLICY`` to PASSIVE
+    (spinning OpenMP threads slowed training many times over whenever other processes kept
+    the cores busy). MXNet reads them when it loads: the command restarts once as
+    ``python -m module`` if it must."""
+    _cli.apply_threads(module)
 
 
 def thread_settings():
@@ -30,25 +31,16 @@ def thread_settings():
 def benchmark_parser(doc):
     """An argument parser with the options every benchmark has: ``--config`` and ``--quick``;
     its description is the first paragraph of ``doc`` (the script's docstring)."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--config", metavar="FILE", help="JSON file of option defaults (keys as option names)")
+    parser = _cli.build_parser(doc.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="tiny run for the test suite (seconds; figures not meaningful)")
     return parser
 
 
 def parse_with_config(parser, argv):
-    """Parse ``argv``; a ``--config FILE`` (JSON, keys as option names) sets the defaults first."""
-    known, _ = parser.parse_known_args(argv)
-    if known.config:
-        with open(known.config) as f:
-            config = json.load(f)
-        dests = {action.dest for action in parser._actions}
-        unknown = sorted(key for key in config if key.replace("-", "_") not in dests)
-        if unknown:
-            parser.error(f"--config {known.config}: unknown option(s) {', '.join(unknown)}.")
-        parser.set_defaults(**{key.replace("-", "_"): value for key, value in config.items()})
-    return parser.parse_args(argv)
+    """Parse ``argv``; a ``--config FILE`` (JSON or YAML, keys as option names) sets the
+    defaults first, each value checked by its option's type."""
+    return _cli.parse_with_config(parser, argv)
 
 
 def apply_defaults(args, defaults, name):
@@ -63,9 +55,7 @@ def apply_defaults(args, defaults, name):
         args.readme = args.readme or os.path.join(HERE, "README.md")
 
 
-def recipe_cnn(classes):
-    """The CNN that ``recipes/classify.py`` trains by default (imported from the recipe)."""
-    spec = importlib.util.spec_from_file_location("classify_recipe", RECIPE)
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-    return recipe.small_cnn(classes)
+def template(name):
+    """The report prose of a benchmark: ``templates/<name>.md`` (a ``str.format`` template)."""
+    with open(os.path.join(HERE, "templates", f"{name}.md")) as f:
+        return f.read().rstrip("\n")

@@ -19,11 +19,11 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import gluonkit
-from _common import recipe_cnn
+from gluonkit.recipes.models import small_cnn
 
 # name: input shape (channels, height, width)
 NETWORKS = {
-    "cnn": (1, 8, 8),                   # recipes/classify.py's CNN on digit-sized images
+    "cnn": (1, 8, 8),                   # the recipes' small CNN on digit-sized images
     "cifar_resnet20_v1": (3, 32, 32),
     "resnet18_v1b": (3, 64, 64),
 }
@@ -44,7 +44,7 @@ def make_net(name, seed):
     """A network of ``NETWORKS`` (GluonCV ones with pretrained=False), not yet initialized."""
     mx.random.seed(seed)
     if name == "cnn":
-        return recipe_cnn(CLASSES)
+        return small_cnn(CLASSES)
     from gluoncv.model_zoo import get_model
 
     return get_model(name, pretrained=False, classes=CLASSES)

@@ -6,7 +6,7 @@ another, and so that its peak memory is its own. The processes take turns: repea
 every contestant once, in an order rotated by ``r``, so a change in the machine's load spreads
 over all of them. Inside a process the clock is read only after ``mx.nd.waitall()``.
 
-A benchmark script defines ``build(name, options)`` returning an object with ``setup()``
+A benchmark module defines ``build(name, options)`` returning an object with ``setup()``
 (build and warm up; not timed against the others) and ``run()`` (one timed repeat, returning
 the number of samples processed), and calls :func:`serve` when started with ``--worker``::
 
@@ -16,8 +16,8 @@ the number of samples processed), and calls :func:`serve` when started with ``--
         else:
             main(parse_args())
 
-This module imports MXNet only inside the worker, so a script can set ``OMP_NUM_THREADS``
-before anything imports MXNet (see :func:`set_threads`).
+Workers run as ``python -m <module> --worker`` from the directory that holds the
+``benchmarks`` package, with the parent's environment (thread settings included).
 """
 import json
 import os
@@ -28,18 +28,11 @@ import subprocess
 import sys
 import time
 
-__all__ = ["WORKER_FLAG", "set_threads", "machine", "serve", "compare", "markdown_table",
+__all__ = ["WORKER_FLAG", "machine", "serve", "compare", "markdown_table",
            "write_json", "replace_section"]
 
 WORKER_FLAG = "--worker"
-
-
-def set_threads():
-    """Set ``OMP_NUM_THREADS`` to the number of cores if it is unset; call before importing MXNet.
-
-    MXNet reads it once, at import, and otherwise uses one thread per two cores.
-    """
-    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cpu_model():
@@ -121,10 +114,11 @@ def serve(build):
 class _Worker:
     """One contestant's process, seen from the parent."""
 
-    def __init__(self, script, name, options, env):
+    def __init__(self, module, name, options, env):
         self.name = name
-        self._proc = subprocess.Popen([sys.executable, script, WORKER_FLAG], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
+        self._proc = subprocess.Popen([sys.executable, "-m", module, WORKER_FLAG],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                      text=True, bufsize=1, cwd=_ROOT)
         self._send(json.dumps({"name": name, "options": options}))
 
     def _send(self, line):
@@ -152,13 +146,14 @@ class _Worker:
         self._proc.wait()
 
 
-def compare(script, names, options, repeats, reference=None, log=None):
+def compare(module, names, options, repeats, reference=None, log=None):
     """Run every contestant ``repeats`` times, interleaved, each in its own process.
 
     Parameters
     ----------
-    script : str
-        The benchmark script; it must call :func:`serve` when given ``--worker``.
+    module : str
+        The benchmark's module name (``'benchmarks.throughput'``); run with ``--worker``, it
+        must call :func:`serve`.
     names : list of str
         The contestants, passed to the script's ``build(name, options)``.
     options : dict
@@ -182,7 +177,7 @@ def compare(script, names, options, repeats, reference=None, log=None):
         raise ValueError(f"reference {reference!r} is not among the contestants {names}.")
     log = log or (lambda line: print(line, flush=True))
     env = dict(os.environ)
-    workers = [_Worker(os.path.abspath(script), name, options, env) for name in names]
+    workers = [_Worker(module, name, options, env) for name in names]
     try:
         for worker in workers:   # built in parallel; set up and timed one at a time
             worker.answer("build")

@@ -1,9 +1,9 @@
 """Distributed training over loopback: one process against the workers of a dist_sync job.
 
-    python benchmarks/dist.py            # full run (about 2 minutes on 2 cores)
-    python benchmarks/dist.py --quick    # seconds, for the test suite; figures not meaningful
+    python -m benchmarks.dist            # full run (about 2 minutes on 2 cores)
+    python -m benchmarks.dist --quick    # seconds, for the test suite; figures not meaningful
 
-Trains the recipe's CNN (recipes/classify.py) on synthetic digit-sized images with
+Trains the recipes' small CNN (gluonkit.recipes.models) on synthetic digit-sized images with
 ``gluonkit.Trainer``: as one process without a kvstore, and under
 ``python -m gluonkit.launch -n N -s 1`` (kvstore 'dist_sync', 127.0.0.1) with 1 and 2
 workers, each worker on its own shard with the same batch. Reports samples/s over all
@@ -15,25 +15,21 @@ and the scheduler, importing MXNet serves the job and exits.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings  # noqa: E402
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
 
-set_env()
+import mxnet as mx  # (in a server or the scheduler of a job, this serves and exits)
+from mxnet import gluon
 
-import json  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import mxnet as mx  # noqa: E402  (in a server or the scheduler of a job, this serves and exits)
-from mxnet import gluon  # noqa: E402
-
-import gluonkit  # noqa: E402
-from _contestants import OPTIMIZER, initialized_net, make_data, make_loader, train_step  # noqa: E402
-from _harness import machine, markdown_table, measured_on, replace_section, write_json  # noqa: E402
+import gluonkit
+from ._common import ROOT, apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
+from ._contestants import OPTIMIZER, initialized_net, make_data, make_loader, train_step
+from ._harness import machine, markdown_table, measured_on, replace_section, write_json
 
 SECTION = "dist"
 NET = "cnn"
@@ -88,7 +84,7 @@ def _job_command(out_dir, args, t0):
     with open(spec, "w") as f:
         json.dump({"out_dir": out_dir, "batch_size": args.batch_size, "steps": args.steps,
                    "epochs": args.epochs, "seed": args.seed, "t0": t0}, f)
-    return [sys.executable, os.path.abspath(__file__), JOB, spec]
+    return [sys.executable, "-m", "benchmarks.dist", JOB, spec]
 
 
 def _threads(workers, worker_threads):
@@ -113,7 +109,7 @@ def launch_run(workers, args):
         if workers:
             command = [sys.executable, "-m", "gluonkit.launch", "-n", str(workers), "-s", "1",
                        "--timeout", f"{args.timeout:g}", "--"] + command
-        result = subprocess.run(command, env=env, capture_output=True, text=True,
+        result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT,
                                 timeout=args.timeout + _GRACE_SECONDS)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command[:8])} ... failed (exit code {result.returncode}):\n"
@@ -245,15 +241,15 @@ README_TEXT = """\
 ## Distributed (`dist.py`)
 
 ```bash
-python benchmarks/dist.py            # the table below (about 2 minutes)
-python benchmarks/dist.py --quick    # seconds, for the test suite
+python -m benchmarks.dist            # the table below (about 2 minutes)
+python -m benchmarks.dist --quick    # seconds, for the test suite
 ```
 
-The recipe's CNN (`recipes/classify.py`) on synthetic digit-sized images (1x8x8, random
+The recipes' small CNN (`gluonkit.recipes.models.small_cnn`) on synthetic digit-sized images (1x8x8, random
 labels), `gluonkit.Trainer` with SGD, batch {batch} per worker, {steps} steps per epoch:
 one warm-up epoch, then {epochs} timed epochs per launch; each run launched {repeats} times,
 the runs taking turns. The jobs run under
-`python -m gluonkit.launch -n N -s 1 --timeout ... -- python benchmarks/dist.py job SPEC`:
+`python -m gluonkit.launch -n N -s 1 --timeout ... -- python -m benchmarks.dist job SPEC`:
 a scheduler, one server and N workers on 127.0.0.1 with kvstore `dist_sync`, every worker
 training its own shard. The {cores} cores are shared out: each process of a job gets
 `OMP_NUM_THREADS` = cores / workers (`--worker-threads` changes it), the single process all of them.
@@ -276,4 +272,5 @@ if __name__ == "__main__":
         with open(sys.argv[2]) as f:
             run_job(**json.load(f))
     else:
+        set_env("benchmarks.dist")
         main(parse_args())

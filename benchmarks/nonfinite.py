@@ -1,7 +1,7 @@
 """The cost of ``gluonkit.Trainer(on_nonfinite='skip')``: the gradient check before every update.
 
-    python benchmarks/nonfinite.py           # the three networks (about 8 minutes on 2 idle cores)
-    python benchmarks/nonfinite.py --quick   # seconds, for the test suite; figures not meaningful
+    python -m benchmarks.nonfinite           # the three networks (about 8 minutes on 2 idle cores)
+    python -m benchmarks.nonfinite --quick   # seconds, for the test suite; figures not meaningful
 
 Each network is trained by a hand-written loop with a ``gluonkit.Trainer`` whose policy is
 switched between 'ignore' and 'skip' epoch by epoch, in the same process (the order
@@ -12,19 +12,15 @@ section of benchmarks/README.md.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings  # noqa: E402
+import statistics
+import time
 
-set_env()
+from tqdm import tqdm
 
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-from tqdm import tqdm  # noqa: E402
-
-from _contestants import NETWORKS, QUICK_SIZE, SIZES, build  # noqa: E402
-from _harness import machine, markdown_table, measured_on, replace_section, write_json  # noqa: E402
+from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
+from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
+from ._harness import machine, markdown_table, measured_on, replace_section, write_json
 
 SECTION = "nonfinite"
 TARGET = 0.03   # at most 3% extra step time
@@ -79,8 +75,8 @@ README_TEXT = """\
 ## The cost of `on_nonfinite='skip'` (`nonfinite.py`)
 
 ```bash
-python benchmarks/nonfinite.py           # the table below (about 8 minutes)
-python benchmarks/nonfinite.py --quick   # seconds, for the test suite
+python -m benchmarks.nonfinite           # the table below (about 8 minutes)
+python -m benchmarks.nonfinite --quick   # seconds, for the test suite
 ```
 
 With `on_nonfinite='skip'` (or 'raise'), every update first sums the squares of all
@@ -143,4 +139,5 @@ def main(args):
 
 
 if __name__ == "__main__":
+    set_env("benchmarks.nonfinite")
     main(parse_args())

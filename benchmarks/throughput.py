@@ -1,7 +1,7 @@
 """Training throughput: gluonkit against a hand-written Gluon loop, the Estimator and the Module API.
 
-    python benchmarks/throughput.py            # full run (about 9 minutes on 2 idle cores)
-    python benchmarks/throughput.py --quick    # seconds, for the test suite; figures not meaningful
+    python -m benchmarks.throughput            # full run (about 9 minutes on 2 idle cores)
+    python -m benchmarks.throughput --quick    # seconds, for the test suite; figures not meaningful
 
 Every contestant trains the same network from the same initial weights on the same synthetic
 images with the same optimizer (see _contestants.py), each in its own process, repeats
@@ -10,25 +10,20 @@ devices and the peak memory of gradient accumulation (the cost of ``on_nonfinite
 measured by nonfinite.py).
 Results go to a JSON file, a PNG chart and the "throughput" section of benchmarks/README.md.
 """
+import json
 import os
 import sys
+import statistics
+import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _common import (HERE, apply_defaults, benchmark_parser, parse_with_config, set_env,  # noqa: E402
-                     thread_settings)
-
-set_env()
-
-import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-from _contestants import NETWORKS, QUICK_SIZE, SIZES, build  # noqa: E402
-from _harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on,  # noqa: E402
+from ._common import (HERE, apply_defaults, benchmark_parser, parse_with_config, set_env, template,
+                      thread_settings)
+from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
+from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on,
                       replace_section, serve, write_json)
 
 SECTION = "throughput"
+MODULE = "benchmarks.throughput"
 # name: (table label, tool, accumulate)
 CONTESTANTS = {
     "floor": ("forward+backward only (the floor)", "floor", 1),
@@ -117,7 +112,7 @@ def run_group(group):
     print(f"{group['kind']}: {group['net']} on {group['devices']} device(s), "
           f"{len(configs)} contestants, {group['repeats']} repeats")
     tic, load = time.perf_counter(), os.getloadavg()[0]
-    rows = compare(__file__, list(configs), {"configs": configs}, group["repeats"])
+    rows = compare(MODULE, list(configs), {"configs": configs}, group["repeats"])
     load = [round(load, 2), round(os.getloadavg()[0], 2)]
     print(f"  ({time.perf_counter() - tic:.0f} s, load average {load[0]} -> {load[1]})")
     for row in rows:
@@ -435,7 +430,7 @@ def report_text(results):
 def readme_section(results, report, chart_link):
     """The README section: how to reproduce, what the figures mean, the conditions, the tables."""
     info, a = results["machine"], results["args"]
-    parts = [README_TEXT.format(repeats=a["repeats"], multi_repeats=a["multi_repeats"],
+    parts = [template(SECTION).format(repeats=a["repeats"], multi_repeats=a["multi_repeats"],
                                 multi_nets=", ".join(a["multi_nets"]),
                                 multi=", ".join(a["multi_contestants"]),
                                 devices=", ".join(map(str, a["devices"])))]
@@ -447,61 +442,6 @@ def readme_section(results, report, chart_link):
     return "\n\n".join(parts)
 
 
-README_TEXT = """\
-## Throughput (`throughput.py`)
-
-```bash
-python benchmarks/throughput.py                       # everything below (about 9 minutes)
-python benchmarks/throughput.py --nets cnn --devices 1  # one network, one device
-python benchmarks/throughput.py --device gpu          # gpu(0), gpu(1), ... instead of cpu(i)
-python benchmarks/throughput.py --quick               # seconds, for the test suite
-python benchmarks/throughput.py --from-json benchmarks/results/throughput.json  # redo the text
-```
-
-Every contestant trains the same network, from the same initial weights, on the same
-synthetic images (normal noise, random labels, in memory) with SGD (learning rate 0.01,
-momentum 0.9, weight decay 1e-4) and the softmax cross-entropy, hybridized, one epoch per
-timed run. Each runs in its own process: one warm-up epoch ("setup s"), then {repeats} timed
-epochs ({multi_repeats} on several devices), interleaved with the others; the clock is read
-after `mx.nd.waitall()`.
-
-- *Gluon loop + gluon.Trainer*: the baseline, a hand-written loop over a `gluon.data.DataLoader`:
-  `gluon.utils.split_and_load`, forward under `autograd.record()`, backward, `trainer.step`.
-- *gluonkit.Trainer*: the same loop with `gluonkit.split_and_load` and `gluonkit.Trainer`;
-  with `accumulate=4`, micro-batches of a quarter of the batch, one update per 4 (the same
-  samples per update).
-- *gluonkit.fit*: `fit(..., epochs=1, progress=False)` on the same loader and a `gluonkit.Trainer`.
-- *Estimator*: `mxnet.gluon.contrib.estimator.Estimator.fit(loader, epochs=1)` with a
-  `gluon.Trainer` and its default handlers and metrics (accuracy and loss, every batch).
-- *Module*: the network exported by Gluon (`export`), topped with `SoftmaxOutput`, trained by
-  `mx.mod.Module.fit` on an `mx.io.NDArrayIter` over the same arrays (default metric 'acc').
-  The iterator slices batches out of one NDArray, with no per-sample Python: *Module.fit, fed
-  by the same DataLoader* (through `mx.contrib.io.DataLoaderIter`) shows how much of the
-  Module's speed is its data path rather than its training.
-- *floor*: forward and backward of one batch already on the devices, no optimizer, no data
-  loading: pure compute.
-- *the baseline again*: a second process of the Gluon loop. Two processes of the same code
-  differ (memory layout, scheduling); its ratio shows how large a difference is noise.
-
-samples/s is the median over the timed epochs (min - max beside it); ms/step is the time per
-update of the whole batch. "ratio to baseline" is the median, over the repeats, of the
-contestant's samples/s over the Gluon loop's in the same repeat (so that a slow change of
-the machine's load largely cancels out). "time over floor" is the extra time per sample over the floor: what a
-tool costs beyond the network's own compute (the optimizer update included, which every
-trainer pays). "peak RSS MB" is the process's peak resident memory (imports included).
-
-On several devices the batch per device stays the same (the whole batch grows; an epoch
-keeps the same samples in fewer steps), and the speed-up is over the same contestant on one
-device; efficiency is speed-up / devices. With `--device cpu`, the devices are `cpu(0)`,
-`cpu(1)`, ... sharing the same cores: the figures show the cost of the multi-device code
-paths, not a speed-up. To fit the time budget, the default run uses several devices
-({devices}) only for {multi_nets}, with {multi}.
-
-Memory: the same samples trained as a small batch, as one large batch, and as micro-batches
-of the small size accumulated into updates of the large one (`gluonkit.Trainer(accumulate=k)`),
-each in its own process, so "peak RSS MB" is each run's own peak (`ru_maxrss`)."""
-
-
 def _build(name, options):
     return build(options["configs"][name])
 
@@ -510,4 +450,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == [WORKER_FLAG]:
         serve(_build)
     else:
+        set_env(MODULE)
         main(parse_args())

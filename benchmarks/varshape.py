@@ -1,7 +1,7 @@
 """Variable input shapes: what a new shape every step costs, and what bucketing saves.
 
-    python benchmarks/varshape.py                 # full run (a few minutes on 2 cores)
-    python benchmarks/varshape.py --quick         # seconds; figures are not meaningful
+    python -m benchmarks.varshape                 # full run (a few minutes on 2 cores)
+    python -m benchmarks.varshape --quick         # seconds; figures are not meaningful
 
 The data are images of random height and width (uniform in --min-size..--max-size, so the
 mean pixel count equals that of a --ref-size square image) and random labels. Every
@@ -12,26 +12,23 @@ the "Variable shapes" section of benchmarks/README.md.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,  # noqa: E402,E501
-                      serve, set_threads, write_json)
-from _common import apply_defaults  # noqa: E402
+import statistics
 
-set_threads()
+import mxnet as mx
+import numpy as np
+from gluoncv.data.batchify import Stack, Tuple
+from mxnet import autograd, gluon
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
+from gluonkit.data.buckets import BucketPad, Buckets, bucket_loader
+from gluonkit.data.multiscale import resize_first
+from gluonkit.nn.shapecache import ShapeCache
+from gluonkit.recipes.models import small_cnn
+from gluonkit.train.trainer import Trainer
 
-import mxnet as mx  # noqa: E402
-import numpy as np  # noqa: E402
-from gluoncv.data.batchify import Stack, Tuple  # noqa: E402
-from mxnet import autograd, gluon  # noqa: E402
-
-from gluonkit.data.buckets import BucketPad, Buckets, bucket_loader  # noqa: E402
-from gluonkit.data.multiscale import resize_first  # noqa: E402
-from gluonkit.nn.shapecache import ShapeCache  # noqa: E402
-from gluonkit.train.trainer import Trainer  # noqa: E402
+from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env
+from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,
+                       serve, write_json)
 
 SECTION = "varshape"
 
@@ -111,23 +108,10 @@ class _ShuffledBatches(gluon.data.Sampler):
         return len(self._batches)
 
 
-def small_cnn(classes=10):
-    """A small CNN like recipes/classify.py's: conv/BN/ReLU stages, a max-pool, global pooling."""
-    net = gluon.nn.HybridSequential()
-    for channels in (32, 32, None, 64, 64):
-        if channels is None:
-            net.add(gluon.nn.MaxPool2D(2, ceil_mode=True))
-            continue
-        net.add(gluon.nn.Conv2D(channels, 3, padding=1, use_bias=False), gluon.nn.BatchNorm(),
-                gluon.nn.Activation("relu"))
-    net.add(gluon.nn.GlobalAvgPool2D(), gluon.nn.Dense(classes))
-    return net
-
-
 def build_net(name):
     mx.random.seed(0)
     if name == "cnn":
-        return small_cnn()
+        return small_cnn(10)
     from gluoncv.model_zoo import get_model
 
     return get_model(name, pretrained=False, classes=10)
@@ -251,9 +235,7 @@ def input_work(path, options):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny run for the test suite (seconds; its figures mean nothing)")
+    parser = benchmark_parser(__doc__)
     run = parser.add_argument_group("run")
     run.add_argument("--settings", default=None,
                      help=f"comma-separated data settings: {', '.join(SETTINGS)} "
@@ -279,7 +261,7 @@ def parse_args(argv=None):
                      "(default benchmarks/results/varshape.json; none with --quick)")
     out.add_argument("--readme", default=None, help="Markdown file whose 'varshape' section is "
                      "rewritten (default benchmarks/README.md; none with --quick)")
-    args = parser.parse_args(argv)
+    args = parse_with_config(parser, argv)
     defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2} if args.quick else \
         {"settings": "cifar,short", "nets": "cifar_resnet20_v1,cnn", "repeats": 5}
     apply_defaults(args, defaults, "varshape")
@@ -375,7 +357,7 @@ def main(args):
         for net in args.nets.split(","):
             print(f"{setting} / {net}: {options['samples']} images of {options['min_size']}.."
                   f"{options['max_size']} px per epoch, batch {options['batch_size']}", flush=True)
-            rows = compare(__file__, args.only, dict(options, net=net), args.repeats, reference="fixed")
+            rows = compare("benchmarks.varshape", args.only, dict(options, net=net), args.repeats, reference="fixed")
             fixed = rows[args.only.index("fixed")]
             for row in rows:
                 row["work"] = input_work(CONTESTANTS[row["name"]][1], options)
@@ -410,9 +392,9 @@ README_TEXT = """\
 ## Variable shapes (`varshape.py`)
 
 ```bash
-python benchmarks/varshape.py                  # both settings and networks (about 7 minutes on 2 cores)
-python benchmarks/varshape.py --quick          # seconds, for the test suite; its figures mean nothing
-python benchmarks/varshape.py --settings cifar --mode pad --multiple 1 --only fixed,padmax,hybrid,buckets
+python -m benchmarks.varshape                  # both settings and networks (about 7 minutes on 2 cores)
+python -m benchmarks.varshape --quick          # seconds, for the test suite; its figures mean nothing
+python -m benchmarks.varshape --settings cifar --mode pad --multiple 1 --only fixed,padmax,hybrid,buckets
 ```
 
 Images of random height and width, each side uniform in a range (so their mean pixel count is
@@ -450,4 +432,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == [WORKER_FLAG]:
         serve(build)
     else:
+        set_env("benchmarks.varshape")
         main(parse_args())

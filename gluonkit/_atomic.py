@@ -5,7 +5,8 @@ A crash (or a full disk) mid-write leaves the previous file intact and no partia
 import os
 import uuid
 
-__all__ = ["TMP_PREFIX", "scratch_file", "atomic_write", "atomic_text", "fsync_directory"]
+__all__ = ["TMP_PREFIX", "scratch_file", "atomic_write", "atomic_create", "atomic_text",
+           "fsync_directory"]
 
 TMP_PREFIX = ".tmp-"
 
@@ -19,20 +20,66 @@ def scratch_file(directory, name):
     return path, open(path, "xb")
 
 
-def atomic_write(directory, name, write):
-    """Call ``write(file)`` on a temporary file in ``directory``, fsync, then rename to ``name``."""
+def _written(directory, name, write):
+    """A scratch file in ``directory`` holding what ``write(file)`` wrote, fsynced."""
     tmp, f = scratch_file(directory, name)
     try:
         with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        os.remove(tmp)
+        raise
+    return tmp
+
+
+def atomic_write(directory, name, write):
+    """Call ``write(file)`` on a temporary file in ``directory``, fsync, then rename to ``name``."""
+    tmp = _written(directory, name, write)
+    try:
         os.replace(tmp, os.path.join(directory, name))
     except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        os.remove(tmp)
         raise
     fsync_directory(directory)
+
+
+def atomic_create(directory, names, write):
+    """Like ``atomic_write``, but under the first of ``names`` that no file has; return it.
+
+    The file never replaces another one, even one that another process creates meanwhile:
+    it appears by a hard link, which fails if the name exists, and the next name is tried.
+    Where the filesystem has no hard links the name is first reserved by exclusive creation
+    (a crash in between leaves an empty file under it).
+
+    Parameters
+    ----------
+    names : iterable of str
+        Candidate names, tried in order (a generator may look at the directory again).
+    """
+    tmp = _written(directory, "new", write)
+    try:
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                continue
+            except OSError:   # no hard links here: reserve the name, then move the file onto it
+                try:
+                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    continue
+                os.replace(tmp, path)
+            break
+        else:
+            raise FileExistsError(f"every name offered for the new file exists in {directory!r}.")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    fsync_directory(directory)
+    return name
 
 
 def fsync_directory(directory):

@@ -1,33 +1,44 @@
-"""Launch a distributed job with MXNet's own dmlc tracker, with a timeout and a failure report.
+"""Launch a parameter-server job on MXNet's kvstore, on this machine or on several over ssh.
 
 Usage::
 
     python -m gluonkit.launch -n 2 -s 1 --timeout 600 -- python recipes/classify.py --kvstore dist_sync
+    python -m gluonkit.launch -n 4 -s 2 --launcher ssh -H hosts.txt -- python train.py
 
-``--launcher local`` (the default) runs the scheduler, the servers and the workers on this
-machine over loopback; ``ssh`` and ``mpi`` run them on the hosts of ``--hostfile`` as MXNet's
-``tools/launch.py`` does. The launcher ends every process it started when the job finishes,
-when one role fails (a dead server otherwise leaves the workers blocked forever) and when
-``--timeout`` runs out, and says which role failed and why.
+The job is the dmlc tracker's: a scheduler on this machine, then servers and workers with
+the ``DMLC_*`` variables MXNet's ps-lite reads, which carries all the training traffic.
+``--launcher local`` runs every role here over loopback; ``ssh`` runs the servers and the
+workers in turn on the hosts of ``--hostfile``. Each role runs under a small wrapper that
+reports its process and exit status back to the launcher (over the ssh connection itself)
+and ends everything the role started when the launcher asks, or when the connection breaks.
+The launcher ends the job when every worker finished, when one role fails (naming it, with
+its last lines on stderr), when ``--timeout`` runs out and on SIGINT/SIGTERM, and says when
+it could not confirm that a role's processes are gone.
 """
 import argparse
-import glob
+import collections
+import inspect
 import json
 import os
-import shlex
+import queue
+import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["launch", "main"]
+from . import _launch_hosts, _launch_role
+from ._validate import choice, finite_real, positive_int
 
-_PROCESSES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_dmlc_processes.py")
-_POLL_SECONDS = 0.1
-_GRACE_SECONDS = 10.0
+__all__ = ["launch", "main", "TIMEOUT_EXIT_CODE"]
+
 TIMEOUT_EXIT_CODE = 124
+_GRACE_SECONDS = 10.0     # for servers and the scheduler to finish after the last worker
+_END_SECONDS = 15.0       # for every role to report that its processes are gone
+_ENV_ITEM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$", re.DOTALL)
 
 
 def _say(message):
@@ -43,73 +54,164 @@ def _describe_exit(code):
     return f"exited with code {code}"
 
 
-def _read_statuses(status_dir):
-    statuses = {}
-    for path in glob.glob(os.path.join(status_dir, "*.json")):
-        with open(path) as f:
-            status = json.load(f)
-        statuses[status["name"]] = status
-    return statuses
+class _Role:
+    """One process of the job, seen from the launcher: the wrapper (or the ssh client running it)."""
 
+    def __init__(self, name, kind, host, argv, wake):
+        self.name, self.kind, self.host, self._wake = name, kind, host, wake
+        self.pid = self.code = self.problem = self.left = self.client_code = None
+        self.failed_at = self.exited_at = None
+        self.tail = collections.deque(maxlen=8)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-def _end_process_group(proc):
-    """Terminate the tracker and everything it started (they share its process group)."""
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+    @property
+    def where(self):
+        return f" on {self.host}" if self.host else ""
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace")
+            output, mark, event = line.partition(_launch_role.MARK)
+            if not mark:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                self.tail.append(line.rstrip())
+                continue
+            if output.strip():  # a last line of the program's without a newline
+                sys.stderr.write(output + "\n")
+                self.tail.append(output.rstrip())
+            kind, _, value = event.strip().partition(" ")
+            self._on_event(kind, value)
+        self.client_code = self.proc.wait()
+        self._wake.put(self)
+
+    def _on_event(self, kind, value):
+        if kind in ("started", "exited", "ended") and not re.fullmatch(r"-?\d+", value):
+            return  # not the wrapper's: only it writes these words after the mark, with a number
+        if kind == "started":
+            self.pid = int(value)
+            _say(f"{self.name} started (pid {self.pid}){self.where}")
+        elif kind == "exited":
+            self.code, self.exited_at = int(value), time.monotonic()
+        elif kind == "cannot-start":
+            self.problem = value
+        elif kind == "ended":
+            self.left = int(value)
+        self._wake.put(self)
+
+    def failure(self, workers_done):
+        """Why this role failed the job (a sentence), or None."""
+        if self.problem:
+            return f"{self.name}{self.where} could not start: {self.problem}"
+        if self.code is not None and self.code != 0:
+            return f"{self.name}{self.where} {_describe_exit(self.code)}"
+        if self.code is None and self.client_code is not None and self.pid is None and self.host:
+            return f"{self.name} could not be started on {self.host} (ssh exited with code {self.client_code})"
+        if self.code is None and self.client_code is not None:
+            how = "the ssh connection" if self.host else "its wrapper"
+            return f"{self.name}{self.where}: {how} ended with code {self.client_code} before the role finished"
+        if (self.code == 0 and self.kind != "worker" and not workers_done
+                and time.monotonic() - self.exited_at > _GRACE_SECONDS):
+            return f"{self.name}{self.where} exited {_GRACE_SECONDS:g} s before the workers finished"
+        return None
+
+    def stop(self):
+        """Ask the wrapper to end the role (it ends the process group when its stdin closes)."""
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def wait_ended(self, deadline):
+        """Wait until the wrapper is gone; kill it (and the role, if local) if it outlives ``deadline``."""
         try:
-            proc.wait(wait)
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            continue
-        # the tracker is gone; its children may linger a moment longer in the group
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(_POLL_SECONDS)
+            for pgid in (self.proc.pid, None if self.host else self.pid):
+                if pgid:
+                    try:
+                        os.killpg(pgid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            self.proc.wait()
+        self._reader.join(5.0)
 
 
-def _check_args(command, num_workers, num_servers, launcher, hostfile, timeout):
-    if not command:
-        raise ValueError("No command to launch; put it after '--', e.g. -- python train.py.")
-    if not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}.")
-    if not isinstance(num_servers, int) or num_servers < 1:
-        raise ValueError(f"num_servers must be a positive integer, got {num_servers!r}.")
-    if launcher not in ("local", "ssh", "mpi"):
-        raise ValueError(f"launcher must be 'local', 'ssh' or 'mpi', got {launcher!r}.")
-    if launcher != "local" and not (hostfile and os.path.isfile(hostfile)):
-        raise ValueError(f"launcher={launcher!r} needs --hostfile naming an existing file of hosts, "
-                         f"got {hostfile!r}.")
-    if timeout is not None and not timeout > 0:
+def _parse_env(items, what):
+    """``NAME=VALUE`` or ``NAME`` (this machine's value) strings as a dict."""
+    env = {}
+    for item in items:
+        if not isinstance(item, str) or not _ENV_ITEM.match(item):
+            raise ValueError(f"{what} takes NAME=VALUE or NAME, got {item!r}.")
+        name, has_value, value = item.partition("=")
+        if not has_value:
+            if name not in os.environ:
+                raise ValueError(f"{what} {name}: {name} is not set on this machine; give {name}=VALUE.")
+            value = os.environ[name]
+        env[name] = value
+    return env
+
+
+def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config):
+    if not command or not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
+        raise ValueError(f"No command to launch, or not a list of strings: {command!r}; put it after '--', "
+                         "e.g. -- python train.py.")
+    num_workers = positive_int(num_workers, "num_workers")
+    num_servers = positive_int(num_servers, "num_servers")
+    choice(launcher, ("local", "ssh"), "launcher")
+    if launcher == "ssh" and not (hostfile and os.path.isfile(hostfile)):
+        raise ValueError(f"launcher={launcher!r} needs --hostfile naming an existing file of hosts, got {hostfile!r}.")
+    if timeout is not None and not finite_real(timeout, "timeout", "seconds") > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+    if workdir is not None and launcher == "local" and not os.path.isdir(workdir):
+        raise ValueError(f"workdir {workdir!r} is not a directory.")
+    if sync_dst_dir is not None and (launcher != "ssh" or workdir is not None):
+        raise ValueError(f"sync_dst_dir={sync_dst_dir!r} needs launcher='ssh' and no workdir (the roles run in "
+                         "the copy).")
+    if ssh_config is not None and not os.path.isfile(ssh_config):
+        raise ValueError(f"ssh_config {ssh_config!r} is not a file.")
+    return num_workers, num_servers
 
 
-def launch(command, num_workers, num_servers=None, launcher="local", hostfile=None, timeout=None,
-           host_ip=None):
+def _plan(num_workers, num_servers, hosts):
+    """(name, kind, task id, host) of every server and worker, as the dmlc ssh launcher places them."""
+    roles = []
+    for i in range(num_servers + num_workers):
+        kind, index = ("server", i) if i < num_servers else ("worker", i - num_servers)
+        task_id = index if kind == "worker" else num_workers + index
+        roles.append((f"{kind} {index}", kind, task_id, hosts[i % len(hosts)] if hosts else None))
+    return roles
+
+
+def launch(command, num_workers, num_servers=None, launcher="local", hostfile=None, timeout=None, host_ip=None,
+           env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None):
     """Run ``command`` as every role of a parameter-server job and wait for it.
 
     Parameters
     ----------
     command : list of str
-        The program each process runs (workers train; in servers and the scheduler,
-        ``import mxnet`` serves and exits).
-    num_workers : int
-        Number of worker processes.
-    num_servers : int, optional
-        Number of server processes (default: ``num_workers``, as in MXNet's launcher).
-    launcher : {'local', 'ssh', 'mpi'}
-        Where the processes run; ``ssh`` and ``mpi`` need ``hostfile``.
+        The program every process runs (workers train; in servers and the scheduler,
+        ``import mxnet`` serves and exits). Arguments reach it exactly, on every host.
+    num_workers, num_servers : int
+        Number of workers and of servers (default: as many servers as workers).
+    launcher : {'local', 'ssh'}
+        ``ssh`` runs servers and workers in turn on the hosts of ``hostfile``.
     hostfile : str, optional
-        One host per line, for ``ssh`` and ``mpi``.
+        ``host``, ``host:port`` or ``user@host:port`` per line; ``#`` comments.
     timeout : float, optional
         Seconds after which every process is ended and the launch fails.
     host_ip : str, optional
-        Address of the scheduler; default 127.0.0.1 for ``local``, found by the tracker otherwise.
+        The scheduler's address: 127.0.0.1 for ``local``, found by the dmlc tracker for ``ssh``.
+    env, env_worker, env_server : list of str
+        ``NAME=VALUE``, or ``NAME`` for this machine's value, for every role, the workers, the servers.
+    workdir : str, optional
+        Where the roles run (default: the current directory).
+    sync_dst_dir : str, optional
+        Copy the current directory there on every host (rsync) and run the roles in it.
+    ssh_config : str, optional
+        An ssh configuration file for the ssh client (``ssh -F``).
 
     Returns
     -------
@@ -121,72 +223,122 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         code = launch(["python", "train.py"], num_workers=2, num_servers=1, timeout=300)
     """
     num_servers = num_workers if num_servers is None else num_servers
-    _check_args(command, num_workers, num_servers, launcher, hostfile, timeout)
-    env = dict(os.environ)
-    if launcher == "local":
-        host_ip = host_ip or "127.0.0.1"
-        env.update(DMLC_NODE_HOST=host_ip, DMLC_INTERFACE="lo")
-    status_dir = tempfile.mkdtemp(prefix="gluonkit-launch-")
-    role_command = [sys.executable, _PROCESSES, "role", status_dir, *command]
-    dmlc_args = ["--num-workers", str(num_workers), "--num-servers", str(num_servers), "--cluster", launcher]
-    if hostfile:
-        dmlc_args += ["--host-file", hostfile]
-    if host_ip:
-        dmlc_args += ["--host-ip", host_ip]
-    dmlc_args += [shlex.quote(part) for part in role_command]
-    spec = json.dumps({"dmlc_args": dmlc_args, "host_ip": host_ip})
-    tracker = subprocess.Popen([sys.executable, _PROCESSES, "tracker", spec], env=env, start_new_session=True)
-    try:
-        return _supervise(tracker, status_dir, num_workers, timeout)
-    finally:
-        _end_process_group(tracker)
-        shutil.rmtree(status_dir, ignore_errors=True)
-
-
-def _supervise(tracker, status_dir, num_workers, timeout):
+    num_workers, num_servers = _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir,
+                                      sync_dst_dir, ssh_config)
+    extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
+             for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
+    hosts = _launch_hosts.read_hostfile(hostfile) if launcher == "ssh" else None
+    if hosts and not shutil.which("ssh"):
+        raise ValueError("launcher='ssh' needs the ssh client; install it (apt-get install openssh-client).")
+    if host_ip is None:
+        host_ip = "127.0.0.1" if launcher == "local" else _tracker_host_ip()
+    if sync_dst_dir or workdir is None:
+        workdir = sync_dst_dir or os.getcwd()
+    elif launcher == "local":
+        workdir = os.path.abspath(workdir)
     started = time.monotonic()
-    announced, workers_done_at, tracker_done_at = set(), None, None
+    if sync_dst_dir:
+        _sync(hosts, sync_dst_dir, ssh_config, timeout)
+    port, port_lock = _launch_hosts.reserve_port()
+    _say(f"scheduler at {host_ip}:{port}")
+    common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_WORKER": str(num_workers),
+              "DMLC_NUM_SERVER": str(num_servers), "DMLC_JOB_CLUSTER": launcher}
+    if launcher == "local":
+        common["DMLC_INTERFACE"] = "lo"
+    wake, roles = queue.Queue(), []
+    source = inspect.getsource(_launch_role)
+    try:
+        plan = [("scheduler", "scheduler", None, None)] + _plan(num_workers, num_servers, hosts)
+        for name, kind, task_id, host in plan:
+            role_env = dict(common, DMLC_ROLE=kind, DMLC_NODE_HOST=host.address if host else host_ip,
+                            **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra[kind])
+            spec = {"env": role_env, "workdir": workdir, "command": list(command)}
+            if host:
+                spec["env"] = {**_launch_hosts.remote_env(os.environ), **role_env}
+                argv = _launch_hosts.ssh_command(host, [sys.executable, "-c", source, json.dumps(spec)], ssh_config)
+            else:
+                argv = [sys.executable, _launch_role.__file__, json.dumps(spec)]
+            roles.append(_Role(name, kind, host, argv, wake))
+        return _supervise(roles, wake, num_workers, started, timeout)
+    finally:
+        _end(roles)
+        port_lock.close()
+
+
+def _tracker_host_ip():
+    from dmlc_tracker import tracker  # ships with the mxnet wheel
+    return tracker.get_host_ip("auto")
+
+
+def _sync(hosts, remote_dir, ssh_config, timeout):
+    distinct = list(dict.fromkeys(hosts))
+    _say(f"copying {os.getcwd()} to {remote_dir} on {len(distinct)} host(s)")
+    with ThreadPoolExecutor(len(distinct)) as pool:
+        for future in [pool.submit(_launch_hosts.sync_dir, os.getcwd(), h, remote_dir, ssh_config, timeout)
+                       for h in distinct]:
+            future.result()
+
+
+def _supervise(roles, wake, num_workers, started, timeout):
+    workers = [r for r in roles if r.kind == "worker"]
+    finished_at = None
     while True:
-        statuses = _read_statuses(status_dir)
-        for name in sorted(set(statuses) - announced):
-            _say(f"{name} started (pid {statuses[name]['pid']})")
-            announced.add(name)
-        for name, status in sorted(statuses.items()):
-            code = status["returncode"]
-            if code is not None and code != 0:
-                tail = "\n    ".join(status["stderr"][-8:]) or "(no output on stderr)"
-                _say(f"{name} {_describe_exit(code)}; ending the job. Its last lines on stderr:\n    {tail}")
-                return 1
-        workers_done = sum(1 for n, s in statuses.items() if n.startswith("worker") and s["returncode"] == 0)
-        tracker_code = tracker.poll()
-        if tracker_code is not None:
-            tracker_done_at = tracker_done_at or time.monotonic()
-            if workers_done == num_workers:
-                return 0
-            if time.monotonic() - tracker_done_at > _GRACE_SECONDS:
-                _say(f"the dmlc tracker {_describe_exit(tracker_code)} when {workers_done} of {num_workers} "
-                     "workers had finished; see the errors above.")
-                return 1
-        elif workers_done == num_workers:
-            workers_done_at = workers_done_at or time.monotonic()
-            if time.monotonic() - workers_done_at > _GRACE_SECONDS:
-                return 0  # every worker finished; the servers are ended with the process group
-        if timeout is not None and time.monotonic() - started > timeout:
-            running = [n for n, s in sorted(statuses.items()) if s["returncode"] is None]
+        now = time.monotonic()
+        workers_done = all(r.code == 0 for r in workers)
+        for role in roles:
+            if role.failed_at is None and role.failure(workers_done):
+                role.failed_at = now
+        failed = sorted((r for r in roles if r.failed_at is not None), key=lambda r: r.failed_at)
+        if failed:
+            role = failed[0]
+            tail = "".join(f"\n    {line}" for line in role.tail)
+            _say(f"{role.failure(workers_done)}; ending the job." + (" Its last lines on stderr:" + tail if tail else ""))
+            return 1
+        if workers_done:
+            finished_at = finished_at or now
+            if all(r.client_code is not None for r in roles) or now - finished_at > _GRACE_SECONDS:
+                return 0   # servers still running after the grace period are ended with the rest
+        if timeout is not None and now - started > timeout:
+            running = [r.name for r in roles if r.code is None]
             _say(f"timed out after {timeout:g} s; still running: {', '.join(running) or 'nothing yet'}. "
                  "Ending every process.")
             return TIMEOUT_EXIT_CODE
-        time.sleep(_POLL_SECONDS)
+        try:
+            wake.get(timeout=0.2)
+        except queue.Empty:
+            pass
+
+
+def _end(roles):
+    """End every role on every host and say which could not be confirmed gone."""
+    for role in roles:
+        role.stop()
+    deadline = time.monotonic() + _END_SECONDS
+    for role in roles:
+        role.wait_ended(deadline)
+    unsure = [f"{r.name}{r.where} (pid {r.pid})" for r in roles if r.pid is not None and r.left != 0]
+    if unsure:
+        _say(f"could not confirm that every process ended: {', '.join(unsure)}; check those hosts.")
 
 
 def _parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m gluonkit.launch", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
-    parser.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")
-    parser.add_argument("--launcher", default="local", choices=["local", "ssh", "mpi"])
-    parser.add_argument("-H", "--hostfile", help="hosts, one per line (ssh and mpi)")
-    parser.add_argument("--timeout", type=float, help="seconds before every process is ended")
-    parser.add_argument("--host-ip", help="scheduler address (default 127.0.0.1 for local)")
+    job = parser.add_argument_group("job")
+    job.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
+    job.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")
+    job.add_argument("--timeout", type=float, help="seconds before every process is ended (exit code 124)")
+    where = parser.add_argument_group("where")
+    where.add_argument("--launcher", default="local", choices=["local", "ssh"])
+    where.add_argument("-H", "--hostfile", help="ssh: hosts, one per line (host, host:port, user@host:port)")
+    where.add_argument("--host-ip", help="scheduler address (default 127.0.0.1 for local, found for ssh)")
+    where.add_argument("--ssh-config", help="ssh: configuration file for the ssh client (ssh -F)")
+    run = parser.add_argument_group("environment")
+    run.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                     help="set (or pass on this machine's) NAME in every role; repeatable")
+    run.add_argument("--env-worker", action="append", default=[], metavar="NAME[=VALUE]", help="workers only")
+    run.add_argument("--env-server", action="append", default=[], metavar="NAME[=VALUE]", help="servers only")
+    run.add_argument("--workdir", help="directory the roles run in (default: the current one)")
+    run.add_argument("--sync-dst-dir", help="ssh: copy the current directory there on every host and run there")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -199,11 +351,18 @@ def main(argv=None):
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # clean up on the way out
     try:
-        return launch(args.command, args.num_workers, args.num_servers, args.launcher, args.hostfile,
-                      args.timeout, args.host_ip)
+        return launch(args.command, args.num_workers, args.num_servers, args.launcher, args.hostfile, args.timeout,
+                      args.host_ip, args.env, args.env_worker, args.env_server, args.workdir, args.sync_dst_dir,
+                      args.ssh_config)
     except ValueError as err:
         _say(str(err))
         return 2
+    except RuntimeError as err:
+        _say(str(err))
+        return 1
+    except KeyboardInterrupt:
+        _say("interrupted; every process was ended.")
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

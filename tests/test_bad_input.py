@@ -4,7 +4,6 @@ Each case asserts the exception type, that the message names the offending value
 it says what to do instead; none may surface MXNet's own C++ error text.
 """
 import os
-import sys
 
 import mxnet as mx
 import numpy as np
@@ -17,8 +16,7 @@ from gluonkit.launch import launch
 from gluonkit import params as gparams
 from gluonkit.nn import Branches
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "recipes"))
-import classify  # noqa: E402
+from gluonkit.recipes.models import build_model
 
 
 def _net():
@@ -197,7 +195,7 @@ CASES = [
      NotADirectoryError, "taken", "pass the path of a directory"),
     ("checkpoint keeping none", lambda t: gluonkit.Checkpoint(t, keep=0),
      ValueError, "got 0", "positive integer"),
-    ("gluoncv model name that does not exist", lambda t: classify.build_model("resnet_nonexistent", 10),
+    ("gluoncv model name that does not exist", lambda t: build_model("resnet_nonexistent", 10),
      ValueError, "'resnet_nonexistent'", "gluoncv.model_zoo.get_model_list()"),
 ]
 

@@ -41,6 +41,20 @@ class SeededEpochs(gluon.data.Sampler):
         """Make the next iteration yield epoch ``epoch``'s order (to resume a run)."""
         self._epoch = non_negative_int(epoch, "epoch")
 
+    def state_dict(self):
+        """dict: The seed and the epoch the next iteration yields; ``fit`` checkpoints it."""
+        return {"seed": self._seed, "epoch": self._epoch}
+
+    def load_state_dict(self, state):
+        """Continue from ``state_dict()``: the next iteration yields the saved epoch's order."""
+        if not isinstance(state, dict) or set(state) != {"seed", "epoch"}:
+            raise ValueError(f"state must be a sampler's state_dict() ({{'seed': ..., 'epoch': ...}}), "
+                             f"got {state!r}.")
+        if state["seed"] is None:
+            raise ValueError("state['seed'] is None; pass what state_dict() returned.")
+        seed, epoch = seed_or_draw(state["seed"]), non_negative_int(state["epoch"], "state['epoch']")
+        self._seed, self._epoch = seed, epoch
+
     def _next_epoch_rng(self):
         """The generator of the epoch about to be yielded; moves on to the next epoch."""
         rng = np.random.default_rng([self._seed, self._epoch])

@@ -12,7 +12,7 @@ import numpy as np
 from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
-from .._validate import choice, positive_int
+from .._validate import choice, is_int, positive_int
 from ._sampling import Order, seed_or_draw, SeededEpochs
 from .multiscale import _LAST_BATCH, _resize
 
@@ -259,10 +259,13 @@ class BucketSampler(SeededEpochs):
         choice(last_batch, _LAST_BATCH, "last_batch")
         if isinstance(buckets, Buckets):
             self.buckets = buckets
-        elif isinstance(buckets, numbers.Integral) and not isinstance(buckets, bool):
+        elif is_int(buckets):
             self.buckets = Buckets.from_data(shapes, buckets, axes, mode, multiple)
-        else:
+        elif isinstance(buckets, (list, tuple)):
             self.buckets = Buckets(buckets, axes, mode)
+        else:
+            raise TypeError(f"buckets must be an int (how many to choose from the data), a list of "
+                            f"bucket shapes or a Buckets, got {buckets!r}.")
         self.assignment = self.buckets.assign_all(shapes)
         self._members = [np.flatnonzero(self.assignment == b) for b in range(len(self.buckets))]
         self._orders = [Order(m) for m in self._members]
@@ -359,6 +362,18 @@ def _mask(valid, shape, ctx):
     return mx.nd.array(mask, ctx=ctx)
 
 
+class _StackLabels:
+    """gluoncv's Stack for labels of one shape; labels of several shapes are refused with the fix."""
+
+    def __call__(self, labels):
+        shapes = {tuple(np.shape(y)) for y in labels}
+        if len(shapes) > 1:
+            raise ValueError(f"the labels of a batch have different shapes {sorted(shapes)[:4]} "
+                             "(detection boxes?); pass label_fn=gluoncv.data.batchify.Pad(axis=0, "
+                             "pad_val=-1) to pad them, or BucketPad(buckets, pad_val=-1) for masks.")
+        return Stack()(labels)
+
+
 class BucketBatchify:
     """Batchify (data, label) samples of a bucketed dataset for a ``gluon.data.DataLoader``.
 
@@ -371,7 +386,9 @@ class BucketBatchify:
     ----------
     buckets : Buckets
     label_fn : callable, optional
-        Batchify function of the labels; default ``gluoncv.data.batchify.Stack()``.
+        Batchify function of the labels; default ``gluoncv.data.batchify.Stack()`` (labels of
+        different shapes, such as boxes per image, then raise: pass
+        ``gluoncv.data.batchify.Pad(axis=0, pad_val=-1)``).
     pad_val : float, default 0
         Padding value of the data.
     extra : {None, 'valid', 'mask'}, default None
@@ -391,7 +408,7 @@ class BucketBatchify:
         self._extra = extra
         self._buckets = buckets
         self._tuple = Tuple(BucketPad(buckets, pad_val, ret_valid=extra is not None),
-                            Stack() if label_fn is None else label_fn)
+                            _StackLabels() if label_fn is None else label_fn)
 
     def __call__(self, samples):
         if not isinstance(samples[0], (tuple, list)) or len(samples[0]) != 2:

@@ -76,6 +76,7 @@ def check_clip_setting(params, kvstore, update_on_kvstore):
         raise ValueError("update_on_kvstore=True cannot be used with clip_global_norm: the kvstore "
                          "would update before the summed gradient could be clipped. Leave "
                          "update_on_kvstore unset.")
+    params = list(params.values()) if isinstance(params, (dict, gluon.ParameterDict)) else params
     sparse = [p.name for p in params if isinstance(p, gluon.Parameter) and p._stype != "default"]
     if sparse:
         raise ValueError(f"clip_global_norm needs dense weights ({', '.join(sparse)} are sparse: "
@@ -87,18 +88,27 @@ def check_clip_setting(params, kvstore, update_on_kvstore):
 
 
 def unique_params(params):
-    """The parameters as a list, each once (a shared one may be collected from several blocks)."""
+    """The parameters, each once (a shared one may be collected from several blocks).
+
+    A dict keeps the first key of a parameter it holds twice; a list or tuple becomes a list.
+    """
     if isinstance(params, (dict, gluon.ParameterDict)):
-        params = list(params.values())
-    if not isinstance(params, (list, tuple)):
+        firsts = {}
+        for key, param in params.items():
+            firsts.setdefault(id(param), (key, param))
+        unique = [param for _, param in firsts.values()]
+        if len(unique) < len(list(params.keys())):
+            params = dict(firsts.values())
+    elif isinstance(params, (list, tuple)):
+        params = unique = list({id(p): p for p in params}.values())
+    else:
         return params   # gluon.Trainer refuses it with its own message
-    params = list({id(p): p for p in params}.values())
-    if not params:
+    if not unique:
         raise ValueError("The Trainer got no parameters; pass net.collect_params() of a network "
                          "that has some (check that a regular expression given to "
                          "collect_params matches).")
     contexts = {}
-    for param in params:
+    for param in unique:
         if isinstance(param, gluon.Parameter):
             contexts.setdefault(tuple(param.list_ctx()), param.name)
     if len(contexts) > 1:

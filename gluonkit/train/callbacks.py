@@ -8,6 +8,7 @@ import numbers
 import os
 
 from .._atomic import atomic_text, atomic_write
+from .._validate import non_negative_int, positive_int
 from .checkpoint import Checkpoint
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
@@ -115,9 +116,7 @@ class ModelCheckpoint(Callback):
 
     def __init__(self, checkpoint, every=1, monitor=None, mode="auto", resume=False):
         self.checkpoint = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint(checkpoint)
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a positive int (epochs between saves), got {every!r}.")
-        self.every = every
+        self.every = positive_int(every, "every", "epochs between saves")
         self._monitor = _Monitor(monitor, mode) if monitor else None
         self.resume = resume
         self._saved_at = None
@@ -172,10 +171,8 @@ class EarlyStopping(Callback):
     """
 
     def __init__(self, monitor="val_loss", patience=5, min_delta=0.0, mode="auto"):
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"patience must be a positive int (epochs), got {patience!r}.")
+        self.patience = positive_int(patience, "patience", "epochs")
         self._monitor = _Monitor(monitor, mode, min_delta)
-        self.patience = patience
         self.wait = 0
 
     def on_train_begin(self, state):
@@ -222,8 +219,7 @@ class LRSchedule(Callback):
     """
 
     def __init__(self, scheduler, warmup_steps=0, warmup_begin_lr=0.0):
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be a non-negative int, got {warmup_steps!r}.")
+        warmup_steps = non_negative_int(warmup_steps, "warmup_steps")
         if not (isinstance(scheduler, numbers.Real) or callable(scheduler)):
             raise TypeError(f"scheduler must be a learning rate or a callable of the update count "
                             f"(an mx.lr_scheduler or gluoncv.utils.LRScheduler), got {scheduler!r}.")

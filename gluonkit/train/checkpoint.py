@@ -1,4 +1,5 @@
 """Checkpoint: atomic save and exact resume of a network, its trainer and the random state."""
+import hashlib
 import io
 import json
 import os
@@ -11,25 +12,20 @@ import zipfile
 import mxnet as mx
 import numpy as np
 
-from .._atomic import TMP_PREFIX, atomic_write, fsync_directory, scratch_file
-from .rng import get_rng_state, reseed_mxnet, set_rng_state
+from .. import params as _structure
+from .._atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
+from .._validate import non_negative_int, positive_int
+from .rng import get_rng_state, set_rng_state
 
 __all__ = ["Checkpoint"]
 
 _FORMAT = "gluonkit-checkpoint"
-_VERSION = 1
+_VERSION = 2
 _NAME = re.compile(r"^(\d{6})-epoch(\d+)\.ckpt$")
 _BEST = "best.ckpt"
 _RESERVED = ("epoch", "step")
-
-
-def _structural_params(net):
-    """Parameters by structural name, as ``save_parameters`` names them."""
-    return net._collect_params_with_prefix()
-
-
-def _trainer_params(trainer):
-    return list(trainer._params)
+_DIGEST = 64          # hex characters of the SHA-256 kept in the archive's comment
+_DATE = (1980, 1, 1, 0, 0, 0)   # fixed member times: a file depends on its contents only
 
 
 def _npz_bytes(arrays):
@@ -44,59 +40,63 @@ def _npz_arrays(blob):
         return {key[2:]: arrays[key] for key in arrays.files}
 
 
-def _trainer_state_bytes(trainer, directory):
-    """``trainer.save_states`` writes a file; read it back from a scratch file."""
-    tmp, f = scratch_file(directory, "trainer")
-    f.close()
+def _archive(members):
+    """A zip of ``members`` whose comment is the SHA-256 of every byte before it."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in members.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=_DATE), data)
+        zf.comment = b"0" * _DIGEST
+    body = buf.getvalue()[:-_DIGEST]
+    return body + hashlib.sha256(body).hexdigest().encode()
+
+
+def _unarchive(blob):
+    """The members of an ``_archive``; ValueError if any byte differs from what was written."""
+    body, digest = blob[:-_DIGEST], blob[-_DIGEST:]
+    if len(blob) < _DIGEST or hashlib.sha256(body).hexdigest().encode() != digest:
+        raise ValueError("its checksum does not match its contents")
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+def _initialized(param):
     try:
-        trainer.save_states(tmp)
-        with open(tmp, "rb") as f:
-            return f.read()
-    finally:
-        os.remove(tmp)
+        param.list_data()
+    except RuntimeError:   # not initialized, or waiting for deferred initialization
+        return False
+    return True
 
 
-def _load_trainer_state(trainer, blob, directory):
-    tmp, f = scratch_file(directory, "trainer")
-    try:
-        with f:
-            f.write(blob)
-        trainer.load_states(tmp)
-    finally:
-        os.remove(tmp)
-
-
-def _pending(trainer):
-    """``(micro-batches, samples)`` in the trainer's accumulation window."""
-    return tuple(getattr(trainer, "pending", (0, 0)))
-
-
-def _compatible(saved_shape, shape):
-    """A shape with unknown (0) dimensions matches any saved size there."""
-    return len(saved_shape) == len(shape) and all(d in (0, s) for s, d in zip(saved_shape, shape))
-
-
-def _describe(names, limit=8):
-    names = sorted(names)
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
+def _pickled(state):
+    """Each value of ``state`` pickled; TypeError naming the first key that cannot be."""
+    blobs = {}
+    for key, value in state.items():
+        try:
+            blobs[key] = pickle.dumps(value)
+        except Exception as err:   # pickle raises PicklingError, TypeError, AttributeError, ...
+            raise TypeError(f"state[{key!r}] cannot be pickled ({type(err).__name__}: {err}); "
+                            "pass picklable values (numbers, strings, lists, dicts, arrays) "
+                            "to Checkpoint.save.") from err
+    return blobs
 
 
 class Checkpoint:
     """Atomic checkpoints of a network, its trainer and the random state, for exact resumption.
 
     Each ``save`` writes one file ``<index>-epoch<epoch>.ckpt`` into ``directory`` holding:
-    the parameters (by structural name), the trainer's optimizer states (momentum, update
-    counts, learning-rate scheduler), ``epoch``, ``step`` (updates applied so far), the
-    pending accumulation window of a ``gluonkit.Trainer`` (its gradients and sample count),
-    the Python and NumPy generator states, the seed MXNet was reseeded with, and your
-    ``**state``. A file is written to a temporary name in the same directory, fsynced, then
-    renamed: a crash mid-write leaves the previous checkpoints intact. The last ``keep``
-    files are kept, plus ``best.ckpt`` (the one last saved with ``best=True``).
+    the parameters by structural name (each device's copy where they differ, as BatchNorm
+    running statistics do), the trainer's ``state_dict()`` as an opaque part (optimizer
+    states, update counts, learning-rate scheduler, pending accumulation window),
+    ``epoch``, ``step`` (updates applied so far), the Python and NumPy generator states,
+    and your ``**state``. A file is written under a temporary name in the same directory,
+    fsynced, then linked under a name no other file has: a crash mid-write leaves the
+    previous checkpoints intact, and several processes saving into one directory never
+    replace each other's files. The last ``keep`` files are kept, plus ``best.ckpt`` (the
+    one last saved with ``best=True``). A SHA-256 of the file guards every byte.
 
-    MXNet cannot report its generator's state, so ``save`` reseeds MXNet with a seed derived
-    from the Python and NumPy states and ``load`` reseeds it with the same seed: the run that
-    saved and a run resumed from the file continue with identical random streams.
+    ``save`` leaves every generator as it was. MXNet's cannot be read or restored: ``fit``
+    reseeds it where epochs begin (and at a mid-epoch snapshot), so resumed runs match.
 
     Files hold pickled objects (as MXNet's own trainer states do): load only checkpoints
     you trust.
@@ -122,10 +122,8 @@ class Checkpoint:
         if os.path.exists(directory) and not os.path.isdir(directory):
             raise NotADirectoryError(f"Checkpoint directory {directory!r} is an existing file; "
                                      "pass the path of a directory (it is created if missing).")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be a positive integer (checkpoints to keep), got {keep!r}.")
         self.directory = directory
-        self.keep = keep
+        self.keep = positive_int(keep, "keep", "checkpoints to keep")
 
     def __repr__(self):
         return f"Checkpoint({self.directory!r}, keep={self.keep})"
@@ -151,82 +149,75 @@ class Checkpoint:
         path = os.path.join(self.directory, _BEST)
         return path if os.path.isfile(path) else None
 
+    def _new_names(self, epoch):
+        """Names for the next file, each after every checkpoint in the directory now."""
+        while True:
+            last = max((int(_NAME.match(os.path.basename(p)).group(1)) for p in self.paths), default=0)
+            yield f"{last + 1:06d}-epoch{epoch:04d}.ckpt"
+
     def save(self, net, trainer, epoch, *, best=False, **state):
         """Write a checkpoint atomically; return its path.
+
+        Everything is checked and serialized before anything is written.
 
         Parameters
         ----------
         net : Block
             The network; every parameter must be initialized.
-        trainer : gluon.Trainer or None
-            Its optimizer states and (``gluonkit.Trainer``) pending window are saved.
+        trainer : gluonkit.Trainer or None
+            Saved through its ``state_dict()`` (optimizer states and pending window).
         epoch : int
             Epochs completed.
         best : bool, default False
             Also make this checkpoint ``best.ckpt``.
         **state
-            Anything picklable to get back from ``load`` (keys other than 'epoch', 'step').
+            Anything picklable to get back from ``load`` (keys other than 'epoch', 'step');
+            a value that cannot be pickled raises ``TypeError`` naming its key.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int (epochs completed), got {epoch!r}.")
+        epoch = non_negative_int(epoch, "epoch", "epochs completed")
         clash = [key for key in _RESERVED if key in state]
         if clash:
             raise ValueError(f"state key(s) {clash} are reserved: load() returns the checkpoint's "
                              "epoch and step under them. Rename your keys.")
-        params = _structural_params(net)
-        uninitialized = [name for name, p in params.items() if p._data is None]
+        params = _structure.select(net)
+        uninitialized = [name for name, p in params.items() if not _initialized(p)]
         if uninitialized:
-            raise RuntimeError(f"Cannot save: parameter(s) {_describe(uninitialized)} are not "
-                               "initialized yet; run a forward pass (or give the layers their "
+            raise RuntimeError(f"Cannot save: parameter(s) {_structure.brief_names(uninitialized)} are "
+                               "not initialized yet; run a forward pass (or give the layers their "
                                "input sizes) before saving.")
-        os.makedirs(self.directory, exist_ok=True)
-        names = {id(p): name for name, p in params.items()}
-        meta = {"format": _FORMAT, "version": _VERSION, "epoch": epoch,
-                "params": {name: [list(p.shape), np.dtype(p.dtype).name]
-                           for name, p in params.items()}}
-        members = {"params.npz": _npz_bytes({name: p.list_data()[0].asnumpy()
-                                            for name, p in params.items()})}
-        step, pending = 0, (0, 0)
+        user = _pickled(state)
+        meta = {"format": _FORMAT, "version": _VERSION, "epoch": epoch, "step": 0, "params": {}}
+        arrays = {}
+        for name, p in params.items():
+            copies = [d.asnumpy() for d in p.list_data()]
+            arrays[name] = copies[0]
+            for i, copy in enumerate(copies[1:], 1):   # copies that differ, as running statistics
+                if not np.array_equal(copy, copies[0]):
+                    arrays[f"{name}@{i}"] = copy
+            meta["params"][name] = [list(copies[0].shape), copies[0].dtype.name, len(copies)]
+        members = {"params.npz": _npz_bytes(arrays)}
         if trainer is not None:
-            tparams = _trainer_params(trainer)
-            step = int(trainer.optimizer.num_update)
-            pending = _pending(trainer)
-            meta.update(optimizer=type(trainer.optimizer).__name__,
-                        trainer_params=[names.get(id(p)) for p in tparams],
-                        accumulate=getattr(trainer, "accumulate", 1), pending=list(pending))
-            members["trainer.states"] = _trainer_state_bytes(trainer, self.directory)
-            if pending[0]:
-                grads, fresh = {}, {}
-                for p in tparams:
-                    if p.grad_req == "null" or p._data is None:
-                        continue
-                    # MXNet flags a fresh gradient on the parameter's data array
-                    for i, (g, d) in enumerate(zip(p.list_grad(), p.list_data())):
-                        key = f"{names[id(p)]}@{i}"
-                        grads[key] = g.asnumpy()
-                        fresh[key] = bool(d._fresh_grad)
-                members["grads.npz"] = _npz_bytes(grads)
-                meta["fresh_grads"] = fresh
-        meta["step"] = step
-        rng = get_rng_state()
-        rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, step))
-        members["state.pkl"] = pickle.dumps({"user": state, "rng": rng})
+            if not hasattr(trainer, "state_dict"):
+                raise TypeError(f"trainer must be a gluonkit.Trainer (a drop-in for gluon.Trainer "
+                                f"whose state_dict() a checkpoint stores), got {type(trainer).__name__}.")
+            trainer.name_params(net)
+            members["trainer.pkl"] = pickle.dumps(trainer.state_dict())
+            meta["step"] = int(trainer.optimizer.num_update)
+            meta["optimizer"] = type(trainer.optimizer).__name__
+        members["state.pkl"] = pickle.dumps({"user": user, "rng": get_rng_state()})
         members["meta.json"] = json.dumps(meta, indent=1).encode()
+        blob = _archive(members)
 
-        index = max((int(_NAME.match(os.path.basename(p)).group(1)) for p in self.paths), default=0)
-        name = f"{index + 1:06d}-epoch{epoch:04d}.ckpt"
-
-        def write(f):
-            with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as zf:
-                for member, data in members.items():
-                    zf.writestr(member, data)
-
-        atomic_write(self.directory, name, write)
+        os.makedirs(self.directory, exist_ok=True)
+        name = atomic_create(self.directory, self._new_names(epoch), lambda f: f.write(blob))
         path = os.path.join(self.directory, name)
         if best:
             self._mark_best(path)
         for old in self.paths[:-self.keep]:
-            os.remove(old)
+            try:
+                os.remove(old)
+            except FileNotFoundError:   # another process saving here pruned it first
+                pass
         return path
 
     def _mark_best(self, path):
@@ -247,21 +238,27 @@ class Checkpoint:
     def load(self, net, trainer=None, *, best=False, path=None):
         """Restore the latest checkpoint (or the best, or ``path``) into ``net`` and ``trainer``.
 
-        Everything is checked before anything changes: a corrupted or truncated file, or
-        one from a network with other parameter names, shapes or dtypes, or from another
-        optimizer, raises ``ValueError`` naming what does not match and leaves ``net`` and
-        ``trainer`` untouched. The random generators are restored as they were at ``save``.
+        Reads only. Everything is checked before anything changes: a corrupted or
+        truncated file (any byte), one from a network with other parameter names, shapes
+        or dtypes, or a trainer state that does not fit (``trainer.check_state_dict``)
+        raises ``ValueError`` naming the file and what does not match, and leaves ``net``,
+        ``trainer`` and the generators untouched. Then the parameters are set (each
+        device's saved copy onto its device when the number of devices is the same, else
+        the first device's copy everywhere), the trainer's state is loaded, replacing its
+        pending window, and the Python and NumPy generators are restored as at ``save``.
 
         Parameters
         ----------
         net : Block
-            Parameters may still wait for deferred initialization.
-        trainer : gluon.Trainer or None
+            Parameters may be uninitialized, deferred, or of unknown shape (a freshly
+            built ``gluon.SymbolBlock``); they take the saved shapes, on their deferred
+            contexts (or the CPU).
+        trainer : gluonkit.Trainer or None
             Gets the optimizer states and pending window; None loads the parameters only.
         best : bool, default False
             Load ``best.ckpt`` instead of the latest.
         path : str, optional
-            Load this file instead.
+            Load this file instead (from any directory).
 
         Returns
         -------
@@ -276,56 +273,63 @@ class Checkpoint:
                                         "or start without resuming.")
         path = os.fspath(path)
         meta, members, saved = self._read(path)
-        params = _structural_params(net)
-        self._check_params(path, meta, params)
+        params = _structure.select(net)
+        plan = self._plan(path, meta, members, params)
+        trainer_state = None
         if trainer is not None:
-            trainer_states = self._check_trainer(path, meta, members, params, trainer)
+            trainer_state = self._trainer_state(path, members, net, trainer)
+        try:
+            user = {key: pickle.loads(blob) for key, blob in saved["user"].items()}
+        except Exception as err:   # e.g. a class that no longer exists
+            raise ValueError(f"Checkpoint {path!r} holds state that cannot be unpickled here "
+                             f"({type(err).__name__}: {err}).") from err
 
-        arrays = _npz_arrays(members["params.npz"])
-        for name, p in params.items():
-            p._load_init(mx.nd.array(arrays[name], dtype=arrays[name].dtype), None)
+        self._apply(net, plan)
         if trainer is not None:
-            _load_trainer_state(trainer, trainer_states, self.directory)
-            if meta.get("pending", [0, 0])[0]:
-                self._restore_window(meta, members, params, trainer)
+            trainer.load_state_dict(trainer_state)
+        # after the trainer: setting up its kvstore copies the first device's values to all
+        self._apply_device_copies(plan)
         set_rng_state(saved["rng"])
-        return {**saved["user"], "epoch": meta["epoch"], "step": meta["step"]}
+        return {**user, "epoch": meta["epoch"], "step": meta["step"]}
 
     @staticmethod
     def _read(path):
-        """Read and check every member of a checkpoint file; corrupt -> ValueError."""
+        """Read and check a checkpoint file; any damage -> ValueError naming it."""
+        with open(path, "rb") as f:
+            blob = f.read()
         try:
-            with zipfile.ZipFile(path) as zf:
-                members = {name: zf.read(name) for name in zf.namelist()}
+            members = _unarchive(blob)
             meta = json.loads(members["meta.json"].decode())
             saved = pickle.loads(members["state.pkl"])
-        except FileNotFoundError:
-            raise
-        except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError,
-                pickle.UnpicklingError) as err:
-            raise ValueError(f"Checkpoint {path!r} is corrupted or truncated ({err}); load another "
-                             "one with load(..., path=...) or delete it.") from err
-        if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
-            raise ValueError(f"{path!r} is not a gluonkit checkpoint of version {_VERSION} "
-                             f"(format {meta.get('format')!r}, version {meta.get('version')!r}).")
-        if "params.npz" not in members:
-            raise ValueError(f"Checkpoint {path!r} is truncated: it has no parameters.")
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"its format is {meta.get('format')!r}")
+        except Exception as err:   # zipfile, json and pickle raise many types on damaged bytes
+            raise ValueError(f"Checkpoint {path!r} is corrupted or truncated, or not a checkpoint "
+                             f"({type(err).__name__}: {err}); load another one with "
+                             "load(..., path=...) or delete it.") from err
+        if meta.get("version") != _VERSION:
+            raise ValueError(f"{path!r} is a gluonkit checkpoint of version {meta.get('version')!r}; "
+                             f"this gluonkit reads version {_VERSION}. Load it with the gluonkit "
+                             "that wrote it.")
         return meta, members, saved
 
     @staticmethod
-    def _check_params(path, meta, params):
+    def _plan(path, meta, members, params):
+        """{name: (parameter, saved copies)}; ValueError naming every mismatch."""
         saved = meta["params"]
         missing = set(params) - set(saved)
         unexpected = set(saved) - set(params)
         problems = []
         if missing:
-            problems.append(f"the network has parameters the checkpoint lacks: {_describe(missing)}")
+            problems.append("the network has parameters the checkpoint lacks: "
+                            + _structure.brief_names(sorted(missing)))
         if unexpected:
-            problems.append(f"the checkpoint has parameters the network lacks: {_describe(unexpected)}")
+            problems.append("the checkpoint has parameters the network lacks: "
+                            + _structure.brief_names(sorted(unexpected)))
         for name in sorted(set(params) & set(saved)):
-            shape, dtype = saved[name]
+            shape, dtype, _ = saved[name]
             p = params[name]
-            if not _compatible(tuple(shape), p.shape):
+            if not _structure.shape_fits(p.shape, tuple(shape)):
                 problems.append(f"{name} has shape {tuple(shape)} in the checkpoint but {p.shape} "
                                 "in the network")
             elif np.dtype(p.dtype).name != dtype:
@@ -334,79 +338,53 @@ class Checkpoint:
         if problems:
             raise ValueError(f"Checkpoint {path!r} does not match the network: " + "; ".join(problems)
                              + ". Build the network the checkpoint was saved from.")
+        arrays = _npz_arrays(members["params.npz"])
+        plan = {}
+        for name, p in params.items():
+            count = saved[name][2]
+            copies = [arrays[name]] + [arrays.get(f"{name}@{i}", arrays[name]) for i in range(1, count)]
+            plan[name] = (p, copies)
+        return plan
 
     @staticmethod
-    def _check_trainer(path, meta, members, params, trainer):
-        if "optimizer" not in meta:
+    def _trainer_state(path, members, net, trainer):
+        """The trainer's saved state, checked against ``trainer``."""
+        if "trainer.pkl" not in members:
             raise ValueError(f"Checkpoint {path!r} was saved without a trainer; "
                              "load it with trainer=None.")
-        optimizer = type(trainer.optimizer).__name__
-        if meta["optimizer"] != optimizer:
-            raise ValueError(f"Checkpoint {path!r} holds {meta['optimizer']} optimizer states but "
-                             f"the trainer uses {optimizer}; create the trainer with the same "
-                             "optimizer, or load with trainer=None.")
-        names = {id(p): name for name, p in params.items()}
-        current = [names.get(id(p)) for p in _trainer_params(trainer)]
-        saved = meta["trainer_params"]
-        if None in current or None in saved or sorted(current) != sorted(saved):
-            raise ValueError(f"Checkpoint {path!r} was saved by a trainer of {len(saved)} "
-                             f"parameters ({_describe(map(str, saved))}) but this trainer has "
-                             f"{len(current)} ({_describe(map(str, current))}); build the trainer "
-                             "over the network's parameters, as when saving.")
-        if "trainer.states" not in members:
-            raise ValueError(f"Checkpoint {path!r} is truncated: it has no trainer states.")
-        pending = meta.get("pending", [0, 0])
-        accumulate = getattr(trainer, "accumulate", 1)
-        if pending[0] and meta["accumulate"] != accumulate:
-            raise ValueError(f"Checkpoint {path!r} holds a partial accumulation window "
-                             f"({pending[0]} of {meta['accumulate']} micro-batches) but the trainer "
-                             f"has accumulate={accumulate}; resume with "
-                             f"accumulate={meta['accumulate']}.")
-        if pending[0] and "grads.npz" not in members:
-            raise ValueError(f"Checkpoint {path!r} is truncated: its pending window has no gradients.")
+        if not hasattr(trainer, "load_state_dict"):
+            raise TypeError(f"trainer must be a gluonkit.Trainer, got {type(trainer).__name__}.")
         try:
-            states = pickle.loads(members["trainer.states"])
-        except Exception as err:  # any unpickling failure means a damaged file
-            raise ValueError(f"Checkpoint {path!r} has unreadable trainer states ({err}).") from err
-        if not (isinstance(states, tuple) and len(states) == 2
-                and type(states[1]).__name__ == optimizer):
-            raise ValueError(f"Checkpoint {path!r} has trainer states that are not {optimizer} "
-                             "optimizer states.")
-        if current == saved:
-            return members["trainer.states"]
-        # gluon.Trainer orders parameters by their prefixed names ('dense10_' < 'dense9_'), which
-        # differ between two builds of one network: re-key the states by structural name.
-        where = {name: i for i, name in enumerate(current)}
-        order = [where[name] for name in saved]
-        slots, opt = states
-        for counts in opt._all_index_update_counts.values():   # in place: one is aliased
-            old = dict(counts)
-            counts.clear()
-            counts.update({order[i]: n for i, n in old.items()})
-        return pickle.dumps(({order[i]: slot for i, slot in slots.items()}, opt))
+            state = pickle.loads(members["trainer.pkl"])
+        except Exception as err:   # e.g. an optimizer class that is not defined here
+            raise ValueError(f"Checkpoint {path!r} holds trainer states that cannot be unpickled "
+                             f"here ({type(err).__name__}: {err}).") from err
+        trainer.name_params(net)
+        try:
+            trainer.check_state_dict(state)
+        except ValueError as err:
+            raise ValueError(f"Checkpoint {path!r} does not fit the trainer: {err}") from None
+        return state
 
     @staticmethod
-    def _restore_window(meta, members, params, trainer):
-        """Put the pending window's gradients back, and its counts through ``trainer.step``."""
-        grads = _npz_arrays(members["grads.npz"])
-        fresh = meta["fresh_grads"]
-        names = {id(p): name for name, p in params.items()}
-        for p in _trainer_params(trainer):
-            if p.grad_req == "null":
-                continue
-            name = names[id(p)]
-            saved = sorted((k for k in grads if k.rsplit("@", 1)[0] == name),
-                           key=lambda k: int(k.rsplit("@", 1)[1]))
-            if not saved:     # it was still waiting for deferred initialization
-                continue
-            targets = p.list_grad()
-            if len(saved) == len(targets):
-                values = [grads[k] for k in saved]
-            else:  # another number of devices: the window's sum goes to the first one
-                total = sum(grads[k] for k in saved)
-                values = [total] + [np.zeros_like(total)] * (len(targets) - 1)
-            was_fresh = any(fresh[k] for k in saved)
-            for g, d, value in zip(targets, p.list_data(), values):
-                g[:] = mx.nd.array(value, ctx=g.context, dtype=value.dtype)
-                d._fresh_grad = was_fresh
-        trainer.pending = tuple(meta["pending"])
+    def _apply(net, plan):
+        """Set the parameters to the first device's copy; initialize those without data."""
+        fresh = {}
+        for p, copies in plan.values():
+            if _initialized(p):
+                p.set_data(mx.nd.array(copies[0], dtype=copies[0].dtype))
+            else:
+                fresh[p.name] = mx.nd.array(copies[0], dtype=copies[0].dtype)
+        if fresh:
+            # load_dict initializes deferred and uninitialized parameters from the data
+            net.collect_params().load_dict(fresh, allow_missing=True)
+
+    @staticmethod
+    def _apply_device_copies(plan):
+        """Each device's own saved copy, where they differ (BatchNorm running statistics)."""
+        for p, copies in plan.values():
+            targets = p.list_data()
+            if len(targets) == len(copies):
+                for target, copy in zip(targets[1:], copies[1:]):
+                    if copy is not copies[0]:
+                        target[:] = mx.nd.array(copy, dtype=copy.dtype)

@@ -1,6 +1,5 @@
 """fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
 import contextlib
-import copy
 import logging
 import numbers
 import signal
@@ -8,10 +7,13 @@ import threading
 import time
 
 import mxnet as mx
+import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
+from .._validate import is_int
 from .callbacks import Callback
+from .metrics import make_metrics
 from .rng import set_rng_state
 from .state import FitState, Tally
 from .split import split_and_load
@@ -51,30 +53,13 @@ def _contexts(ctx, net):
                          "net.initialize(ctx=...) before fit.") from err
 
 
-def _metrics(metrics):
-    """Fresh metric objects from names ('acc', 'ce', ...) and/or EvalMetric instances."""
-    if metrics is None:
-        return []
-    if isinstance(metrics, (str, mx.metric.EvalMetric)):
-        metrics = [metrics]
-    made = []
-    for metric in metrics:
-        if isinstance(metric, mx.metric.EvalMetric):
-            made.append(copy.deepcopy(metric))
-        elif isinstance(metric, str):
-            try:
-                made.append(mx.metric.create(metric))
-            except (AssertionError, ValueError) as err:  # mxnet asserts on unknown names
-                raise ValueError(f"Unknown metric {metric!r}; use a name mx.metric.create knows "
-                                 "('acc', 'top_k_accuracy', 'ce', 'mae', 'f1', ...) or an "
-                                 "mx.metric.EvalMetric instance.") from err
-        else:
-            raise TypeError(f"metrics must hold metric names or mx.metric.EvalMetric objects, "
-                            f"got {metric!r}.")
-    return made
-
-
 def _check_callbacks(callbacks):
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback):
+        callbacks = [callbacks]
+    if not isinstance(callbacks, (list, tuple)):
+        raise TypeError(f"callbacks must be a list of gluonkit Callback instances, got {callbacks!r}.")
     callbacks = list(callbacks)
     for cb in callbacks:
         if not isinstance(cb, Callback):
@@ -100,6 +85,21 @@ def _unpack(batch, index, name):
     return data, label
 
 
+def _input_dtype(net):
+    """The dtype of the network's first floating-point parameter (None if it has none)."""
+    for param in net.collect_params().values():
+        if param.dtype is not None and np.issubdtype(np.dtype(param.dtype), np.floating):
+            return np.dtype(param.dtype)
+    return None
+
+
+def _as_dtype(data, dtype):
+    """Floating-point data of another precision than the network's, cast to the network's."""
+    if dtype is None or not np.issubdtype(np.dtype(data.dtype), np.floating) or data.dtype == dtype:
+        return data
+    return data.astype(dtype)
+
+
 def _forward_losses(net, loss, xs, ys):
     outputs = [net(x) for x in xs]
     losses = [loss(out, y) for out, y in zip(outputs, ys)]
@@ -110,28 +110,97 @@ def _forward_losses(net, loss, xs, ys):
     return outputs, losses
 
 
-def _train_batch(state, data, label):
-    """Forward, backward and trainer.step on one batch split over the contexts."""
-    xs, ys = split_and_load(data, state.ctx), split_and_load(label, state.ctx)
+def _batch_length(batch):
+    """Samples in a batch given to a batch_fn or eval_fn, for samples/s: the length of its
+    first array (a batch of fields), or of the batch itself (a list of samples)."""
+    first = batch[0] if isinstance(batch, (tuple, list)) and len(batch) else batch
+    if hasattr(first, "shape") and len(first.shape):
+        return first.shape[0]
+    return len(batch) if hasattr(batch, "__len__") else 1
+
+
+def _check_arrays(value, what, index):
+    items = [value] if isinstance(value, mx.nd.NDArray) else value
+    if not isinstance(items, (list, tuple)) or not items or not all(
+            isinstance(v, mx.nd.NDArray) for v in items):
+        raise TypeError(f"batch_fn returned {what} {value!r} for batch {index}; return a non-empty "
+                        "list of NDArrays, one per device.")
+    return list(items)
+
+
+def _check_count(count, index):
+    if isinstance(count, mx.nd.NDArray):
+        if count.size != 1:
+            raise ValueError(f"batch_fn returned a count of shape {count.shape} for batch {index}; "
+                             "a count given as an NDArray must hold one value.")
+        return count
+    if not is_int(count) or count < 1:
+        raise ValueError(f"batch_fn returned the count {count!r} for batch {index}; return the "
+                         "positive int (or one-element NDArray) the losses are normalized by.")
+    return int(count)
+
+
+def _unpack_step(result, index):
+    """(losses, count, outputs, labels) from what a batch_fn returned."""
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 4):
+        raise TypeError(f"batch_fn must return (losses, count) or (losses, count, outputs, labels), "
+                        f"got {type(result).__name__} for batch {index}.")
+    losses, count = _check_arrays(result[0], "losses", index), _check_count(result[1], index)
+    outputs, labels = (result[2], result[3]) if len(result) == 4 else (None, None)
+    return losses, count, outputs, labels
+
+
+def _step(state, losses, count, labels, outputs):
+    """Backward, trainer.step and the tally, shared by both kinds of batches."""
+    autograd.backward(losses)
+    if state.trainer.step(count) is not False:   # gluon.Trainer returns None: it always updates
+        _updated(state)
+    state._tally.add(labels, outputs, losses, count)
+
+
+def _updated(state):
+    state.step += 1
+    norm = getattr(state.trainer, "global_norm", None)
+    if norm is not None:
+        state._tally.grad_norms.append(float(norm))
+
+
+def _train_batch(state, batch):
+    """Forward, backward and trainer.step on one batch split over the contexts; its samples."""
+    if state.batch_fn is not None:
+        with autograd.record():
+            result = state.batch_fn(state.net, batch, state.ctx)
+        losses, count, outputs, labels = _unpack_step(result, state.batch)
+        _step(state, losses, count, labels, outputs)
+        return _batch_length(batch)
+    data, label = _unpack(batch, state.batch, "train_data")
+    xs = split_and_load(_as_dtype(data, state._dtype), state.ctx)
+    ys = split_and_load(label, state.ctx)
     with autograd.record():
         outputs, losses = _forward_losses(state.net, state.loss, xs, ys)
-    autograd.backward(losses)
-    count = data.shape[0]
-    if state.trainer.step(count) is not False:   # gluon.Trainer returns None: it always updates
-        state.step += 1
-    state._tally.add(ys, outputs, losses, count)
-    return count
+    _step(state, losses, data.shape[0], ys, outputs)
+    return data.shape[0]
 
 
-def _evaluate(net, data, ctx, metrics, loss, name):
+def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
     tally = Tally(metrics)
     tally.reset()
+    dtype = _input_dtype(net)
     for index, batch in enumerate(data):
-        x, y = _unpack(batch, index, name)
-        xs, ys = split_and_load(x, ctx), split_and_load(y, ctx)
-        outputs = [net(part) for part in xs]
+        if eval_fn is not None:
+            result = eval_fn(net, batch, ctx)
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise TypeError(f"eval_fn must return (outputs, labels), lists over the devices; "
+                                f"got {type(result).__name__} for batch {index}.")
+            outputs, ys = result
+            count = _batch_length(batch)
+        else:
+            x, y = _unpack(batch, index, name)
+            xs, ys = split_and_load(_as_dtype(x, dtype), ctx), split_and_load(y, ctx)
+            outputs = [net(part) for part in xs]
+            count = x.shape[0]
         losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
-        tally.add(ys, outputs, losses, x.shape[0])
+        tally.add(ys, outputs, losses, count)
     logs = tally.values(loss=loss is not None)
     if not tally.samples:
         raise ValueError(f"{name} yielded no batches; pass a non-empty loader (a generator "
@@ -139,19 +208,25 @@ def _evaluate(net, data, ctx, metrics, loss, name):
     return logs
 
 
-def evaluate(net, data, *, ctx=None, metrics="acc", loss=None):
+def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
     """Evaluate ``net`` on every batch of ``data`` (prediction mode, no gradients).
 
     Parameters
     ----------
     net : Block
-    data : iterable of (data, label)
+    data : iterable of (data, label), or of any batch ``eval_fn`` takes
         E.g. a ``gluon.data.DataLoader``.
     ctx : Context or list of Context, optional
         Defaults to the contexts of the network's parameters.
     metrics : str, EvalMetric or list of them, default 'acc'
+        Accuracy-type metrics see class indices also for one-hot labels; a metric whose
+        ``update`` takes more fields (GluonCV's ``VOC07MApMetric``) gets
+        ``update(*output_fields, *label_fields)`` (see ``gluonkit.train.metrics``).
     loss : gluon.loss.Loss, optional
         Also report the mean per-sample loss under 'loss'.
+    eval_fn : callable, optional
+        ``eval_fn(net, batch, ctx_list) -> (outputs, labels)``, lists with one entry per
+        device (an array, or a tuple of arrays), for batches that are not (data, label).
 
     Returns
     -------
@@ -163,7 +238,25 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None):
         >>> evaluate(net, test_loader)["accuracy"]
         0.9721
     """
-    return _evaluate(net, data, _contexts(ctx, net), _metrics(metrics), loss, "data")
+    _check_hook(eval_fn, "eval_fn")
+    return _evaluate(net, data, _contexts(ctx, net), make_metrics(metrics), loss, "data", eval_fn)
+
+
+def _check_hook(fn, name):
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{name} must be a function of (net, batch, ctx_list) or None, got {fn!r}.")
+
+
+def _check_trainer(trainer, net):
+    """The trainer must be a gluon.Trainer that updates some of the network's parameters."""
+    if not isinstance(trainer, gluon.Trainer):
+        raise TypeError(f"trainer must be a gluon.Trainer (e.g. gluonkit.Trainer), got {trainer!r}.")
+    mine = {id(p) for p in net.collect_params().values()}
+    if mine and not any(id(p) in mine for p in trainer._params):
+        names = [p.name for p in trainer._params[:3]]
+        raise ValueError(f"the trainer updates none of the network's parameters (it holds {names}"
+                         f"{', ...' if len(trainer._params) > 3 else ''}); build it from this "
+                         "network: gluonkit.Trainer(net.collect_params(), ...).")
 
 
 @contextlib.contextmanager
@@ -213,8 +306,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
 
     try:
         for batch in batches:
-            data, label = _unpack(batch, state.batch, "train_data")
-            seen += _train_batch(state, data, label)
+            seen += _train_batch(state, batch)
             state.batch += 1
             now = time.perf_counter()
             if now >= next_settle:   # waits for the batch: at most 0.5 s of work is queued ahead
@@ -235,11 +327,12 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
                          "non-empty loader that can be iterated once per epoch (a generator is "
                          "exhausted after one pass: use a gluon.data.DataLoader).")
     if getattr(state.trainer, "flush", None) and state.trainer.flush():
-        state.step += 1
+        _updated(state)
     train_time = time.perf_counter() - tic
     logs = {"epoch": state.epoch + 1, **state._tally.values()}
     if val_data is not None:
-        val = _evaluate(state.net, val_data, state.ctx, val_metrics, state.loss, "val_data")
+        val = _evaluate(state.net, val_data, state.ctx, val_metrics, state.loss, "val_data",
+                        state.eval_fn)
         logs.update({f"val_{k}": v for k, v in val.items()})
     if getattr(state.trainer, "on_nonfinite", "ignore") == "skip":
         logs["nonfinite_skips"] = state.trainer.nonfinite_skips - skips_before
@@ -257,14 +350,25 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
 
 
 def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metrics=None,
-        callbacks=(), progress=True):
+        callbacks=(), progress=True, batch_fn=None, eval_fn=None):
     """Train ``net`` for ``epochs`` epochs; return the per-epoch history.
 
     Each batch is split over ``ctx`` with ``gluonkit.split_and_load``, the per-sample losses
     are back-propagated, and ``trainer.step`` gets the batch's true sample count, so
     accumulation (``gluonkit.Trainer(accumulate=k)``) and uneven splits are exact; a partial
-    accumulation window is flushed at the end of every epoch. A tqdm bar shows each epoch
-    (running loss, metrics, samples/s) and a summary line goes to the 'gluonkit' logger.
+    accumulation window is flushed at the end of every epoch. Floating-point data of another
+    precision than the network's parameters (float64 NumPy arrays into a float32 network) is
+    cast to the network's. A tqdm bar shows each epoch (running loss, metrics, samples/s) and
+    a summary line goes to the 'gluonkit' logger.
+
+    Any other training step (detection, multi-task, losses normalized by positive anchors or
+    valid pixels) goes through ``batch_fn(net, batch, ctx_list)``, called inside
+    ``autograd.record()``; it returns ``(losses, count)`` or ``(losses, count, outputs,
+    labels)``: ``losses`` a list of NDArrays, one per device, of any shape (the sum of all
+    their elements is back-propagated), ``count`` what that sum is normalized by, handed to
+    ``trainer.step`` (an int, or a one-element NDArray if the trainer takes it), and
+    ``outputs`` / ``labels`` (lists over the devices) what the metrics see. The history's
+    'loss' is then the epoch's sum of the losses divided by the sum of the counts.
 
     MXNet's generator is reseeded at the start of every epoch from the Python and NumPy
     states, so seeding NumPy makes a run reproducible and a run resumed from a checkpoint
@@ -282,33 +386,40 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     ----------
     net : Block
         Initialized (parameters may wait for deferred initialization).
-    loss : gluon.loss.Loss
-        Must return one value per sample.
+    loss : gluon.loss.Loss or None
+        Must return one value per sample. May be None with ``batch_fn``.
     trainer : gluon.Trainer
-        Usually a ``gluonkit.Trainer``.
-    train_data : iterable of (data, label)
+        Usually a ``gluonkit.Trainer``, over (some of) the network's parameters.
+    train_data : iterable of (data, label), or of any batch ``batch_fn`` takes
         Re-iterable once per epoch, e.g. a ``gluon.data.DataLoader``; for exact resumption
         its order must depend only on the NumPy/Python generators (``shuffle=True`` does).
     epochs : int
         Epochs to reach (a resumed run continues up to it).
     ctx : Context or list of Context, optional
         Defaults to the contexts of the network's parameters.
-    val_data : iterable of (data, label), optional
+    val_data : iterable, optional
         Evaluated after every epoch; its results get the prefix 'val_'.
     metrics : str, EvalMetric or list of them, optional
-        E.g. 'acc' or ``mx.metric.TopKAccuracy(5)``; computed on train and val data.
-    callbacks : iterable of Callback
-        See ``gluonkit.train.callbacks``.
+        E.g. 'acc' or ``mx.metric.TopKAccuracy(5)``; computed on train and val data. See
+        ``evaluate`` for one-hot labels and metrics of several fields.
+    callbacks : iterable of Callback, or None
+        See ``gluonkit.callbacks``.
     progress : bool, default True
         Show the progress bar.
+    batch_fn : callable, optional
+        ``batch_fn(net, batch, ctx_list) -> (losses, count[, outputs, labels])``, see above.
+    eval_fn : callable, optional
+        ``eval_fn(net, batch, ctx_list) -> (outputs, labels)`` for ``val_data``, as in
+        ``evaluate``.
 
     Returns
     -------
     dict of list
-        Per epoch: 'epoch', 'loss', each metric, 'val_loss' and 'val_<metric>' (with
-        val_data), 'nonfinite_skips' (updates dropped for NaN/Inf gradients, with a
-        ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr', 'samples_per_sec', 'time'
-        (seconds, validation included).
+        Per epoch: 'epoch', 'loss', 'grad_norm' (the mean over the epoch's updates of
+        ``trainer.global_norm``, if the trainer has it), each metric, 'val_loss' and
+        'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
+        gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
+        'samples_per_sec', 'time' (seconds, validation included).
 
     Example::
 
@@ -319,11 +430,19 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         history["val_accuracy"][-1]
     """
     epochs = _check_epochs(epochs)
-    if not isinstance(trainer, gluon.Trainer):
-        raise TypeError(f"trainer must be a gluon.Trainer (e.g. gluonkit.Trainer), got {trainer!r}.")
+    _check_trainer(trainer, net)
+    _check_hook(batch_fn, "batch_fn")
+    _check_hook(eval_fn, "eval_fn")
+    if loss is None and batch_fn is None:
+        raise ValueError("loss is None; pass a gluon.loss.Loss, or a batch_fn that computes the "
+                         "losses itself.")
     state = FitState(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
-                     _metrics(metrics))
-    val_metrics = _metrics(metrics)
+                     make_metrics(metrics))
+    state.train_data = train_data
+    state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
+    if hasattr(trainer, "name_params"):
+        trainer.name_params(net)   # structural names in its warnings and state_dict
+    val_metrics = make_metrics(metrics)
     with _stop_on_signals(state):
         _call(state._callbacks, "on_train_begin", state)
         state._apply_callback_states()

@@ -40,7 +40,8 @@ def reseed_mxnet(salt=0):
 
     The seed is a hash of the two states, which are read but not advanced. MXNet cannot
     report its own generator state, so exact resumption reseeds it at points that a resumed
-    run passes through too (``fit`` does it at the start of every epoch).
+    run passes through too: ``fit`` does it at the start of every epoch and when it takes a
+    mid-epoch snapshot (``FitState.snapshot``).
 
     Example::
 

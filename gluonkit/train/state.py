@@ -3,6 +3,7 @@ import copy
 
 import mxnet as mx
 
+from .metrics import MetricFeeder, metric_values
 from .rng import get_rng_state, reseed_mxnet, set_rng_state
 
 __all__ = ["FitState", "Tally"]
@@ -13,43 +14,66 @@ class Tally:
 
     Reading a result on the host waits until the device has computed it; reading each batch's
     loss that way cost ``fit`` ~12% of the throughput of a small network on two devices. So
-    per-sample losses are summed on the device (in float64) and read only when asked for,
-    and metrics, which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a
-    time (which bounds the outputs held) or when read. ``settle`` counts every batch.
+    losses are summed on the device (in float64), and so are counts given as NDArrays (a
+    ``batch_fn``'s positive anchors or valid pixels), all read only when asked for; metrics,
+    which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a time (which
+    bounds the outputs held) or when read. ``settle`` counts every batch. The mean 'loss' is
+    the sum of the losses over the sum of the counts.
     """
 
     METRIC_BATCHES = 16
 
     def __init__(self, metrics):
         self.metrics = metrics
-        self.samples = 0
+        self._feeder = MetricFeeder(metrics)
+        self.grad_norms = []       # the trainer's global_norm after each update of the epoch
+        self._samples = 0          # counts given as numbers
+        self._count = None         # counts given as NDArrays: float64 (1,) on their context
         self._loss = None          # float64 NDArray of shape (1,) on the first loss's context
         self._restored = 0.0       # a loss sum from a checkpoint: where ``_loss`` starts
         self._queued = []          # (labels, outputs) not yet given to the metrics
 
     @property
     def loss_sum(self):
-        """float: Sum of the per-sample losses added so far (waits for the last batch)."""
+        """float: Sum of the losses added so far (waits for the last batch)."""
         return self._restored if self._loss is None else float(self._loss.asscalar())
 
     @loss_sum.setter
     def loss_sum(self, value):
         self._loss, self._restored = None, float(value)
 
+    @property
+    def samples(self):
+        """Sum of the counts added so far (waits for the last batch if counts are NDArrays)."""
+        return self._samples if self._count is None else self._samples + float(self._count.asscalar())
+
+    @samples.setter
+    def samples(self, value):
+        self._samples, self._count = value, None
+
     def reset(self):
-        self.samples, self._loss, self._restored, self._queued = 0, None, 0.0, []
+        self.samples, self.loss_sum, self._queued, self.grad_norms = 0, 0.0, [], []
         for metric in self.metrics:
             metric.reset()
 
     def add(self, labels, outputs, losses, count):
-        """Add a batch of ``count`` samples (``losses`` is None when no loss is tallied)."""
-        self.samples += count
+        """Add a batch normalized by ``count`` (``losses`` is None when no loss is tallied)."""
+        if isinstance(count, mx.nd.NDArray):
+            count = count.astype("float64").reshape((1,))
+            if self._count is None:
+                self._count = count.copy()
+            else:
+                self._count += count.as_in_context(self._count.context)
+        else:
+            self._samples += count
         for value in losses or ():
             part = value.astype("float64").sum()
             if self._loss is None:
                 self._loss = mx.nd.array([self._restored], ctx=part.context, dtype="float64")
             self._loss += part.as_in_context(self._loss.context)
         if self.metrics:
+            if not self._queued:
+                self._feeder.check(labels, outputs)
             self._queued.append((labels, outputs))
             if len(self._queued) >= self.METRIC_BATCHES:
                 self.settle()
@@ -58,17 +82,19 @@ class Tally:
         """Give the queued batches to the metrics and wait for the last batch's loss."""
         queued, self._queued = self._queued, []
         for labels, outputs in queued:
-            for metric in self.metrics:
-                metric.update(labels, outputs)
-        if self._loss is not None:
-            self._loss.wait_to_read()
+            self._feeder.update(labels, outputs)
+        for pending in (self._loss, self._count):
+            if pending is not None:
+                pending.wait_to_read()
 
     def values(self, loss=True):
-        """dict: the mean per-sample 'loss' (if ``loss``) and each metric, all batches counted."""
+        """dict: the mean 'loss' (if ``loss``), 'grad_norm' (if any) and each metric."""
         self.settle()
-        logs = {"loss": self.loss_sum / max(self.samples, 1)} if loss else {}
+        logs = {"loss": self.loss_sum / (self.samples or 1)} if loss else {}
+        if self.grad_norms:
+            logs["grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
         for metric in self.metrics:
-            logs.update(metric.get_name_value())
+            logs.update(metric_values(metric))
         return logs
 
 
@@ -77,7 +103,8 @@ class FitState:
 
     Attributes
     ----------
-    net, loss, trainer, ctx : the objects ``fit`` was given (``ctx`` a list of Context).
+    net, loss, trainer, ctx, train_data : the objects ``fit`` was given (``ctx`` a list of
+        Context).
     epochs : int
         Number of epochs to reach.
     epoch : int
@@ -101,6 +128,7 @@ class FitState:
 
     def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics):
         self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
+        self.train_data = None        # fit sets it; snapshots carry its sampler's state
         self.epochs = epochs
         self.epoch = self.batch = self.step = 0
         self.history = {}
@@ -113,6 +141,7 @@ class FitState:
         self._phase = "idle"          # 'train' inside an epoch, 'end' at on_epoch_end
         self._epoch_rng = None        # generator states at the start of the epoch
         self._resume = None           # mid-epoch resumption: batches to skip, states after them
+        self._epoch_sampler = None    # the sampler's state at the start of the epoch
         self._callback_states = None
 
     @property
@@ -130,23 +159,45 @@ class FitState:
             return self.epoch, self._resume["batch"]
         return self.epoch + (self._phase == "end"), 0
 
+    @property
+    def _sampler(self):
+        """The loader's batch sampler if it can save its state (gluonkit's samplers can)."""
+        sampler = getattr(self.train_data, "batch_sampler", None)
+        return sampler if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict") else None
+
     def snapshot(self):
         """Everything ``restore`` needs to continue exactly from here (picklable).
+
+        It holds the loader's sampler state when the loader has one (gluonkit's
+        ``bucket_loader`` and ``multiscale_loader``). In mid-epoch it reseeds MXNet's
+        generator (whose state cannot be read) and keeps the seed: this run and a run
+        resumed from the snapshot continue with the same MXNet random stream.
 
         Example::
 
             ckpt.save(state.net, state.trainer, state.position[0], fit=state.snapshot())
         """
         epoch, batch = self.position
+        if self._resume is not None:   # resumed but not started yet: the snapshot loaded
+            return {**self._resume, "history": copy.deepcopy(self.history),
+                    "callbacks": self._callback_state_list()}
         snap = {"epoch": epoch, "batch": batch, "step": self.step,
-                "history": copy.deepcopy(self.history),
-                "callbacks": [(type(cb).__name__, cb.state_dict()) for cb in self._callbacks]}
+                "history": copy.deepcopy(self.history), "callbacks": self._callback_state_list()}
+        sampler = self._sampler
+        if sampler is not None:
+            snap["sampler"] = self._epoch_sampler if batch else sampler.state_dict()
         if batch:
             tally = self._tally
             tally.settle()
-            snap.update(epoch_rng=self._epoch_rng, rng=get_rng_state(), loss_sum=tally.loss_sum,
-                        samples=tally.samples, metrics=copy.deepcopy(tally.metrics))
+            rng = get_rng_state()
+            rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, batch, self.step))
+            snap.update(epoch_rng=self._epoch_rng, rng=rng, loss_sum=tally.loss_sum,
+                        samples=tally.samples, metrics=copy.deepcopy(tally.metrics),
+                        grad_norms=list(tally.grad_norms))
         return snap
+
+    def _callback_state_list(self):
+        return [(type(cb).__name__, cb.state_dict()) for cb in self._callbacks]
 
     def restore(self, saved):
         """Continue from what ``Checkpoint.load`` returned (a ``snapshot`` under 'fit').
@@ -162,6 +213,9 @@ class FitState:
         self.history = copy.deepcopy(snap["history"])
         self._callback_states = snap["callbacks"]
         self._resume = snap if snap["batch"] else None
+        sampler = self._sampler
+        if sampler is not None and snap.get("sampler") is not None:
+            sampler.load_state_dict(snap["sampler"])
 
     def _apply_callback_states(self):
         saved, self._callback_states = self._callback_states, None
@@ -174,6 +228,8 @@ class FitState:
     def _begin_epoch(self):
         """Reset the epoch's sums, or take them from a mid-epoch snapshot; return batches to skip."""
         self._phase = "train"
+        sampler = self._sampler
+        self._epoch_sampler = None if sampler is None else sampler.state_dict()
         snap, self._resume = self._resume, None
         tally = self._tally
         if snap is None:
@@ -183,6 +239,7 @@ class FitState:
             self._epoch_rng["mxnet_seed"] = reseed_mxnet(salt=self.epoch)
             return 0, None
         self.batch, tally.loss_sum, tally.samples = snap["batch"], snap["loss_sum"], snap["samples"]
+        tally.grad_norms = list(snap.get("grad_norms", ()))
         if [m.name for m in snap["metrics"]] == [m.name for m in tally.metrics]:
             tally.metrics[:] = snap["metrics"]
         self._epoch_rng = snap["epoch_rng"]

@@ -7,7 +7,10 @@ import sys
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks", "nonfinite.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMMAND = [sys.executable, "-m", "benchmarks.nonfinite"]
+# run from another directory: the clone's root on the path finds the benchmarks package
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 OTHER_SECTION = "<!-- throughput:begin -->\nsomeone else's figures\n<!-- throughput:end -->"
 
 
@@ -17,9 +20,9 @@ def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("nonfinite")
     readme = out / "README.md"
     readme.write_text(f"# Benchmarks\n\n{OTHER_SECTION}\n")
-    command = [sys.executable, SCRIPT, "--quick", "--rounds", "3", "--out", str(out / "nonfinite.json"),
+    command = COMMAND + ["--quick", "--rounds", "3", "--out", str(out / "nonfinite.json"),
                "--readme", str(readme)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=out)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=out, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(out / "nonfinite.json") as f:
         return json.load(f), readme.read_text()
@@ -43,12 +46,12 @@ def test_readme_section_holds_the_table_and_keeps_the_rest(quick):
     results, text = quick
     assert OTHER_SECTION in text
     section = text.split("<!-- nonfinite:begin -->")[1].split("<!-- nonfinite:end -->")[0]
-    assert "python benchmarks/nonfinite.py" in section and "3 rounds" in section
+    assert "python -m benchmarks.nonfinite" in section and "3 rounds" in section
     assert f"| cnn | {results['rows'][0]['batch']} |" in section
 
 
 def test_bad_arguments_are_refused_with_the_choices():
-    result = subprocess.run([sys.executable, SCRIPT, "--nets", "vgg99"], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(COMMAND + ["--nets", "vgg99"], capture_output=True,
+                            text=True, timeout=120, env=ENV, cwd="/")
     assert result.returncode == 2 and "unknown network(s) vgg99" in result.stderr
     assert "cifar_resnet20_v1" in result.stderr

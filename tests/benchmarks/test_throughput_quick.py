@@ -1,5 +1,5 @@
 """benchmarks/throughput.py: the --quick run reports every contestant, and the figures derive right."""
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "benchmarks", "throughput.py")
+COMMAND = [sys.executable, "-m", "benchmarks.throughput"]
 OTHER_SECTION = "<!-- varshape:begin -->\nsomeone else's figures\n<!-- varshape:end -->"
 
 
@@ -17,22 +17,15 @@ def _positive(value):
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
+def _env():
+    """The environment of a benchmark run from another directory: the clone on the path."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+
+
 @pytest.fixture(scope="module")
 def bench():
-    """The benchmark module, imported without leaving its thread settings in this process."""
-    names = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")
-    saved = {name: os.environ.get(name) for name in names}
-    try:
-        spec = importlib.util.spec_from_file_location("throughput_bench", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    """The benchmark module (importing it changes no environment variable)."""
+    return importlib.import_module("benchmarks.throughput")
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +34,9 @@ def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("throughput")
     readme = out / "README.md"
     readme.write_text(f"# Benchmarks\n\n{OTHER_SECTION}\n")
-    command = [sys.executable, SCRIPT, "--quick", "--out", str(out / "throughput.json"),
+    command = COMMAND + ["--quick", "--out", str(out / "throughput.json"),
                "--chart", str(out / "charts" / "throughput.png"), "--readme", str(readme)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=out)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=out, env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
     with open(out / "throughput.json") as f:
         return out, json.load(f), readme.read_text()
@@ -113,9 +106,9 @@ def test_from_json_rewrites_the_section_without_measuring(quick, tmp_path):
     out, _, text = quick
     readme = tmp_path / "README.md"
     readme.write_text(f"{OTHER_SECTION}\n")
-    command = [sys.executable, SCRIPT, "--from-json", str(out / "throughput.json"),
+    command = COMMAND + ["--from-json", str(out / "throughput.json"),
                "--chart", str(tmp_path / "throughput.png"), "--readme", str(readme)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
     assert "samples/s" not in result.stderr   # no contestant ran
     rewritten = readme.read_text()

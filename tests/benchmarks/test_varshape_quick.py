@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCHMARKS = os.path.join(ROOT, "benchmarks")
-sys.path.insert(0, BENCHMARKS)
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
-from _harness import markdown_table, replace_section  # noqa: E402
+from benchmarks._harness import markdown_table, replace_section  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +18,8 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("varshape")
     readme = out / "README.md"
     readme.write_text("# Benchmarks\n\nintro\n\n<!-- throughput:begin -->\nother\n<!-- throughput:end -->\n")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "varshape.py"), "--quick",
+    env = dict(ENV, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.varshape", "--quick",
                            "--out", str(out / "varshape.json"), "--readme", str(readme)],
                           cwd=str(out), env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

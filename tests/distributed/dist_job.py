@@ -1,8 +1,13 @@
 """The program the distributed tests launch: every role runs it (servers stop at `import mxnet`).
 
-``python dist_job.py OUT_DIR train`` trains with uneven shards and accumulation;
-``python dist_job.py OUT_DIR slow`` steps slowly for a long time (for fault tests).
+``python dist_job.py OUT_DIR train [ARG...]`` trains with uneven shards and accumulation, and
+records the extra arguments, its task id, working directory and ``GLUONKIT_JOB_NOTE``;
+``python dist_job.py OUT_DIR slow`` steps slowly for a long time (for fault tests);
+``python dist_job.py OUT_DIR raise`` steps slowly, and worker 1 raises at its third step;
+``python dist_job.py OUT_DIR first-step T0`` takes one step (on kvstore 'local' when not
+launched) and records the seconds since the time stamp ``T0``.
 """
+import json
 import os
 import sys
 import time
@@ -65,9 +70,12 @@ def train(out_dir):
         loss.backward()
         trainer.step(end - begin)
     net.save_parameters(os.path.join(out_dir, f"worker{kv.rank}.params"))
+    with open(os.path.join(out_dir, f"worker{kv.rank}.json"), "w") as f:
+        json.dump({"argv": sys.argv[3:], "task_id": os.environ.get("DMLC_TASK_ID"), "cwd": os.getcwd(),
+                   "note": os.environ.get("GLUONKIT_JOB_NOTE")}, f)
 
 
-def slow(out_dir):
+def slow(out_dir, fail_at=None):
     kv = mx.kv.create("dist_sync")
     net = make_net()
     net.initialize()
@@ -79,8 +87,27 @@ def slow(out_dir):
         loss.backward()
         trainer.step(4)
         print(f"worker {kv.rank} step {step}", flush=True)
+        if kv.rank == 1 and step == fail_at:
+            raise ValueError(f"worker 1 gives up at step {step}")
         time.sleep(0.1)
 
 
+def first_step(out_dir, t0):
+    kv = mx.kv.create("dist_sync" if "DMLC_ROLE" in os.environ else "local")
+    net = make_net()
+    net.initialize()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", kvstore=kv)
+    x, y = dataset()
+    with autograd.record():
+        loss = loss_fn(net(nd.array(x[:4])), nd.array(y[:4]))
+    loss.backward()
+    trainer.step(4)
+    nd.waitall()
+    with open(os.path.join(out_dir, f"first-step{kv.rank}.json"), "w") as f:
+        json.dump({"seconds": time.time() - float(t0)}, f)
+
+
 if __name__ == "__main__":
-    {"train": train, "slow": slow}[sys.argv[2]](sys.argv[1])
+    modes = {"train": train, "slow": slow, "raise": lambda out: slow(out, fail_at=3),
+             "first-step": lambda out: first_step(out, sys.argv[3])}
+    modes[sys.argv[2]](sys.argv[1])

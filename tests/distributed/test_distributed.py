@@ -1,29 +1,15 @@
 """Distributed training over loopback: 1 scheduler, 1 server and 2 workers as real processes."""
-import importlib.util
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 
-import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon, nd
-from numpy.testing import assert_allclose
+import pytest
 
-from conftest import params_of
-
-JOB = os.path.join(os.path.dirname(__file__), "dist_job.py")
-
-
-def _load_job():
-    spec = importlib.util.spec_from_file_location("dist_job", JOB)
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
-    return job
+from gluonkit.launch import launch
+from job_check import JOB, assert_trained_like_one_process
+from watch import Watched, no_process_left
 
 
 def _launch_command(out_dir, mode, timeout):
@@ -31,103 +17,60 @@ def _launch_command(out_dir, mode, timeout):
             sys.executable, JOB, str(out_dir), mode]
 
 
-def _single_process_reference(job, out_dir):
-    """One process, plain gluon.Trainer, one step per update on all the samples of that update."""
-    net = job.make_net()
-    net.load_parameters(os.path.join(out_dir, "initial.params"), ctx=mx.cpu())
-    trainer = gluon.Trainer(net.collect_params(), job.OPTIMIZER[0], dict(job.OPTIMIZER[1]))
-    x, y = job.dataset()
-    for update in range(len(job.SIZES)):
-        rows = [i for u, _, begin, end in job.micro_batches() if u == update for i in range(begin, end)]
-        with autograd.record():
-            loss = job.loss_fn(net(nd.array(x[rows])), nd.array(y[rows]))
-        loss.backward()
-        trainer.step(len(rows))
-    return net
-
-
 def test_two_workers_with_uneven_shards_and_accumulation_match_one_process(tmp_path):
     result = subprocess.run(_launch_command(tmp_path, "train", 90), capture_output=True, text=True, timeout=150)
     assert result.returncode == 0, result.stderr[-3000:]
-    job = _load_job()
-    reference = _single_process_reference(job, tmp_path)
-    expected = params_of(reference)
-    initial = nd.load(os.path.join(tmp_path, "initial.params"))
-    for rank in (0, 1):
-        got = nd.load(os.path.join(tmp_path, f"worker{rank}.params"))
-        assert set(got) == set(expected)
-        for name, value in expected.items():
-            assert_allclose(got[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"worker {rank} {name}")
-            assert not np.allclose(value, initial[name].asnumpy())  # training moved every parameter
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
-
-
-def _read_lines(stream, lines):
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
-def _wait_for(lines, pattern, seen, deadline):
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1)
-        except queue.Empty:
-            continue
-        if line is None:
-            break
-        seen.append(line)
-        match = re.search(pattern, line)
-        if match:
-            return match
-    raise AssertionError(f"never saw {pattern!r}; output:\n" + "".join(seen[-40:]))
+    assert_trained_like_one_process(tmp_path)
 
 
 def test_a_killed_server_ends_the_job_with_a_report_and_no_process_left(tmp_path):
-    proc = subprocess.Popen(_launch_command(tmp_path, "slow", 60), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines, seen = queue.Queue(), []
-    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
-    try:
-        deadline = time.monotonic() + 60
-        server_pid = int(_wait_for(lines, r"server 0 started \(pid (\d+)\)", seen, deadline).group(1))
-        _wait_for(lines, r"worker \d step 5", seen, deadline)
-        started_at = time.monotonic()
-        os.kill(server_pid, signal.SIGKILL)
-        code = proc.wait(timeout=60)
-        elapsed = time.monotonic() - started_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    while True:
-        line = lines.get(timeout=5)
-        if line is None:
-            break
-        seen.append(line)
-    output = "".join(seen)
-    assert code == 1, output[-3000:]
+    run = Watched(_launch_command(tmp_path, "slow", 60), timeout=90)
+    server_pid = int(run.wait_for(r"server 0 started \(pid (\d+)\)").group(1))
+    run.wait_for(r"worker \d step 5")
+    os.kill(server_pid, signal.SIGKILL)
+    code, output = run.finish()
+    assert code == 1, output[-3000:]  # not 124: the death was noticed, not waited out
     assert "server 0 was killed by SIGKILL; ending the job" in output
-    assert elapsed < 60  # well before the launcher's own timeout: the death was noticed, not waited out
-    pids = [int(p) for p in re.findall(r"started \(pid (\d+)\)", output)]
-    assert len(pids) == 4
-    time.sleep(0.5)
-    assert [p for p in pids if _alive(p)] == []
+    assert len(run.pids()) == 4
+    assert no_process_left(run.pids()) == []
+
+
+def test_a_worker_that_raises_ends_the_job_at_once_naming_it_and_its_error(tmp_path):
+    run = Watched(_launch_command(tmp_path, "raise", 120), timeout=150)
+    code, output = run.finish()
+    assert code == 1, output[-3000:]  # not 124: without the launcher's help it would hang until the timeout
+    report = output[output.index("exited with code 1; ending the job"):]
+    assert re.search(r"worker \d exited with code 1; ending the job", output)
+    assert "ValueError: worker 1 gives up at step 3" in report   # the error is named in the report
+    assert len(run.pids()) == 4 and no_process_left(run.pids()) == []
+
+
+def test_a_missing_program_is_named_before_any_process_starts_training(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "60", "--",
+                             "no-such-program-gluonkit", "--flag"], capture_output=True, text=True, timeout=90,
+                            cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "could not start: program not found: 'no-such-program-gluonkit'" in result.stderr
+    assert "timed out" not in result.stderr
+
+
+def test_two_jobs_launched_together_get_different_scheduler_ports(tmp_path):
+    program = [sys.executable, "-c", "import mxnet as mx; kv = mx.kv.create('dist_sync'); print('rank', kv.rank)"]
+    runs = [Watched([sys.executable, "-m", "gluonkit.launch", "-n", "1", "-s", "1", "--timeout", "90", "--",
+                     *program], timeout=120) for _ in range(2)]
+    results = [run.finish() for run in runs]
+    for code, output in results:
+        assert code == 0, output[-3000:]
+    ports = [re.search(r"scheduler at 127\.0\.0\.1:(\d+)", output).group(1) for _, output in results]
+    assert ports[0] != ports[1]
 
 
 def test_timeout_ends_every_process_and_names_what_was_running(tmp_path):
-    result = subprocess.run(_launch_command(tmp_path, "slow", 8), capture_output=True, text=True, timeout=90)
-    assert result.returncode == 124, result.stderr[-3000:]
-    assert re.search(r"timed out after 8 s; still running: .*worker 0", result.stderr)
-    pids = [int(p) for p in re.findall(r"started \(pid (\d+)\)", result.stderr)]
-    time.sleep(0.5)
-    assert pids and [p for p in pids if _alive(p)] == []
+    run = Watched(_launch_command(tmp_path, "slow", 8), timeout=90)
+    code, output = run.finish()
+    assert code == 124, output[-3000:]
+    assert re.search(r"timed out after 8 s; still running: .*worker 0", output)
+    assert run.pids() and no_process_left(run.pids()) == []
 
 
 def test_bad_launch_arguments_are_refused_before_starting_anything():
@@ -138,6 +81,24 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--launcher", "ssh", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "needs --hostfile" in result.stderr
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"env": ["1BAD=x"]}, "--env takes NAME=VALUE or NAME, got '1BAD=x'"),
+    ({"env_worker": ["GLUONKIT_SURELY_UNSET"]}, "GLUONKIT_SURELY_UNSET is not set on this machine; give "
+                                                "GLUONKIT_SURELY_UNSET=VALUE"),
+    ({"sync_dst_dir": "copy"}, "sync_dst_dir='copy' needs launcher='ssh'"),
+    ({"launcher": "ssh", "hostfile": "{hosts}"}, "line 2: 'node:port' is not a host"),
+    ({"timeout": 0}, "timeout must be a positive number of seconds, got 0"),
+    ({"timeout": True}, "timeout (seconds) must be a finite number, got True"),
+])
+def test_bad_environment_options_and_host_files_are_refused_before_starting_anything(tmp_path, options, message):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("node1\nnode:port\n")
+    options = {k: v.format(hosts=hosts) if isinstance(v, str) else v for k, v in options.items()}
+    with pytest.raises(ValueError) as info:
+        launch(["no-such-program-gluonkit"], 1, **options)
+    assert message in str(info.value)
 
 
 def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
@@ -151,6 +112,7 @@ def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
     output = result.stdout + result.stderr
     assert output.count("test accuracy:") == 1
     assert output.count("Training cnn on digits (200 images") == 1   # each worker holds half
-    assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv"]
+    assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv",
+                                       "model-0000.params", "model-symbol.json", "model.json"]
     with open(out / "history.csv") as f:
         assert len(f.read().strip().splitlines()) == 3     # a header and one row per epoch

@@ -1,7 +1,7 @@
-"""recipes/classify.py end to end on a tiny budget: outputs, exact resume, devices, options."""
+"""gluonkit.recipes.classify end to end on a tiny budget: outputs, exact resume, devices, options."""
 import csv
-import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -14,33 +14,18 @@ import requests
 from gluonkit.data import digits
 from gluonkit.train.checkpoint import Checkpoint
 
+from gluonkit.params import select
+from gluonkit.recipes import _cli
+from gluonkit.recipes import classify as recipe
+from gluonkit.recipes.datasets import dataset_labels, load_dataset, stratified_indices
+from gluonkit.recipes.models import build_model, small_cnn
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "recipes", "classify.py")
 
 
-def load_recipe():
-    spec = importlib.util.spec_from_file_location("classify_recipe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def recipe():
-    names = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")
-    saved = {name: os.environ.get(name) for name in names}
-    try:
-        return load_recipe()
-    finally:   # importing the recipe may set them; keep this test process as it was
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def run(recipe, tmp_path, *argv):
-    return recipe.main(recipe.parse_args(["--no-progress", "--out", str(tmp_path), *argv]))
+def run(tmp_path, *argv):
+    return recipe.train(recipe.parse_args(["--no-progress", "--out", str(tmp_path), *argv]))
 
 
 def history_csv(path):
@@ -48,7 +33,7 @@ def history_csv(path):
         return list(csv.DictReader(f))
 
 
-def test_defaults(recipe):
+def test_defaults():
     args = recipe.parse_args([])
     assert (args.dataset, args.model, args.ctx, args.optimizer, args.lr_schedule) == \
         ("digits", "cnn", "cpu:0", "sgd", "cosine")
@@ -56,26 +41,16 @@ def test_defaults(recipe):
         (12, 64, 1, os.path.join("runs", "classify"))
 
 
-def test_sets_openmp_variables_only_when_unset(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    load_recipe()
-    assert os.environ["OMP_NUM_THREADS"] == str(os.cpu_count())
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    load_recipe()
-    assert (os.environ["OMP_NUM_THREADS"], os.environ["OMP_WAIT_POLICY"]) == ("1", "ACTIVE")
-
-
-def test_tiny_run_writes_outputs_and_reports_the_test_accuracy(recipe, tmp_path, capsys):
-    result = run(recipe, tmp_path, "--limit", "96", "--epochs", "2", "--batch-size", "32")
+def test_tiny_run_writes_outputs_and_reports_the_test_accuracy(tmp_path, capsys):
+    result = run(tmp_path, "--limit", "96", "--epochs", "2", "--batch-size", "32")
     assert f"test accuracy: {result['test_accuracy']:.4f} on 96 images" in capsys.readouterr().out
     # the reported accuracy is that of the final checkpoint's parameters, counted by hand
-    net = recipe.small_cnn(10)
+    net = small_cnn(10)
     net.initialize()
     assert Checkpoint(tmp_path / "checkpoints").load(net)["epoch"] == 2
-    x, y = (np.stack(a) for a in zip(*[digits(train=False)[i] for i in range(96)]))
+    test = digits(train=False)
+    chosen = stratified_indices(dataset_labels(test), 96, seed=0)      # --limit's choice
+    x, y = (np.stack(a) for a in zip(*[test[int(i)] for i in chosen]))
     predicted = net(mx.nd.array(x)).argmax(axis=1).asnumpy()
     assert result["test_accuracy"] == pytest.approx(np.mean(predicted == y))
     rows = history_csv(tmp_path / "history.csv")
@@ -86,22 +61,22 @@ def test_tiny_run_writes_outputs_and_reports_the_test_accuracy(recipe, tmp_path,
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_resume_equals_an_uninterrupted_run(recipe, tmp_path):
+def test_resume_equals_an_uninterrupted_run(tmp_path):
     tiny = ["--limit", "96", "--batch-size", "32"]
-    straight = run(recipe, tmp_path / "a", *tiny, "--epochs", "3")
-    run(recipe, tmp_path / "b", *tiny, "--epochs", "1")
-    resumed = run(recipe, tmp_path / "b", *tiny, "--epochs", "3", "--resume")
+    straight = run(tmp_path / "a", *tiny, "--epochs", "3")
+    run(tmp_path / "b", *tiny, "--epochs", "1")
+    resumed = run(tmp_path / "b", *tiny, "--epochs", "3", "--resume")
     assert resumed["test_accuracy"] == straight["test_accuracy"]
     for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
         assert resumed["history"][key] == straight["history"][key], key
 
 
-def test_two_contexts_accumulating_equal_one_context_with_the_same_micro_batches(recipe, tmp_path):
+def test_two_contexts_accumulating_equal_one_context_with_the_same_micro_batches(tmp_path):
     """2 devices x 8 samples, 2 batches per update == 1 device, batches of 8, 4 per update."""
     tiny = ["--limit", "96", "--epochs", "2", "--out", ""]
-    two = recipe.main(recipe.parse_args([*tiny, "--ctx", "cpu:0,cpu:1", "--batch-size", "16",
+    two = recipe.train(recipe.parse_args([*tiny, "--ctx", "cpu:0,cpu:1", "--batch-size", "16",
                                          "--accumulate", "2", "--no-progress"]))
-    one = recipe.main(recipe.parse_args([*tiny, "--ctx", "cpu:0", "--batch-size", "8",
+    one = recipe.train(recipe.parse_args([*tiny, "--ctx", "cpu:0", "--batch-size", "8",
                                          "--accumulate", "4", "--no-progress"]))
     np.testing.assert_allclose(two["history"]["loss"], one["history"]["loss"], rtol=1e-4)
     np.testing.assert_allclose(two["history"]["accuracy"], one["history"]["accuracy"])
@@ -109,7 +84,7 @@ def test_two_contexts_accumulating_equal_one_context_with_the_same_micro_batches
 
 
 @pytest.mark.parametrize("suffix", ["json", "yaml"])
-def test_config_file_sets_defaults_and_the_command_line_wins(recipe, tmp_path, suffix):
+def test_config_file_sets_defaults_and_the_command_line_wins(tmp_path, suffix):
     config = {"epochs": 3, "batch-size": 16, "lr": 0.05, "hybridize": True, "progress": False}
     path = tmp_path / f"config.{suffix}"
     if suffix == "json":
@@ -121,7 +96,7 @@ def test_config_file_sets_defaults_and_the_command_line_wins(recipe, tmp_path, s
         (1, 16, 0.05, True, False)
 
 
-def test_option_errors(recipe, tmp_path, capsys):
+def test_option_errors(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"batchsize": 8}))
     with pytest.raises(SystemExit):
@@ -129,29 +104,29 @@ def test_option_errors(recipe, tmp_path, capsys):
     assert "unknown option 'batchsize' (did you mean batch_size?)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         recipe.parse_args(["--resume", "--out", ""])
-    assert "--resume continues from the checkpoints in --out" in capsys.readouterr().err
+    assert "--resume reads the checkpoints in --out" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         recipe.parse_args(["--lr-schedule", "linear"])
     with pytest.raises(ValueError, match="neither 'cnn' nor a GluonCV model-zoo name.*"
                                          "resnet18_v1.*get_model_list"):
-        recipe.build_model("resnet18-v1", 10)
+        build_model("resnet18-v1", 10)
     with pytest.raises(ValueError, match="--dataset 'mnist' is not one of"):
-        recipe.load_dataset("mnist", str(tmp_path), 32)
+        load_dataset("mnist", str(tmp_path), 32)
 
 
-def test_parse_ctx(recipe):
-    assert recipe.parse_ctx("cpu:0,cpu:1") == recipe.parse_ctx("cpu:0,1") == [mx.cpu(0), mx.cpu(1)]
-    assert recipe.parse_ctx("cpu") == [mx.cpu(0)]
+def test_parse_ctx():
+    assert _cli.parse_ctx("cpu:0,cpu:1") == _cli.parse_ctx("cpu:0,1") == [mx.cpu(0), mx.cpu(1)]
+    assert _cli.parse_ctx("cpu") == [mx.cpu(0)]
     with pytest.raises(ValueError, match="cannot read 'tpu:0'"):
-        recipe.parse_ctx("tpu:0")
+        _cli.parse_ctx("tpu:0")
     with pytest.raises(ValueError, match="names a device twice"):
-        recipe.parse_ctx("cpu:0,cpu:0")
+        _cli.parse_ctx("cpu:0,cpu:0")
     if mx.context.num_gpus() == 0:
         with pytest.raises(ValueError, match="asks for GPUs but 0 are visible"):
-            recipe.parse_ctx("gpu:0,1")
+            _cli.parse_ctx("gpu:0,1")
 
 
-def test_lr_schedules(recipe):
+def test_lr_schedules():
     # 4 epochs of 5 updates, 1 warm-up epoch: 15 scheduled updates after 5 warm-up ones
     step = recipe.lr_schedule("step", 0.1, 4, 1, 5)
     assert [step.learning_rate(t) for t in (0, 4, 5, 11, 12, 16)] == pytest.approx(
@@ -164,20 +139,20 @@ def test_lr_schedules(recipe):
     assert recipe.lr_schedule("none", 0.1, 4, 1, 5).learning_rate(9) == 0.1
 
 
-def test_gluoncv_model(recipe, tmp_path):
-    result = run(recipe, tmp_path, "--model", "cifar_resnet20_v1", "--limit", "32", "--epochs", "1",
+def test_gluoncv_model(tmp_path):
+    result = run(tmp_path, "--model", "cifar_resnet20_v1", "--limit", "32", "--epochs", "1",
                  "--batch-size", "16", "--hybridize")
     assert type(result["net"]).__name__ == "CIFARResNetV1"
     assert result["net"](mx.nd.zeros((1, 1, 8, 8))).shape == (1, 10)
 
 
-def test_cifar10_offline_fails_with_a_clear_message(recipe, tmp_path, monkeypatch):
+def test_cifar10_offline_fails_with_a_clear_message(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         raise requests.exceptions.ConnectionError("Name or service not known")
 
     monkeypatch.setattr(mx.gluon.data.vision.datasets, "download", offline)
     with pytest.raises(RuntimeError, match="downloading it failed.*--dataset digits"):
-        run(recipe, tmp_path, "--dataset", "cifar10", "--data-dir", str(tmp_path / "cifar"))
+        run(tmp_path, "--dataset", "cifar10", "--data-dir", str(tmp_path / "cifar"))
 
 
 def write_images(directory, classes, per_class, seed):
@@ -191,10 +166,10 @@ def write_images(directory, classes, per_class, seed):
             cv2.imwrite(str(directory / c / f"{i}.png"), image)
 
 
-def test_imagefolder_and_recordio_datasets(recipe, tmp_path):
+def test_imagefolder_and_recordio_datasets(tmp_path):
     write_images(tmp_path / "folder" / "train", "abc", 4, seed=0)
     write_images(tmp_path / "folder" / "val", "abc", 2, seed=1)
-    result = run(recipe, tmp_path / "out1", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
+    result = run(tmp_path / "out1", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
                  "--image-size", "8", "--epochs", "1", "--batch-size", "4")
     assert result["history"]["epoch"] == [1]
     assert result["net"](mx.nd.zeros((1, 3, 8, 8))).shape == (1, 3)
@@ -206,11 +181,11 @@ def test_imagefolder_and_recordio_datasets(recipe, tmp_path):
         rec.write_idx(i, mx.recordio.pack_img(header, rng.randint(0, 255, (9, 9, 3), dtype=np.uint8),
                                               img_fmt=".png"))
     rec.close()
-    result = run(recipe, tmp_path / "out2", "--dataset", f"rec:{tmp_path / 'd.rec'}",
+    result = run(tmp_path / "out2", "--dataset", f"rec:{tmp_path / 'd.rec'}",
                  "--image-size", "8", "--epochs", "1", "--batch-size", "6")
     assert result["net"](mx.nd.zeros((1, 3, 8, 8))).shape == (1, 4)       # 4 classes found
     with pytest.raises(FileNotFoundError, match="its .idx index"):
-        recipe.load_dataset(f"rec:{tmp_path / 'missing.rec'}", "", 8)
+        load_dataset(f"rec:{tmp_path / 'missing.rec'}", "", 8)
 
 
 def test_command_line_entry_point(tmp_path):
@@ -223,18 +198,19 @@ def test_command_line_entry_point(tmp_path):
     assert "epoch 1/1: loss" in done.stderr          # the summary line, through logging
 
 
-def test_multiscale_trains_each_batch_at_one_of_the_sizes(recipe, tmp_path):
+def test_multiscale_trains_each_batch_at_one_of_the_sizes(tmp_path):
     train, test = recipe.make_loaders(digits(), digits(train=False), 32, [12, 16, 20], 1, 32, 4, 0, 0)
     sizes = [x.shape[2:] for x, _ in train]
     assert set(sizes) == {(12, 12), (16, 16), (20, 20)}
     assert sum(x.shape[0] for x, _ in train) == len(digits())
     assert {x.shape[2:] for x, _ in test} == {(20, 20)}
-    result = run(recipe, tmp_path, "--multiscale", "12,16,20", "--epochs", "1", "--limit", "128",
+    result = run(tmp_path, "--multiscale", "12,16,20", "--epochs", "1", "--limit", "128",
                  "--batch-size", "16", "--hybridize")
     assert result["history"]["epoch"] == [1] and 0 <= result["test_accuracy"] <= 1
 
 
-def test_images_of_their_own_sizes_are_bucketed(recipe, tmp_path):
+def test_images_of_their_own_sizes_are_bucketed(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="gluonkit")
     import cv2
 
     rng = np.random.RandomState(3)
@@ -245,10 +221,94 @@ def test_images_of_their_own_sizes_are_bucketed(recipe, tmp_path):
                 height, width = rng.randint(8, 20, size=2)
                 cv2.imwrite(str(tmp_path / "folder" / split / c / f"{i}.png"),
                             rng.randint(0, 255, (height, width, 3), dtype=np.uint8))
-    train_set, test_set, _ = recipe.load_dataset(f"imagefolder:{tmp_path / 'folder'}", "", 0)
+    train_set, test_set, _, _ = load_dataset(f"imagefolder:{tmp_path / 'folder'}", "", 0)
     train, _ = recipe.make_loaders(train_set, test_set, 4, None, 1, 0, 2, 0, 0)
     shapes = {x.shape[2:] for x, _ in train}
     assert 1 <= len(shapes) <= 2 and all(h % 4 == 0 and w % 4 == 0 for h, w in shapes)
-    result = run(recipe, tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Batches in")]
+    assert logged == [f"Batches in {len(train.batch_sampler.buckets)} shapes: " + ", ".join(
+        "x".join(map(str, s)) for s in train.batch_sampler.buckets.shapes) + "."]
+    result = run(tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
                  "--image-size", "0", "--buckets", "2", "--epochs", "1", "--batch-size", "4", "--hybridize")
     assert result["history"]["epoch"] == [1]
+
+
+def test_epochs_0_evaluates_saves_and_exports(tmp_path, capsys):
+    result = run(tmp_path, "--limit", "40", "--epochs", "0")
+    assert result["history"].get("epoch", []) == []
+    assert "test accuracy: " in capsys.readouterr().out
+    assert (tmp_path / "model-symbol.json").exists() and Checkpoint(tmp_path / "checkpoints").latest
+
+
+def test_unknown_model_is_refused_while_parsing(capsys):
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--model", "resnet18-v1"])
+    err = capsys.readouterr().err
+    assert "neither 'cnn' nor a GluonCV model-zoo name (close: resnet18_v1" in err
+    assert "Traceback" not in err
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--pretrained"])
+    assert "--pretrained needs a GluonCV model-zoo --model" in capsys.readouterr().err
+
+
+def test_export_option_exports_the_best_checkpoint(tmp_path):
+    """--export rebuilds the network from the best checkpoint: it predicts like the model
+    the training run exported, and like the network loaded from that checkpoint."""
+    tiny = ["--limit", "64", "--batch-size", "16"]
+    run(tmp_path, *tiny, "--epochs", "2")
+    x = mx.nd.array(np.stack([digits(train=False)[i][0] for i in range(20)]))
+
+    def exported():
+        block = mx.gluon.SymbolBlock.imports(str(tmp_path / "model-symbol.json"), ["data"],
+                                             str(tmp_path / "model-0000.params"))
+        return block(x).asnumpy()
+
+    first = exported()
+    for name in ("model-symbol.json", "model-0000.params", "model.json"):
+        (tmp_path / name).unlink()
+    result = run(tmp_path, *tiny, "--export")
+    assert result["export"]["epoch_trained"] in (1, 2)
+    np.testing.assert_array_equal(exported(), first)
+    net = small_cnn(10)
+    net.initialize()
+    net(mx.nd.zeros((1, 1, 8, 8)))
+    Checkpoint(tmp_path / "checkpoints").load(net, best=True)
+    np.testing.assert_allclose(first, net(x).asnumpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(FileNotFoundError, match="no checkpoint in .* to export"):
+        run(tmp_path / "empty", *tiny, "--export")
+
+
+def test_label_smoothing_and_no_wd_on_bias(tmp_path):
+    from gluonkit.recipes.classify import _SmoothedLoss
+
+    pred, label = mx.nd.array([[2.0, 0.5, -1.0]]), mx.nd.array([0])
+    log_p = mx.nd.log_softmax(pred).asnumpy()[0]
+    expected = -(0.9 * log_p[0] + 0.05 * log_p[1] + 0.05 * log_p[2])
+    assert _SmoothedLoss(3, 0.1)(pred, label).asscalar() == pytest.approx(expected, rel=1e-6)
+    net = small_cnn(3)
+    changed = recipe.no_wd_on_bias(net)
+    assert changed and all(n.endswith(("beta", "gamma", "bias")) for n in changed)
+    assert {p.wd_mult for n, p in net.collect_params().items() if n.endswith("weight")} == {1.0}
+    result = run(tmp_path, "--limit", "64", "--epochs", "1", "--label-smoothing", "0.1",
+                 "--no-wd-on-bias")
+    assert np.isfinite(result["history"]["loss"][0])
+
+
+def test_pretrained_file_starts_from_those_weights(tmp_path):
+    from gluoncv import model_zoo
+
+    source = model_zoo.get_model("cifar_resnet20_v1", pretrained=False)
+    source.initialize(mx.init.Xavier())
+    source(mx.nd.zeros((1, 3, 8, 8)))
+    source.save_parameters(str(tmp_path / "w.params"))
+    write_images(tmp_path / "folder" / "train", "abc", 4, seed=0)
+    result = run(tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
+                 "--image-size", "8", "--epochs", "1", "--batch-size", "6", "--model",
+                 "cifar_resnet20_v1", "--pretrained-file", str(tmp_path / "w.params"), "--lr", "0")
+    net = result["net"]
+    trained, loaded = select(net.features), select(source.features)
+    assert set(trained) == set(loaded)
+    for name, param in trained.items():        # lr 0: the weights as loaded
+        if "running" not in name:              # (BatchNorm's statistics follow the data)
+            np.testing.assert_array_equal(param.data().asnumpy(), loaded[name].data().asnumpy(), name)
+    assert net(mx.nd.zeros((2, 3, 8, 8))).shape == (2, 3)

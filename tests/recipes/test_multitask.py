@@ -1,16 +1,13 @@
-"""recipes/multitask.py on a tiny budget: above-chance heads, same result on any devices."""
-import importlib.util
+"""gluonkit.recipes.multitask on a tiny budget: above-chance heads, same result on any devices."""
 import json
-import os
-from pathlib import Path
 
 import mxnet as mx
 import numpy as np
 import pytest
 
 import gluonkit.data
+from gluonkit.recipes import multitask as recipe
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "multitask.py"
 # 3 epochs over 480 images, batch 32. Over seeds 0-15 the worst test accuracies measured were
 # digit 0.80, parity 0.83, aux 0.69 (chance: 0.10, 0.50, 0.50); the bars leave a margin.
 TINY = ["--epochs", "3", "--train-size", "480", "--batch-size", "32"]
@@ -18,35 +15,13 @@ ABOVE = {"digit": 0.5, "parity": 0.7, "aux": 0.6}
 TEST_IMAGES = 359
 
 
-def _load_recipe():
-    spec = importlib.util.spec_from_file_location("multitask_recipe", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture
-def recipe(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
-    return _load_recipe()  # its thread setting is undone when the test ends
-
-
-def test_recipe_sets_threads_only_when_unset(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    _load_recipe()
-    assert os.environ["OMP_NUM_THREADS"] == str(os.cpu_count())
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    _load_recipe()
-    assert os.environ["OMP_NUM_THREADS"] == "1"
-
-
 @pytest.mark.filterwarnings("ignore:Skipping")  # the Trainer's note that aux was left alone
-def test_tiny_run_beats_chance_and_agrees_across_devices(recipe, tmp_path, capsys):
-    one = recipe.main(recipe.parse_args(TINY + ["--ctx", "cpu:0", "--hybridize", "--no-progress",
+def test_tiny_run_beats_chance_and_agrees_across_devices(tmp_path, capsys):
+    one = recipe.train(recipe.parse_args(TINY + ["--ctx", "cpu:0", "--hybridize", "--no-progress",
                                                 "--out", str(tmp_path / "one")]))
     assert capsys.readouterr().out.strip() == "test accuracy: " + ", ".join(
         f"{head} {one[head]:.3f}" for head in ("digit", "parity", "aux"))
-    two = recipe.main(recipe.parse_args(TINY + ["--ctx", "cpu:0,cpu:1", "--no-hybridize",
+    two = recipe.train(recipe.parse_args(TINY + ["--ctx", "cpu:0,cpu:1", "--no-hybridize",
                                                 "--out", str(tmp_path / "two")]))
     assert "train" in capsys.readouterr().err  # the progress bars
     assert set(one) == set(ABOVE)
@@ -74,7 +49,7 @@ def test_tiny_run_beats_chance_and_agrees_across_devices(recipe, tmp_path, capsy
     assert np.mean(aux == (labels >= 5)) == pytest.approx(one["aux"], abs=1e-9)
 
 
-def test_config_file_sets_defaults_and_flags_win(recipe, tmp_path):
+def test_config_file_sets_defaults_and_flags_win(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"epochs": 7, "lr": 0.05, "ctx": "cpu:0,cpu:1"}))
     args = recipe.parse_args(["--config", str(config), "--lr", "0.2"])
@@ -86,7 +61,7 @@ def test_config_file_sets_defaults_and_flags_win(recipe, tmp_path):
 
 @pytest.mark.parametrize("argv", [["--ctx", "cpu0"], ["--ctx", "tpu:0"], ["--epochs", "0"],
                                   ["--aux-every", "-1"]])
-def test_bad_options_are_rejected(recipe, argv, capsys):
+def test_bad_options_are_rejected(argv, capsys):
     with pytest.raises(SystemExit):
         recipe.parse_args(argv)
     assert argv[0] in capsys.readouterr().err

@@ -82,7 +82,7 @@ def test_monitor_must_name_a_log_key(tmp_path):
     with pytest.raises(KeyError, match="Cannot monitor 'val_accuracy'.*'loss'"):
         fit(net, LOSS, trainer, make_loader(), epochs=1, progress=False,
             callbacks=[ModelCheckpoint(tmp_path, monitor="val_accuracy")])
-    with pytest.raises(ValueError, match="every must be a positive int"):
+    with pytest.raises(ValueError, match=r"every \(epochs between saves\) must be a positive integer"):
         ModelCheckpoint(tmp_path, every=0)
 
 

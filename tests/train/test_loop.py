@@ -365,3 +365,43 @@ def test_fit_reports_updates_skipped_for_nonfinite_gradients():
     assert history["nonfinite_skips"] == [1, 1]
     assert ref_history["nonfinite_skips"] == [0, 0]
     np.testing.assert_array_equal(net.weight.data().asnumpy(), ref.weight.data().asnumpy())
+
+
+def test_one_hot_labels_give_the_argmax_accuracy():
+    """SoftmaxCrossEntropyLoss(sparse_label=False) takes one-hot labels; mx.metric.Accuracy
+    alone would compare int-cast scores with the one-hot entries."""
+    x, y = make_data(32)
+    onehot = np.eye(3, dtype="float32")[y]
+    net = make_net([mx.cpu()])
+    dense_loss = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)
+    history = fit(net, dense_loss, sgd(net), loader(x, onehot), epochs=1, val_data=loader(x, onehot),
+                  metrics=["acc", mx.metric.TopKAccuracy(2)], progress=False)
+    scores = net(mx.nd.array(x)).asnumpy()
+    assert history["val_accuracy"] == [pytest.approx(np.mean(scores.argmax(1) == y))]
+    top2 = np.argsort(-scores, axis=1)[:, :2]
+    assert history["val_top_k_accuracy_2"] == [pytest.approx(np.mean((top2 == y[:, None]).any(1)))]
+    assert evaluate(net, loader(x, onehot))["accuracy"] == pytest.approx(np.mean(scores.argmax(1) == y))
+
+
+def test_float64_data_is_cast_to_the_networks_float32():
+    x, y = make_data(24)
+    net, ref = make_net([mx.cpu()]), make_net([mx.cpu()])
+    fit(net, LOSS, sgd(net), loader(x.astype("float64"), y), epochs=1, progress=False)
+    fit(ref, LOSS, sgd(ref), loader(x, y), epochs=1, progress=False)
+    assert_params(params_of(net), params_of(ref))
+    assert evaluate(net, loader(x.astype("float64"), y))["accuracy"] == \
+        evaluate(ref, loader(x, y))["accuracy"]
+
+
+def test_issue_14_fit_arguments_are_checked():
+    x, y = make_data(16)
+    net, other = make_net([mx.cpu()]), make_net([mx.cpu()], seed=2)
+    with pytest.raises(TypeError, match="metrics must be a metric name.*got 3"):
+        fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics=3, progress=False)
+    with pytest.raises(ValueError, match="the trainer updates none of the network's parameters"):
+        fit(net, LOSS, sgd(other), loader(x, y), epochs=1, progress=False)
+    before = params_of(net)
+    history = fit(net, LOSS, sgd(net), loader(x, y), epochs=1, callbacks=None, progress=False)
+    assert history["epoch"] == [1] and not np.array_equal(params_of(net)["0.weight"], before["0.weight"])
+    with pytest.raises(TypeError, match="callbacks must be a list"):
+        fit(net, LOSS, sgd(net), loader(x, y), epochs=1, callbacks=3, progress=False)

@@ -64,3 +64,53 @@ def test_bad_data_and_axis_are_named():
 def test_single_context_is_accepted():
     (out,) = gluonkit.split_and_load(np.ones((2, 2), dtype="float32"), mx.cpu(0))
     assert out.shape == (2, 2) and out.context == mx.cpu(0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5), min_size=1, max_size=7), num_ctx=st.integers(1, 3))
+def test_a_list_of_samples_of_their_own_shapes_goes_one_list_per_device(sizes, num_ctx):
+    samples = [np.full((3, s, s + 1), i, dtype="float32") for i, s in enumerate(sizes)]
+    ctx_list = [mx.cpu(i) for i in range(num_ctx)]
+    parts = gluonkit.split_and_load(samples, ctx_list)
+    assert len(parts) == min(len(sizes), num_ctx)
+    counts = [len(p) for p in parts]
+    assert max(counts) - min(counts) <= 1
+    flat = [x for part in parts for x in part]
+    assert [x.shape for x in flat] == [s.shape for s in samples]
+    for part, ctx in zip(parts, ctx_list):
+        assert all(x.context == ctx for x in part)
+    for x, s in zip(flat, samples):
+        assert_array_equal(x.asnumpy(), s)
+
+
+def test_ragged_boxes_are_padded_to_the_longest_with_the_given_value():
+    boxes = [np.arange(k * 5, dtype="float32").reshape(k, 5) for k in (2, 3, 1)]
+    first, second = gluonkit.split_and_load(boxes, [mx.cpu(0), mx.cpu(1)], pad_value=-1)
+    assert first.shape == (2, 3, 5) and first.context == mx.cpu(0)
+    assert second.shape == (1, 3, 5) and second.context == mx.cpu(1)
+    expected = np.full((3, 3, 5), -1, dtype="float32")
+    for row, b in zip(expected, boxes):
+        row[:len(b)] = b
+    assert_array_equal(np.concatenate([first.asnumpy(), second.asnumpy()]), expected)
+    with pytest.raises(ValueError, match="first axis only"):
+        gluonkit.split_and_load([np.zeros((2, 3)), np.zeros((2, 4))], [mx.cpu(0)], pad_value=0)
+
+
+@pytest.mark.parametrize("args,error,match", [
+    ((np.array(["a", "b"]), [mx.cpu(0)]), TypeError, "dtype <U1"),
+    ((np.array([object(), 1]), [mx.cpu(0)]), TypeError, "dtype object"),
+    (([np.zeros(2), "x"], [mx.cpu(0)]), TypeError, r"data\[1\].*str.*one array per sample"),
+    (([], [mx.cpu(0)]), ValueError, "empty batch"),
+    ((np.zeros((2, 3)), [mx.cpu(0)], 1.0), TypeError, "batch_axis must be an int, got 1.0"),
+    ((np.zeros((2, 3)), None), TypeError, "got None"),
+])
+def test_issue_14_bad_inputs_are_named(args, error, match):
+    with pytest.raises(error, match=match):
+        gluonkit.split_and_load(*args)
+
+
+@pytest.mark.parametrize("batch,parts", [(0, 2), (-3, 2), (4, 0), (2.5, 2)])
+def test_split_sizes_refuses_non_positive_sizes(batch, parts):
+    from gluonkit.train.split import split_sizes
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        split_sizes(batch, parts)

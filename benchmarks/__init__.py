@@ -1,0 +1,1 @@
+"""gluonkit's benchmarks, run from a clone's root as modules: ``python -m benchmarks.throughput``."""

@@ -1,0 +1,181 @@
+"""The wrapper that runs one role of a launched job, on whichever host the role runs on.
+
+``gluonkit.launch`` runs it as ``python -c SOURCE SPEC`` (locally, or through ssh on another
+host), so it needs nothing but the standard library: it never imports gluonkit or mxnet
+(with ``DMLC_ROLE=server`` set, ``import mxnet`` would turn it into a parameter server).
+``SPEC`` is JSON: ``{"env": {...}, "workdir": DIR, "command": [PROGRAM, ARG, ...]}``.
+
+The wrapper starts the command in its own process group and reports on stderr, one line
+each, prefixed with :data:`MARK`: ``started PID``, ``exited CODE`` (negative: killed by that
+signal), ``cannot-start MESSAGE`` and ``ended LEFT`` (processes of the group still alive
+after the clean-up; 0 when none is left). When its stdin closes (the launcher asks it to
+stop, or the ssh connection broke) it ends the group: SIGTERM, then SIGKILL.
+
+An uncaught exception in a role's Python program makes the interpreter exit at once with
+code 1 after printing the traceback, through a ``sitecustomize`` placed first on
+``PYTHONPATH``: otherwise MXNet's exit barrier would keep a failed worker waiting for the
+others, and them for it, forever.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+__all__ = ["MARK", "run"]
+
+MARK = "@gluonkit-role "
+_TERM_SECONDS = 3.0
+_KILL_SECONDS = 5.0
+
+_EXIT_ON_EXCEPTION = '''\
+"""Exit at once on an uncaught exception (see gluonkit/_launch_role.py), then chain on."""
+import os
+import sys
+
+
+def _exit_now(kind, value, traceback, _print=sys.excepthook):
+    _print(kind, value, traceback)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(128 + 2 if issubclass(kind, KeyboardInterrupt) else 1)
+
+
+def _run_hidden_sitecustomize():
+    """Run the sitecustomize this file hides, if any, and take this file's directory off the path."""
+    import importlib.machinery
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
+    if spec is not None:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+sys.excepthook = _exit_now
+_run_hidden_sitecustomize()
+'''
+
+
+def _report(*words):
+    try:
+        sys.stderr.write(MARK + " ".join(str(w) for w in words) + "\n")
+        sys.stderr.flush()
+    except OSError:  # the launcher (or the ssh connection) is gone
+        pass
+
+
+def _become_subreaper():
+    """Adopt the program's orphaned children, so that they can be reaped and counted."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _group_alive(pgid):
+    """Whether the group has a live member; call only once the program itself was reaped."""
+    while True:  # reap adopted orphans first: a zombie still counts as a member of the group
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _end_group(pgid):
+    """SIGTERM the group, SIGKILL it if needed; return whether any process was left."""
+    for sig, seconds in ((signal.SIGTERM, _TERM_SECONDS), (signal.SIGKILL, _KILL_SECONDS)):
+        if not _group_alive(pgid):
+            return False
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return False
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not _group_alive(pgid):
+                return False
+            time.sleep(0.05)
+    return _group_alive(pgid)
+
+
+def _stop(proc):
+    """End the program (SIGTERM, then SIGKILL) and return its exit status."""
+    for sig, seconds in ((signal.SIGTERM, _TERM_SECONDS), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _watch_stdin(stop):
+    try:  # the raw descriptor: a buffered reader left blocked would abort the interpreter's exit
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    stop.set()
+
+
+def _start(spec, hook_dir):
+    env = dict(os.environ, **spec["env"])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (hook_dir, env.get("PYTHONPATH")) if p)
+    try:
+        os.chdir(spec["workdir"])
+    except OSError as err:
+        return None, f"cannot enter the working directory {spec['workdir']!r}: {err.strerror}"
+    program = spec["command"][0]
+    try:
+        return subprocess.Popen(spec["command"], env=env, stdin=subprocess.DEVNULL, start_new_session=True), None
+    except FileNotFoundError:
+        return None, (f"program not found: {program!r} (in {spec['workdir']!r}, "
+                      f"PATH={env.get('PATH', '')!r})")
+    except OSError as err:
+        return None, f"cannot run {program!r}: {err.strerror}"
+
+
+def run(spec):
+    """Run the role described by ``spec``; return the wrapper's exit code."""
+    stop = threading.Event()
+    threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+    _become_subreaper()
+    hook_dir = tempfile.mkdtemp(prefix="gluonkit-role-")
+    try:
+        with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
+            f.write(_EXIT_ON_EXCEPTION)
+        proc, problem = _start(spec, hook_dir)
+        if proc is None:
+            _report("cannot-start", problem)
+            return 127
+        _report("started", proc.pid)
+        while proc.poll() is None and not stop.wait(0.1):
+            pass
+        code = _stop(proc) if proc.returncode is None else proc.returncode
+        _report("exited", code)
+        _report("ended", int(_end_group(proc.pid)))  # what the program left behind in its group
+        return code if code >= 0 else 128 - code
+    finally:
+        shutil.rmtree(hook_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(run(json.loads(sys.argv[1])))

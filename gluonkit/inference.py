@@ -1,0 +1,149 @@
+"""Run a model written by :func:`gluonkit.export.export_model` on image files or arrays."""
+import os
+import warnings
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+from mxnet.gluon.data.vision import transforms
+
+from ._validate import positive_int
+from .export import read_metadata
+
+__all__ = ["Model", "load_model", "predict", "preprocess", "shrink_to", "image_files"]
+
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
+
+
+class Model:
+    """An exported network loaded for inference: ``net`` (a ``gluon.SymbolBlock``),
+    ``metadata`` (the ``PREFIX.json`` dict) and ``ctx``."""
+
+    def __init__(self, net, metadata, ctx):
+        self.net, self.metadata, self.ctx = net, metadata, ctx
+
+    @property
+    def outputs(self):
+        """``[{'name', 'classes'}, ...]``, one per network output."""
+        return self.metadata["outputs"]
+
+
+def load_model(prefix, ctx=None):
+    """Load ``PREFIX-symbol.json``, its parameters and ``PREFIX.json`` as a :class:`Model`."""
+    metadata = read_metadata(prefix)
+    ctx = ctx or mx.cpu()
+    directory = os.path.dirname(os.path.abspath(prefix))
+    files = {k: os.path.join(directory, v) for k, v in metadata["files"].items()}
+    with warnings.catch_warnings():   # MXNet notes that the input's type is not known yet
+        warnings.filterwarnings("ignore", message="Cannot decide type")
+        net = gluon.SymbolBlock.imports(files["symbol"], [metadata["input"]["name"]],
+                                        files["params"], ctx=ctx)
+    return Model(net, metadata, ctx)
+
+
+def shrink_to(image, max_size):
+    """``image`` (HWC) resized so that its longer side is at most ``max_size``, aspect kept."""
+    height, width = image.shape[:2]
+    if max(height, width) <= max_size:
+        return image
+    scale = max_size / max(height, width)
+    return mx.image.imresize(image, max(1, round(width * scale)), max(1, round(height * scale)))
+
+
+def preprocess(image, preprocessing):
+    """One image (a file path, or an HWC uint8 array) as the network's input (CHW float32),
+    following the ``preprocessing`` dict saved with the model."""
+    channels = preprocessing["channels"]
+    if isinstance(image, str):
+        image = mx.image.imread(image, flag=1 if channels == 3 else 0)
+    else:
+        image = mx.nd.array(image, dtype="uint8") if isinstance(image, np.ndarray) else image
+        if image.ndim == 2:
+            image = image.expand_dims(axis=2)
+        if image.shape[2] != channels:
+            raise ValueError(f"the model takes images of {channels} channel(s) (HWC), got an "
+                             f"array of shape {image.shape}.")
+    if preprocessing.get("resize"):
+        height, width = preprocessing["resize"]
+        image = mx.image.imresize(image, width, height)
+    if preprocessing.get("resize_short"):
+        image = mx.image.resize_short(image, preprocessing["resize_short"])
+    if preprocessing.get("crop"):
+        height, width = preprocessing["crop"]
+        image = mx.image.center_crop(image, (width, height))[0]
+    if preprocessing.get("max_size"):
+        image = shrink_to(image, preprocessing["max_size"])
+    steps = transforms.Compose([transforms.ToTensor(),
+                                transforms.Normalize(preprocessing["mean"], preprocessing["std"])])
+    return steps(image)
+
+
+def image_files(paths):
+    """The image files among ``paths``: files as given, directories walked (sorted)."""
+    found = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, names in os.walk(path):
+                dirs.sort()
+                found += [os.path.join(root, n) for n in sorted(names)
+                          if n.lower().endswith(_IMAGE_SUFFIXES)]
+        elif os.path.isfile(path):
+            found.append(path)
+        else:
+            raise FileNotFoundError(f"{path}: no such image file or directory.")
+    if not found:
+        raise FileNotFoundError(f"no image files ({', '.join(_IMAGE_SUFFIXES)}) in {list(paths)}.")
+    return found
+
+
+def _top(probabilities, classes, k):
+    order = np.argsort(-probabilities, kind="stable")[:k]
+    return [{"class": classes[i] if classes else int(i), "probability": float(probabilities[i])}
+            for i in order]
+
+
+def predict(model, images, top_k=5, ctx=None):
+    """The top classes of each image, with probabilities (softmax of the network's outputs).
+
+    Parameters
+    ----------
+    model : str or Model
+        An export prefix (``'runs/classify/model'``) or a loaded :class:`Model`.
+    images : str, array, or list of them
+        Image files or directories (walked for image files), or HWC uint8 arrays.
+    top_k : int
+        How many classes to report per image and output.
+
+    Returns
+    -------
+    list of dict
+        One per image: ``'image'`` (the path, or the index of an array), ``'top'`` (the first
+        output's ``[{'class', 'probability'}, ...]``, best first) and ``'outputs'`` (output
+        name -> that list, for networks with several outputs).
+
+    Example::
+
+        >>> gluonkit.predict("runs/classify/model", ["seven.png"], top_k=2)[0]["top"]
+        [{'class': '7', 'probability': 0.97...}, {'class': '1', 'probability': 0.01...}]
+    """
+    top_k = positive_int(top_k, "top_k")
+    if not isinstance(model, Model):
+        model = load_model(model, ctx)
+    if isinstance(images, (str, np.ndarray, mx.nd.NDArray)):
+        images = [images]
+    paths = [p for p in images if isinstance(p, str)]
+    if paths and len(paths) != len(images):
+        raise TypeError("images must be all paths or all arrays, not a mix.")
+    names = image_files(paths) if paths else list(range(len(images)))
+    inputs = [preprocess(p if paths else images[p], model.metadata["preprocessing"]) for p in names]
+    results = []
+    for name, x in zip(names, inputs):
+        outputs = model.net(x.expand_dims(0).as_in_context(model.ctx))
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        per_output = {}
+        for spec, out in zip(model.outputs, outputs):
+            probabilities = mx.nd.softmax(out).asnumpy()[0]
+            per_output[spec["name"]] = _top(probabilities, spec["classes"], top_k)
+        results.append({"image": name, "top": per_output[model.outputs[0]["name"]],
+                        "outputs": per_output})
+    return results

@@ -1,0 +1,203 @@
+"""The command-line kit the recipes and benchmarks share.
+
+One ``--config`` loader (JSON or YAML) that sets a parser's defaults, one device-list parser,
+the OpenMP thread settings a command applies in its ``main()``, argparse types built on
+:mod:`gluonkit._validate`, and the resolved arguments written beside the outputs.
+"""
+import argparse
+import difflib
+import json
+import os
+import sys
+
+from .. import _validate
+
+__all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
+           "non_negative_int", "one_of", "sizes_type", "apply_threads", "save_args", "seed_all"]
+
+_THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
+_REEXEC = "GLUONKIT_THREADS_SET"
+
+
+def build_parser(description, **kwargs):
+    """An ``ArgumentParser`` with ``--config FILE`` (option defaults from JSON or YAML)."""
+    parser = argparse.ArgumentParser(description=description, **kwargs)
+    parser.add_argument("--config", metavar="FILE",
+                        help="JSON or YAML file of option defaults (keys as in --help, e.g. "
+                             "batch_size); options on the command line override it")
+    return parser
+
+
+def _read_config(path, parser):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as err:
+        parser.error(f"--config {path}: cannot read it ({err.strerror}).")
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            parser.error(f"--config {path}: reading YAML needs PyYAML (pip install pyyaml), "
+                         "or write the file as JSON.")
+        config = yaml.safe_load(text)
+    else:
+        try:
+            config = json.loads(text)
+        except ValueError as err:
+            parser.error(f"--config {path} is not valid JSON ({err}).")
+    if not isinstance(config, dict):
+        parser.error(f"--config {path} must hold a mapping of option names to values.")
+    return config
+
+
+def parse_with_config(parser, argv=None):
+    """Parse ``argv`` (default ``sys.argv[1:]``) after a ``--config FILE`` set the defaults.
+
+    A config value goes through the option's own type check, as if typed on the command line
+    (a flag takes ``true``/``false``); an unknown key is an error that names close matches.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    known, _ = parser.parse_known_args(argv)
+    if getattr(known, "config", None):
+        path = known.config
+        dests = sorted(key for key in vars(known) if key != "config")
+        defaults = {}
+        for key, value in _read_config(path, parser).items():
+            dest = key.replace("-", "_")
+            if dest not in dests:
+                close = difflib.get_close_matches(dest, dests, n=3)
+                parser.error(f"--config {path}: unknown option {key!r}"
+                             + (f" (did you mean {', '.join(close)}?)" if close else "")
+                             + f"; valid: {', '.join(dests)}.")
+            if isinstance(parser.get_default(dest), bool):
+                if not isinstance(value, bool):
+                    parser.error(f"--config {path}: {key} is a switch; write true or false, "
+                                 f"got {value!r}.")
+                defaults[dest] = value
+            elif value is None:
+                defaults[dest] = None
+            else:   # a string default goes through the option's type when parsed
+                defaults[dest] = (",".join(map(str, value)) if isinstance(value, (list, tuple))
+                                  else str(value))
+        parser.set_defaults(**defaults)
+    return parser.parse_args(argv)
+
+
+def parse_ctx(spec):
+    """Contexts from ``'cpu:0,cpu:1'``, ``'gpu:0,1'``, ``'cpu'`` or ``'gpu:2'``.
+
+    Example::
+
+        >>> parse_ctx("cpu:0,1")
+        [cpu(0), cpu(1)]
+    """
+    import mxnet as mx
+
+    contexts, kind = [], None
+    for token in str(spec).replace(" ", "").split(","):
+        name, _, index = token.partition(":")
+        if name.isdigit() and not index and kind:   # the '1' of 'gpu:0,1'
+            name, index = kind, name
+        index = index or "0"                        # 'cpu' means cpu:0
+        if name not in ("cpu", "gpu") or not index.isdigit():
+            raise ValueError(f"--ctx {spec!r}: cannot read {token!r}; write devices as "
+                             "cpu:0,cpu:1 or gpu:0,1.")
+        kind = name
+        contexts.append(mx.Context(name, int(index)))
+    if len(set(contexts)) != len(contexts):
+        raise ValueError(f"--ctx {spec!r} names a device twice.")
+    gpus = [c for c in contexts if c.device_type == "gpu"]
+    if gpus and max(c.device_id for c in gpus) >= mx.context.num_gpus():
+        raise ValueError(f"--ctx {spec!r} asks for GPUs but {mx.context.num_gpus()} are visible "
+                         "(this MXNet build may be CPU-only: pip install mxnet-cu112==1.9.1).")
+    return contexts
+
+
+def ctx_type(text):
+    """argparse type: a device list that :func:`parse_ctx` reads, kept as text."""
+    try:
+        parse_ctx(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def _checked(check, text, name):
+    try:
+        return check(int(text), name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err) if "must be" in str(err)
+                                         else f"expected an integer, got {text!r}") from None
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1."""
+    return _checked(_validate.positive_int, text, "the value")
+
+
+def non_negative_int(text):
+    """argparse type: an integer >= 0."""
+    return _checked(_validate.non_negative_int, text, "the value")
+
+
+def one_of(*choices):
+    """argparse type: one of ``choices`` (checked for --config values too, unlike ``choices=``)."""
+    def parse(text):
+        try:
+            return _validate.choice(text, choices, "the value")
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    parse.__name__ = "choice"
+    return parse
+
+
+def sizes_type(text):
+    """argparse type: positive sizes, ``'16,20,24'`` -> ``[16, 20, 24]``."""
+    try:
+        sizes = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes like 16,20,24,28, got {text!r}") from None
+    if min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
+    return sizes
+
+
+def apply_threads(module=None, argv=None):
+    """Give MXNet one OpenMP thread per core and passive waiting, unless the user set them.
+
+    MXNet's thread count is left at half the cores by default, and spinning OpenMP threads
+    slowed training 15-35x whenever other processes kept the cores busy. Both variables are
+    read when MXNet loads, so when MXNet is already imported and ``module`` is given, the
+    command restarts once as ``python -m module argv`` with them set.
+    """
+    unset = {name: value for name, value in _THREADS.items() if name not in os.environ}
+    os.environ.update(unset)
+    if unset and module and "mxnet" in sys.modules and _REEXEC not in os.environ:
+        os.environ[_REEXEC] = "1"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", module,
+                                  *(sys.argv[1:] if argv is None else argv)])
+
+
+def save_args(args, directory, name="args.json"):
+    """Write the resolved arguments ``vars(args)`` as JSON into ``directory``; returns the path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        json.dump(vars(args), f, indent=1, default=str)
+        f.write("\n")
+    return path
+
+
+def seed_all(seed):
+    """Seed Python's, NumPy's and MXNet's generators."""
+    import random
+
+    import mxnet as mx
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    mx.random.seed(seed)

@@ -1,0 +1,350 @@
+"""Train an image classifier with gluonkit; by default the embedded digits, in seconds on a CPU.
+
+    gluonkit-classify                                        # digits, built-in CNN, CPU
+    gluonkit-classify --epochs 5 --ctx cpu:0,cpu:1 --accumulate 2
+    gluonkit-classify --dataset imagefolder:photos --model resnet18_v1b --image-size 224 \\
+        --pretrained --ctx gpu:0,1 --hybridize --out runs/photos
+    gluonkit-classify --out runs/photos --resume             # continue after a stop
+    gluonkit-classify --out runs/photos --export             # export its best checkpoint again
+
+(or ``python -m gluonkit.recipes.classify ...``). Outputs in --out: checkpoints/ (the last few
+and the best by test accuracy), history.csv, curves.png, args.json (the resolved arguments)
+and the best model exported for inference: model-symbol.json, model-0000.params and
+model.json (see ``gluonkit-predict``). Ctrl-C or SIGTERM stop after the current step and save
+a checkpoint that --resume continues from exactly.
+"""
+import argparse
+import logging
+import math
+import os
+import sys
+import time
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+from ..data import bucket_loader, multiscale_loader
+from ..export import export_model
+from ..nn import ShapeCache
+from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
+from ..train.checkpoint import Checkpoint
+from ..train.loop import evaluate, fit
+from ..train.trainer import Trainer
+from . import _cli
+from .datasets import load_dataset
+from .models import build_model, check_model_name
+
+__all__ = ["parse_args", "train", "export_checkpoint", "main", "optimizer_params",
+           "lr_schedule", "make_loaders", "worker_shard", "no_wd_on_bias"]
+
+log = logging.getLogger("gluonkit")
+
+_SCHEDULES = ("none", "step", "cosine", "poly")
+_MODULE = "gluonkit.recipes.classify"
+
+
+def _build_parser():
+    parser = _cli.build_parser("Train an image classifier with gluonkit (digits by default).",
+                               prog="gluonkit-classify",
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", default="digits",
+                      help="digits | cifar10 | imagefolder:DIR (DIR/train and DIR/val or DIR/test "
+                           "class folders) | rec:TRAIN.rec[,TEST.rec]")
+    data.add_argument("--data-dir", default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
+                      help="where CIFAR-10 is stored (downloaded if missing)")
+    data.add_argument("--image-size", type=_cli.non_negative_int, default=32,
+                      help="imagefolder and rec images: random-resized crops of this size for "
+                           "training, center crops for testing; 0 keeps their own sizes "
+                           "(capped by --max-size) and batches them in --buckets shapes")
+    data.add_argument("--max-size", type=_cli.positive_int, default=512,
+                      help="with --image-size 0, longer image sides are shrunk to this")
+    data.add_argument("--buckets", type=_cli.positive_int, default=4, help="shapes for --image-size 0")
+    data.add_argument("--multiscale", type=_cli.sizes_type, metavar="SIZES",
+                      help="train each batch at a size drawn from these, e.g. 16,20,24,28 "
+                           "(test at the largest)")
+    data.add_argument("--multiscale-interval", type=_cli.positive_int, default=1, metavar="N",
+                      help="batches per drawn size")
+    data.add_argument("--limit", type=_cli.positive_int, metavar="N",
+                      help="use only N training and N test images, every class in proportion "
+                           "(drawn with --seed)")
+    data.add_argument("--num-workers", type=_cli.non_negative_int, default=0,
+                      help="data loading processes")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", default="cnn",
+                       help="'cnn' (built in) or a GluonCV model-zoo name, e.g. cifar_resnet20_v1")
+    model.add_argument("--pretrained", action="store_true",
+                       help="start a model-zoo network from its pretrained weights (downloaded "
+                            "once to ~/.mxnet/models); a new output layer fits the classes")
+    model.add_argument("--pretrained-file", metavar="PATH",
+                       help="the pretrained weights as a .params file (offline --pretrained)")
+    model.add_argument("--hybridize", action="store_true", help="compile the network's graph")
+    train = parser.add_argument_group("training")
+    train.add_argument("--epochs", type=_cli.non_negative_int, default=12,
+                       help="epochs to train (to reach, with --resume); 0 evaluates and exports")
+    train.add_argument("--batch-size", type=_cli.positive_int, default=64,
+                       help="samples per batch, split over --ctx")
+    train.add_argument("--accumulate", type=_cli.positive_int, default=1,
+                       help="batches per update (the update equals one batch of them all)")
+    train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, adam, ...")
+    train.add_argument("--lr", type=float, default=0.1, help="learning rate")
+    train.add_argument("--momentum", type=float, default=0.9, help="for sgd and nag")
+    train.add_argument("--wd", type=float, default=1e-4, help="weight decay")
+    train.add_argument("--no-wd-on-bias", action="store_true",
+                       help="no weight decay on biases and BatchNorm's beta and gamma")
+    train.add_argument("--label-smoothing", type=float, default=0.0, metavar="EPS",
+                       help="train on targets 1 - EPS for the class and EPS / (classes - 1) "
+                            "for the others")
+    train.add_argument("--lr-schedule", type=_cli.one_of(*_SCHEDULES), default="cosine",
+                       help="GluonCV schedule over the updates after the warm-up: "
+                            + ", ".join(_SCHEDULES))
+    train.add_argument("--warmup-epochs", type=float, default=1.0,
+                       help="linear learning-rate warm-up, per update")
+    train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0",
+                         help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
+    devices.add_argument("--kvstore", default="device",
+                         help="how gradients are reduced: device, local, or dist_sync under "
+                              "gluonkit-launch")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", default=os.path.join("runs", "classify"), metavar="DIR",
+                        help="checkpoints, history.csv, curves.png, args.json, the exported "
+                             "model ('' for none)")
+    output.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in --out, if there is one")
+    output.add_argument("--export", action="store_true",
+                        help="train nothing: export the best (else the latest) checkpoint in "
+                             "--out as --out/model-*")
+    output.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="hide the progress bars")
+    return parser
+
+
+def parse_args(argv=None):
+    """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
+    parser = _build_parser()
+    args = _cli.parse_with_config(parser, argv)
+    if (args.resume or args.export) and not args.out:
+        parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
+                     "--out; pass --out DIR.")
+    if not 0 <= args.label_smoothing < 1:
+        parser.error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}.")
+    try:
+        check_model_name(args.model)
+    except ValueError as err:
+        parser.error(str(err))
+    if (args.pretrained or args.pretrained_file) and args.model == "cnn":
+        parser.error("--pretrained needs a GluonCV model-zoo --model; 'cnn' has no pretrained "
+                     "weights.")
+    return args
+
+
+def optimizer_params(optimizer, lr, momentum, wd):
+    """The optimizer's keyword arguments (momentum only for the optimizers that take it)."""
+    params = {"learning_rate": lr, "wd": wd}
+    if optimizer in ("sgd", "nag"):
+        params["momentum"] = momentum
+    return params
+
+
+def no_wd_on_bias(net):
+    """Turn weight decay off for biases and BatchNorm's ``beta``/``gamma`` (GluonCV's
+    ``--no-wd``); returns the parameter names changed."""
+    params = net.collect_params(".*beta|.*gamma|.*bias")
+    for param in params.values():
+        param.wd_mult = 0.0
+    return sorted(params.keys())
+
+
+def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
+    """An ``LRSchedule`` callback (GluonCV schedulers after a linear warm-up), or None."""
+    warmup = int(round(warmup_epochs * updates_per_epoch))
+    if kind == "none" and not warmup:
+        return None
+    if kind == "none":
+        return LRSchedule(lr, warmup_steps=warmup)
+    from gluoncv.utils import LRScheduler
+
+    steps = max(2, epochs * updates_per_epoch - warmup)     # GluonCV divides by steps - 1
+    options = {"step_iter": [int(steps * 0.5), int(steps * 0.75)]} if kind == "step" else {}
+    return LRSchedule(LRScheduler(kind, base_lr=lr, target_lr=0.0, niters=steps, **options),
+                      warmup_steps=warmup)
+
+
+def make_loaders(train_set, test_set, batch_size, multiscale, interval, image_size, buckets, seed,
+                 num_workers):
+    """Training and test loaders: fixed size, one size per batch drawn from ``multiscale``, or
+    (``image_size`` 0) images of their own sizes batched in ``buckets`` shapes."""
+    if multiscale:
+        return (multiscale_loader(train_set, batch_size, multiscale, interval, seed=seed,
+                                  num_workers=num_workers),
+                multiscale_loader(test_set, batch_size, [max(multiscale)], shuffle=False,
+                                  num_workers=num_workers))
+    if image_size == 0:
+        train = bucket_loader(train_set, batch_size, buckets, mode="resize", multiple=4, seed=seed,
+                              num_workers=num_workers)
+        log.info("Batches in %d shapes: %s.", len(train.batch_sampler.buckets),
+                 ", ".join("x".join(map(str, s)) for s in train.batch_sampler.buckets.shapes))
+        return train, bucket_loader(test_set, batch_size, train.batch_sampler.buckets, shuffle=False,
+                                    num_workers=num_workers)
+    return (gluon.data.DataLoader(train_set, batch_size=batch_size, shuffle=True, last_batch="keep",
+                                  num_workers=num_workers),
+            gluon.data.DataLoader(test_set, batch_size=batch_size, num_workers=num_workers))
+
+
+def worker_shard(dataset, kvstore):
+    """This worker's contiguous share of ``dataset`` under a distributed kvstore.
+
+    Shards have equal sizes (the last ``len % workers`` samples are left out), so every
+    worker runs the same number of steps per epoch, as synchronous training needs.
+    """
+    usable = len(dataset) - len(dataset) % kvstore.num_workers
+    return dataset.take(usable).shard(kvstore.num_workers, kvstore.rank)
+
+
+def _input_shape(loader):
+    """One sample's shape, from the first batch of ``loader`` (the largest shape for buckets)."""
+    return tuple(next(iter(loader))[0].shape[1:])
+
+
+def _finish_init(net, input_shape, ctx):
+    """Give deferred parameters their shapes and values by one forward of zeros."""
+    with autograd.pause():
+        net(mx.nd.zeros((1,) + tuple(input_shape), ctx=ctx))
+
+
+def _prepare(net, ctx, hybridize, variable_shapes, pretrained):
+    """Initialize ``net`` on ``ctx`` (deferred: shapes come with the first batch, as a
+    distributed Trainer expects) and hybridize it; returns the network to train."""
+    if hybridize and variable_shapes:
+        net = ShapeCache(net)      # one cached graph per input shape; parameter names unchanged
+    if pretrained:
+        net.collect_params().reset_ctx(ctx)
+    else:
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+    if hybridize:
+        net.hybridize(**({"static_alloc": True, "static_shape": True} if variable_shapes else {}))
+    return net
+
+
+def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, preprocessing):
+    """Export the best (else the latest) checkpoint in the directory ``checkpoints`` of a
+    ``model`` network as ``prefix``-symbol.json/-0000.params/.json; returns the metadata."""
+    ckpt = Checkpoint(checkpoints)
+    if ckpt.best is None and ckpt.latest is None:
+        raise FileNotFoundError(f"no checkpoint in {checkpoints} to export; train first (same "
+                                "--out).")
+    net = build_model(model, len(class_names))
+    net.initialize(ctx=mx.cpu())
+    _finish_init(net, input_shape, mx.cpu())
+    state = ckpt.load(net, best=ckpt.best is not None)
+    return export_model(net, prefix, input_shape, outputs=class_names, preprocessing=preprocessing,
+                        task="classify", model=model, epoch_trained=state.get("epoch"))
+
+
+def train(args):
+    """Train and evaluate as ``args`` (from ``parse_args``) says; with ``--out``, export the
+    best model. With ``args.export``, only export the checkpoint in ``--out``.
+
+    Returns
+    -------
+    dict
+        'test_accuracy', 'history' (from ``fit``), 'seconds', 'out', the trained 'net' and
+        'export' (the exported model's metadata, or None).
+    """
+    ctx = _cli.parse_ctx(args.ctx)
+    _cli.seed_all(args.seed)
+    train_set, test_set, class_names, preprocessing = load_dataset(
+        args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed)
+    kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
+    if not isinstance(kvstore, str):
+        train_set = worker_shard(train_set, kvstore)
+    train_loader, test_loader = make_loaders(train_set, test_set, args.batch_size, args.multiscale,
+                                             args.multiscale_interval, args.image_size, args.buckets,
+                                             args.seed, args.num_workers)
+    input_shape = _input_shape(test_loader)
+    model_prefix = os.path.join(args.out, "model") if args.out else None
+    checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
+    if args.export:
+        metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
+                                     input_shape, preprocessing)
+        print(f"exported {metadata['files']['symbol']} (epoch {metadata['epoch_trained']})")
+        return {"export": metadata, "out": args.out}
+
+    classes = len(class_names)
+    pretrained = bool(args.pretrained or args.pretrained_file)
+    net = build_model(args.model, classes, args.pretrained, args.pretrained_file)
+    net = _prepare(net, ctx, args.hybridize,
+                   bool(args.multiscale) or args.image_size == 0, pretrained)
+    if args.epochs == 0:        # no batch will give the layers their shapes before the save
+        _finish_init(net, input_shape, ctx[0])
+    if args.no_wd_on_bias:
+        no_wd_on_bias(net)
+    trainer = Trainer(net.collect_params(), args.optimizer,
+                      optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
+                      kvstore=kvstore, accumulate=args.accumulate)
+    main_process = trainer.rank == 0
+    callbacks = []
+    schedule = lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
+                           math.ceil(len(train_loader) / args.accumulate))
+    if schedule:
+        callbacks.append(schedule)
+    if args.out:
+        if main_process:
+            _cli.save_args(args, args.out)
+        callbacks += [ModelCheckpoint(checkpoints, monitor="val_accuracy", resume=args.resume),
+                      HistoryLogger(os.path.join(args.out, "history.csv")),
+                      PlotCurves(os.path.join(args.out, "curves.png"))]
+    if main_process:
+        log.info("Training %s on %s (%d images, %d classes) on %s.", args.model, args.dataset,
+                 len(train_set), classes, ctx)
+    loss = gluon.loss.SoftmaxCrossEntropyLoss()
+    if args.label_smoothing:
+        loss = _SmoothedLoss(classes, args.label_smoothing)
+    tic = time.perf_counter()
+    history = fit(net, loss, trainer, train_loader, epochs=args.epochs, ctx=ctx,
+                  val_data=test_loader, metrics="acc", callbacks=callbacks, progress=args.progress)
+    accuracy = evaluate(net, test_loader, ctx=ctx)["accuracy"]
+    seconds = time.perf_counter() - tic
+    metadata = None
+    if args.out and main_process:
+        metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
+                                     input_shape, preprocessing)
+    if main_process:
+        print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images "
+              f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+    return {"test_accuracy": accuracy, "history": history, "seconds": seconds, "out": args.out,
+            "net": net, "export": metadata}
+
+
+class _SmoothedLoss(gluon.loss.SoftmaxCrossEntropyLoss):
+    """Softmax cross-entropy against label-smoothed one-hot targets (sparse labels in)."""
+
+    def __init__(self, classes, epsilon, **kwargs):
+        super().__init__(sparse_label=False, **kwargs)
+        self._classes, self._epsilon = classes, epsilon
+
+    def hybrid_forward(self, F, pred, label, sample_weight=None):
+        off = self._epsilon / (self._classes - 1)
+        target = F.one_hot(label, self._classes, on_value=1 - self._epsilon, off_value=off)
+        return super().hybrid_forward(F, pred, target, sample_weight)
+
+
+def main(argv=None):
+    """The ``gluonkit-classify`` command: parse ``argv`` (default: the command line), train.
+
+    Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
+    passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
+    """
+    if argv is None:
+        _cli.apply_threads(_MODULE)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    try:
+        train(parse_args(argv))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""The classification recipe's datasets: loading, stratified subsets, and GluonCV-style transforms.
+
+Image folders and RecordIO files get what GluonCV's training scripts give ImageNet: random
+resized crops and flips for training, a resize and center crop for evaluation, and mean/std
+normalization. The preprocessing needed at inference is returned alongside, as a dict that the
+exported ``model.json`` stores (see :mod:`gluonkit.export`).
+"""
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+from mxnet.gluon.data.vision import transforms
+
+from ..data import digits
+from ..inference import preprocess, shrink_to
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "load_dataset", "dataset_labels",
+           "stratified_indices", "stratified_split"]
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+_CIFAR_MEAN, _CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+_CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+                  "truck")
+_CROP_FRACTION = 0.875      # evaluation: resize the shorter side to size / 0.875, crop the center
+
+
+class _Indices(gluon.data.Sampler):
+    """The fixed ``indices``, in order (for ``Dataset.sample``)."""
+
+    def __init__(self, indices):
+        self._indices = [int(i) for i in indices]
+
+    def __iter__(self):
+        return iter(self._indices)
+
+    def __len__(self):
+        return len(self._indices)
+
+
+class CapSize(gluon.Block):
+    """Shrink an HWC image so that its longer side is at most ``max_size`` (aspect kept)."""
+
+    def __init__(self, max_size):
+        super().__init__()
+        self._max_size = max_size
+
+    def forward(self, x):
+        return shrink_to(x, self._max_size)
+
+
+class _Preprocess(gluon.Block):
+    """An image as the exported model's ``preprocessing`` says: evaluation and
+    ``gluonkit.predict`` run the same code."""
+
+    def __init__(self, preprocessing):
+        super().__init__()
+        self._preprocessing = preprocessing
+
+    def forward(self, x):
+        return preprocess(x, self._preprocessing)
+
+
+def dataset_labels(dataset):
+    """The class label of every sample of ``dataset``, as a NumPy int array; image folders and
+    RecordIO files are read without decoding their images."""
+    if isinstance(dataset, gluon.data.vision.ImageFolderDataset):
+        return np.array([label for _, label in dataset.items], dtype=np.int64)
+    if isinstance(dataset, gluon.data.vision.ImageRecordDataset):
+        raw = gluon.data.RecordFileDataset(dataset.filename)
+        return np.array([int(np.ravel(mx.recordio.unpack(raw[i])[0].label)[0])
+                         for i in range(len(raw))], dtype=np.int64)
+    return np.array([int(np.ravel(dataset[i][1])[0]) for i in range(len(dataset))], dtype=np.int64)
+
+
+def _stratified_order(labels, seed):
+    """A seeded random order of the samples: one of each class first, then the classes
+    interleaved evenly, so that any first n hold every class in proportion to its size."""
+    rng = np.random.RandomState(seed)
+    keys = np.empty(len(labels))
+    for cls in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        keys[members] = (np.arange(len(members)) + rng.uniform(0.25, 0.75)) / len(members)
+        keys[members[0]] = -1.0
+    return np.lexsort((rng.uniform(size=len(labels)), keys))
+
+
+def stratified_indices(labels, count, seed=0):
+    """``count`` sample indices (sorted), chosen with ``seed``: one of every class first (when
+    ``count`` allows), then every class in proportion to its size."""
+    labels = np.asarray(labels)
+    return np.sort(_stratified_order(labels, seed)[:min(count, len(labels))])
+
+
+def stratified_split(labels, fraction=0.1, seed=0):
+    """``(train, held)`` sorted index arrays: ``fraction`` of every class held out (at least one
+    sample of each class that has two or more), seeded."""
+    labels = np.asarray(labels)
+    held = []
+    rng = np.random.RandomState(seed)
+    for cls in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        if len(members) > 1:
+            held.extend(members[:max(1, int(round(len(members) * fraction)))])
+    held = np.sort(np.array(held, dtype=np.int64))
+    return np.setdiff1d(np.arange(len(labels)), held), held
+
+
+def _subset(dataset, labels, indices):
+    """``(samples, labels)`` of ``dataset`` at ``indices``."""
+    return dataset.sample(_Indices(indices)), labels[indices]
+
+
+def _train_transform(image_size, max_size, mean, std):
+    """GluonCV's ImageNet-style training pipeline: random resized crops of ``image_size`` and
+    flips; with ``image_size`` 0 images keep their own sizes, shrunk to ``max_size``."""
+    if image_size == 0:
+        steps = [CapSize(max_size), transforms.RandomFlipLeftRight()]
+    else:
+        steps = [transforms.RandomResizedCrop(image_size), transforms.RandomFlipLeftRight()]
+    return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(mean, std)])
+
+
+def _preprocessing(channels, mean, std, resize=None, resize_short=None, crop=None, max_size=None):
+    """What an image file needs before the exported network sees it (stored in model.json):
+    read with ``channels``, resized to ``resize`` (height, width) or its shorter side to
+    ``resize_short`` then center-cropped to ``crop``, or shrunk to ``max_size`` on its longer
+    side; scaled to [0, 1], normalized by ``mean`` and ``std``, laid out as NCHW."""
+    pair = (lambda n: [n, n] if n else None)
+    return {"channels": channels, "resize": pair(resize), "resize_short": resize_short,
+            "crop": pair(crop), "max_size": max_size, "scale": 1 / 255, "mean": list(mean),
+            "std": list(std), "layout": "NCHW"}
+
+
+def _cifar10(data_dir):
+    root = os.path.expanduser(data_dir)
+    try:
+        return (gluon.data.vision.CIFAR10(root=root, train=True),
+                gluon.data.vision.CIFAR10(root=root, train=False))
+    except OSError as err:   # requests' ConnectionError is an OSError
+        raise RuntimeError(f"CIFAR-10 is not in {root} and downloading it failed ({err}). Connect "
+                           "to the internet, or copy cifar-10-binary.tar.gz there, or use "
+                           "--dataset digits (embedded, no download).") from err
+
+
+def _image_folders(dataset, where):
+    if not os.path.isdir(os.path.join(where, "train")):
+        raise FileNotFoundError(f"--dataset {dataset}: expected class folders in "
+                                f"{os.path.join(where, 'train')}.")
+    train = gluon.data.vision.ImageFolderDataset(os.path.join(where, "train"))
+    held = [os.path.join(where, d) for d in ("val", "test") if os.path.isdir(os.path.join(where, d))]
+    test = None
+    if held:
+        test = gluon.data.vision.ImageFolderDataset(held[0])
+        if test.synsets != train.synsets:
+            raise ValueError(f"--dataset {dataset}: {held[0]} has classes {test.synsets} but "
+                             f"train has {train.synsets}.")
+    return train, test, list(train.synsets)
+
+
+def _record_files(dataset, where):
+    files = where.split(",")
+    for path in files:
+        if not (os.path.isfile(path) and os.path.isfile(os.path.splitext(path)[0] + ".idx")):
+            raise FileNotFoundError(f"--dataset {dataset}: need {path} and its .idx index "
+                                    "(made by im2rec.py).")
+    train = gluon.data.vision.ImageRecordDataset(files[0])
+    test = gluon.data.vision.ImageRecordDataset(files[1]) if len(files) > 1 else None
+    classes = int(dataset_labels(train).max()) + 1   # one more than the largest label
+    return train, test, [str(c) for c in range(classes)]
+
+
+def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, seed=0):
+    """The datasets and what inference needs, for a ``--dataset`` value.
+
+    Returns
+    -------
+    tuple
+        ``(train, test, class_names, preprocessing)``. Without a held-out folder or file,
+        the test set is a stratified 10% of the training set; ``limit`` keeps ``limit``
+        training and ``limit`` test samples, every class in proportion, chosen with ``seed``.
+    """
+    kind, _, where = dataset.partition(":")
+    train_fn = test_fn = None
+    if kind == "digits" and not where:
+        train, test, names = digits(train=True), digits(train=False), [str(d) for d in range(10)]
+        preprocessing = _preprocessing(1, (0.0,), (1.0,), resize=8)
+    elif kind == "cifar10" and not where:
+        train, test = _cifar10(data_dir)
+        names = list(_CIFAR_CLASSES)
+        normalize = transforms.Normalize(_CIFAR_MEAN, _CIFAR_STD)
+        train_fn = transforms.Compose([transforms.RandomFlipLeftRight(), transforms.ToTensor(),
+                                       normalize])
+        test_fn = transforms.Compose([transforms.ToTensor(), normalize])
+        preprocessing = _preprocessing(3, _CIFAR_MEAN, _CIFAR_STD, resize=32)
+    elif kind in ("imagefolder", "rec") and where:
+        read = _image_folders if kind == "imagefolder" else _record_files
+        train, test, names = read(dataset, where)
+        if image_size:
+            preprocessing = _preprocessing(3, IMAGENET_MEAN, IMAGENET_STD, crop=image_size,
+                                           resize_short=int(round(image_size / _CROP_FRACTION)))
+        else:
+            preprocessing = _preprocessing(3, IMAGENET_MEAN, IMAGENET_STD, max_size=max_size)
+        train_fn = _train_transform(image_size, max_size, IMAGENET_MEAN, IMAGENET_STD)
+        test_fn = _Preprocess(preprocessing)
+    else:
+        raise ValueError(f"--dataset {dataset!r} is not one of digits, cifar10, imagefolder:DIR, "
+                         "rec:FILE.rec.")
+    if test is None:   # no held-out folder or file: a stratified 10% of train
+        labels = dataset_labels(train)
+        kept, held = stratified_split(labels, 0.1, seed)
+        (train, train_labels), (test, test_labels) = (_subset(train, labels, kept),
+                                                      _subset(train, labels, held))
+    elif limit:
+        train_labels, test_labels = dataset_labels(train), dataset_labels(test)
+    if limit:
+        train, _ = _subset(train, train_labels, stratified_indices(train_labels, limit, seed))
+        test, _ = _subset(test, test_labels, stratified_indices(test_labels, limit, seed))
+    if train_fn is not None:
+        train, test = train.transform_first(train_fn), test.transform_first(test_fn)
+    return train, test, names, preprocessing

@@ -1,0 +1,95 @@
+"""The networks the recipes train: the built-in small CNN, or a GluonCV model-zoo network."""
+import difflib
+import os
+
+from mxnet.base import data_dir
+from mxnet.gluon import nn
+from mxnet.initializer import Xavier
+
+__all__ = ["small_cnn", "check_model_name", "build_model"]
+
+
+def _conv_bn_relu(channels):
+    return [nn.Conv2D(channels, 3, padding=1, use_bias=False), nn.BatchNorm(), nn.Activation("relu")]
+
+
+def small_cnn(classes):
+    """The built-in CNN: 3x3 conv/BN/ReLU stages, one max-pool, global pooling, a dense layer.
+
+    It takes images of any size and number of channels. Example::
+
+        >>> net = small_cnn(10)
+        >>> net.initialize()
+        >>> net(mx.nd.zeros((2, 1, 8, 8))).shape
+        (2, 10)
+    """
+    net = nn.HybridSequential()
+    net.add(*_conv_bn_relu(32), *_conv_bn_relu(32), nn.MaxPool2D(2, ceil_mode=True),
+            *_conv_bn_relu(64), *_conv_bn_relu(64), nn.GlobalAvgPool2D(), nn.Dense(classes))
+    return net
+
+
+def check_model_name(name):
+    """``name`` if it is ``'cnn'`` or a GluonCV model-zoo name, else ``ValueError`` with close names."""
+    if name == "cnn":
+        return name
+    from gluoncv import model_zoo
+
+    names = list(model_zoo.get_model_list())
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=5)
+        raise ValueError(f"--model {name!r} is neither 'cnn' nor a GluonCV model-zoo name"
+                         + (f" (close: {', '.join(close)})" if close else "")
+                         + ". List them with: python -c \"import gluoncv; "
+                         "print(sorted(gluoncv.model_zoo.get_model_list()))\"")
+    return name
+
+
+def _pretrained(name, classes, pretrained_file):
+    """A model-zoo network with its pretrained weights (from ``pretrained_file`` if given) and
+    a new output layer of ``classes`` outputs."""
+    from gluoncv import model_zoo
+
+    if pretrained_file:
+        if not os.path.isfile(pretrained_file):
+            raise FileNotFoundError(f"--pretrained-file {pretrained_file}: no such file.")
+        net = model_zoo.get_model(name, pretrained=False)
+        net.load_parameters(pretrained_file, ignore_extra=True)
+    else:
+        root = os.path.join(data_dir(), "models")      # ~/.mxnet/models, or $MXNET_HOME's
+        try:
+            net = model_zoo.get_model(name, pretrained=True, root=root)
+        except (OSError, ValueError, AssertionError) as err:   # no network, or no weights published
+            raise RuntimeError(
+                f"--pretrained: the weights of {name!r} are not available ({err}). They are "
+                f"downloaded to {root} on first use; offline, pass --pretrained-file "
+                "PATH (a .params file of this network), or train from scratch without "
+                "--pretrained.") from err
+    for attr in ("output", "fc"):
+        if isinstance(getattr(net, attr, None), nn.Dense):
+            with net.name_scope():
+                output = nn.Dense(classes)
+            output.initialize(Xavier())
+            setattr(net, attr, output)
+            return net
+    raise ValueError(f"--pretrained: cannot find the output layer of {name!r} (no Dense "
+                     "'output' or 'fc') to give it the dataset's classes.")
+
+
+def build_model(name, classes, pretrained=False, pretrained_file=None):
+    """The network ``name`` ('cnn' or a GluonCV model-zoo name) with ``classes`` outputs.
+
+    With ``pretrained`` (or a ``pretrained_file``), a model-zoo network starts from its
+    pretrained weights and only its new output layer is initialized.
+    """
+    check_model_name(name)
+    if name == "cnn":
+        if pretrained or pretrained_file:
+            raise ValueError("--pretrained needs a GluonCV model-zoo --model; 'cnn' has no "
+                             "pretrained weights.")
+        return small_cnn(classes)
+    if pretrained or pretrained_file:
+        return _pretrained(name, classes, pretrained_file)
+    from gluoncv import model_zoo
+
+    return model_zoo.get_model(name, pretrained=False, classes=classes)

@@ -1,0 +1,143 @@
+"""Metrics for fit and evaluate: made from names, fed class indices, and fed several fields.
+
+Two rules decide what a metric's ``update`` receives, for every device's outputs and labels:
+
+- An accuracy-type metric (``Accuracy``, ``TopKAccuracy``, ``F1``, ``MCC``) given labels of
+  the predictions' shape (one-hot or soft labels, as with
+  ``SoftmaxCrossEntropyLoss(sparse_label=False)``) gets their argmax: MXNet's own metrics
+  would compare the int-cast scores with the one-hot entries and report a wrong accuracy.
+- A metric whose ``update`` takes more than (labels, preds), such as GluonCV's
+  ``VOC07MApMetric.update(pred_bboxes, pred_labels, pred_scores, gt_bboxes, gt_labels,
+  gt_difficults=None)``, gets ``update(*output_fields, *label_fields)``: each device's outputs
+  and labels are tuples of arrays, and field i becomes the list of every device's i-th array.
+"""
+import copy
+import inspect
+
+import mxnet as mx
+
+__all__ = ["make_metrics", "MetricFeeder", "metric_values"]
+
+_CLASS_METRICS = (mx.metric.Accuracy, mx.metric.TopKAccuracy, mx.metric.F1, mx.metric.MCC)
+
+
+def make_metrics(metrics):
+    """Fresh metric objects from names ('acc', 'ce', ...) and/or metric instances.
+
+    Any object with ``update``, ``get`` and ``reset`` (GluonCV's metrics) is accepted.
+    """
+    if metrics is None:
+        return []
+    if isinstance(metrics, (str, mx.metric.EvalMetric)) or _is_metric(metrics):
+        metrics = [metrics]
+    if not isinstance(metrics, (list, tuple)):
+        raise TypeError(f"metrics must be a metric name, an mx.metric.EvalMetric or a list of them, "
+                        f"got {metrics!r}; e.g. metrics='acc' or metrics=['acc', 'ce'].")
+    made = []
+    for metric in metrics:
+        if isinstance(metric, str):
+            try:
+                made.append(mx.metric.create(metric))
+            except (AssertionError, ValueError) as err:  # mxnet asserts on unknown names
+                raise ValueError(f"Unknown metric {metric!r}; use a name mx.metric.create knows "
+                                 "('acc', 'top_k_accuracy', 'ce', 'mae', 'f1', ...) or an "
+                                 "mx.metric.EvalMetric instance.") from err
+        elif _is_metric(metric):
+            made.append(_fresh(metric))
+        else:
+            raise TypeError(f"metrics must hold metric names or mx.metric.EvalMetric objects, "
+                            f"got {metric!r}.")
+    return made
+
+
+def _fresh(metric):
+    """A copy with no results, for one of train and val (a metric holding a lock, as GluonCV's
+    SegmentationMetric does, cannot be deep-copied: it is copied shallowly and reset)."""
+    try:
+        return copy.deepcopy(metric)
+    except TypeError:
+        fresh = copy.copy(metric)
+        fresh.reset()
+        return fresh
+
+
+def _is_metric(obj):
+    return all(callable(getattr(obj, name, None)) for name in ("update", "get", "reset"))
+
+
+def _update_arity(metric):
+    """(required, most) positional arguments of ``metric.update``."""
+    params = [p for p in inspect.signature(metric.update).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in params)
+    return required, len(params)
+
+
+def _fields(parts, what):
+    """Per-device tuples of arrays -> one list per field (field i: every device's i-th array)."""
+    rows = [tuple(p) if isinstance(p, (tuple, list)) else (p,) for p in parts]
+    if len({len(r) for r in rows}) > 1:
+        raise ValueError(f"the devices' {what} hold different numbers of arrays "
+                         f"({[len(r) for r in rows]}); return the same fields from every device.")
+    return [list(field) for field in zip(*rows)]
+
+
+class MetricFeeder:
+    """Feeds metrics the (labels, outputs) of a batch following the module's two rules."""
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+        self._arity = [_update_arity(m) for m in metrics]
+
+    def check(self, labels, outputs):
+        """Raise at once if a metric cannot take these outputs and labels."""
+        if labels is None or outputs is None:
+            raise ValueError("metrics need outputs and labels, but none were given; return "
+                             "(losses, count, outputs, labels) from batch_fn, or pass metrics=None.")
+        for metric, (required, most) in zip(self.metrics, self._arity):
+            if most > 2:
+                given = len(_fields(outputs, "outputs")) + len(_fields(labels, "labels"))
+                if not required <= given <= most:
+                    raise TypeError(
+                        f"{type(metric).__name__}.update takes {required} to {most} arrays but "
+                        f"the outputs and labels give {given}; return outputs and labels as "
+                        f"tuples whose fields, in order, are update's arguments.")
+
+    def update(self, labels, outputs):
+        """Update every metric with one batch (lists over devices)."""
+        for metric, (_, most) in zip(self.metrics, self._arity):
+            if most > 2:
+                metric.update(*_fields(outputs, "outputs"), *_fields(labels, "labels"))
+            elif isinstance(metric, _CLASS_METRICS):
+                metric.update([_class_indices(y, p) for y, p in zip(labels, outputs)], outputs)
+            else:
+                metric.update(labels, outputs)
+
+
+def metric_values(metric):
+    """dict name -> value of a metric's results.
+
+    ``get()`` gives (name, value) or (names, values) for MXNet's metrics; GluonCV's
+    ``SegmentationMetric`` gives bare values (pixAcc, mIoU) and a name 'pixAcc & mIoU', whose
+    parts then name them.
+    """
+    result = metric.get()
+    names, values = result if len(result) == 2 else (None, result)
+    if isinstance(names, str):
+        return {names: values}
+    if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
+        return dict(zip(names, values))
+    values = list(result)
+    parts = str(getattr(metric, "name", type(metric).__name__)).split(" & ")
+    if len(parts) != len(values):
+        parts = [f"{parts[0]}_{i}" for i in range(len(values))]
+    return dict(zip(parts, values))
+
+
+def _class_indices(label, pred):
+    """The argmax of one-hot (dense) labels, which have the predictions' shape (two or more
+    classes: a single score per sample is left as it is)."""
+    shape = getattr(label, "shape", ())
+    if len(shape) >= 2 and shape[1] > 1 and shape == getattr(pred, "shape", None):
+        return label.argmax(axis=1)
+    return label

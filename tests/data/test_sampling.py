@@ -1,0 +1,43 @@
+"""Seeded samplers save and restore their position: the next epoch after a load is the saved one."""
+import numpy as np
+import pytest
+
+from gluonkit.data.buckets import BucketSampler
+from gluonkit.data.multiscale import MultiScaleSampler
+
+SHAPES = [(1, 4 + i % 5, 6 + i % 3) for i in range(23)]
+SAMPLERS = {
+    "bucket": lambda seed: BucketSampler(SHAPES, 4, buckets=3, seed=seed),
+    "multiscale": lambda seed: MultiScaleSampler(23, 4, sizes=[8, 10, 12], seed=seed),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLERS))
+def test_state_dict_continues_with_the_saved_epoch(kind):
+    original = SAMPLERS[kind](3)
+    first = [list(batch) for batch in original]
+    state = original.state_dict()
+    assert state == {"seed": 3, "epoch": 1}
+    second = [list(batch) for batch in original]
+    assert second != first
+
+    other = SAMPLERS[kind](99)
+    other.load_state_dict(state)
+    assert [list(batch) for batch in other] == second
+    assert other.state_dict() == original.state_dict() == {"seed": 3, "epoch": 2}
+
+
+@pytest.mark.parametrize("state", [None, {"seed": 3}, {"seed": None, "epoch": 0},
+                                   {"seed": -1, "epoch": 0}, {"seed": 3, "epoch": 1.5}])
+def test_a_bad_state_is_refused_and_changes_nothing(state):
+    sampler = SAMPLERS["bucket"](5)
+    with pytest.raises(ValueError):
+        sampler.load_state_dict(state)
+    assert sampler.state_dict() == {"seed": 5, "epoch": 0}
+
+
+def test_numpy_integers_are_accepted():
+    sampler = SAMPLERS["multiscale"](1)
+    sampler.load_state_dict({"seed": np.int64(7), "epoch": np.int32(2)})
+    assert sampler.state_dict() == {"seed": 7, "epoch": 2}
+    assert all(type(v) is int for v in sampler.state_dict().values())

@@ -1,0 +1,99 @@
+"""The classification recipe's data: stratified subsets, size cap, GluonCV-style normalization."""
+import os
+
+import cv2
+import mxnet as mx
+import numpy as np
+import pytest
+
+from gluonkit.recipes.datasets import (IMAGENET_MEAN, IMAGENET_STD, CapSize, dataset_labels,
+                                       load_dataset, stratified_indices, stratified_split)
+
+
+def image_tree(root, counts, size=(12, 10), seed=0):
+    """Class folders under ``root/train`` with ``counts[c]`` random images each."""
+    rng = np.random.RandomState(seed)
+    for c, count in counts.items():
+        os.makedirs(root / "train" / c, exist_ok=True)
+        for i in range(count):
+            cv2.imwrite(str(root / "train" / c / f"{i}.png"),
+                        rng.randint(0, 255, size + (3,), dtype=np.uint8))
+
+
+def test_stratified_limit_keeps_every_class_in_proportion():
+    labels = np.repeat([0, 1, 2], [60, 30, 10])     # in class order, as image folders list them
+    chosen = stratified_indices(labels, 20, seed=0)
+    assert np.bincount(labels[chosen]).tolist() == [12, 6, 2]
+    assert len(set(chosen)) == 20
+    assert not np.array_equal(chosen, stratified_indices(labels, 20, seed=1))     # seeded
+    np.testing.assert_array_equal(chosen, stratified_indices(labels, 20, seed=0))
+    assert np.bincount(labels[stratified_indices(labels, 3, seed=4)]).tolist() == [1, 1, 1]
+
+
+def test_stratified_holdout():
+    labels = np.repeat([0, 1, 2], [50, 20, 3])
+    train, held = stratified_split(labels, 0.1, seed=0)
+    assert np.bincount(labels[held]).tolist() == [5, 2, 1]
+    assert sorted(np.concatenate([train, held]).tolist()) == list(range(len(labels)))
+
+
+def test_image_folder_limit_and_holdout_cover_every_class(tmp_path):
+    image_tree(tmp_path, {"a": 30, "b": 15, "c": 5})
+    train, test, names, _ = load_dataset(f"imagefolder:{tmp_path}", image_size=8, limit=10)
+    assert names == ["a", "b", "c"]
+    train_labels = [int(train[i][1]) for i in range(len(train))]
+    test_labels = [int(test[i][1]) for i in range(len(test))]
+    assert np.bincount(train_labels).tolist() == [6, 3, 1]          # not the first 10 files
+    assert np.bincount(test_labels).tolist() == [3, 2, 1]           # the stratified 10% holdout
+    assert dataset_labels(mx.gluon.data.vision.ImageFolderDataset(str(tmp_path / "train"))).tolist() \
+        == [0] * 30 + [1] * 15 + [2] * 5
+
+
+def test_size_cap_shrinks_the_longer_side_only():
+    big = mx.nd.array(np.zeros((300, 900, 3)), dtype="uint8")
+    assert CapSize(512)(big).shape == (171, 512, 3)
+    small = mx.nd.array(np.zeros((40, 30, 3)), dtype="uint8")
+    assert CapSize(512)(small) is small
+
+
+def test_own_sizes_are_capped_and_normalized(tmp_path):
+    image_tree(tmp_path, {"a": 2, "b": 2}, size=(40, 100))
+    train, test, _, preprocessing = load_dataset(f"imagefolder:{tmp_path}", image_size=0,
+                                                 max_size=50)
+    assert train[0][0].shape == (3, 20, 50)
+    assert preprocessing["max_size"] == 50 and preprocessing["resize"] is None
+
+
+def test_normalization_statistics(tmp_path):
+    """Evaluation: resize the shorter side to size/0.875, center crop, (x/255 - mean)/std."""
+    image_tree(tmp_path, {"a": 3, "b": 3}, size=(16, 16))
+    (tmp_path / "val").mkdir()
+    os.rename(tmp_path / "train" / "a", tmp_path / "val" / "a")
+    os.makedirs(tmp_path / "train" / "a")
+    for i in range(3):
+        os.link(tmp_path / "val" / "a" / f"{i}.png", tmp_path / "train" / "a" / f"{i}.png")
+    os.makedirs(tmp_path / "val" / "b")
+    os.link(tmp_path / "train" / "b" / "0.png", tmp_path / "val" / "b" / "0.png")
+    train, test, _, preprocessing = load_dataset(f"imagefolder:{tmp_path}", image_size=8)
+    x = test[0][0].asnumpy()
+    raw = mx.image.imread(str(tmp_path / "val" / "a" / "0.png"))
+    crop = mx.image.center_crop(mx.image.resize_short(raw, 9), (8, 8))[0].asnumpy()
+    expected = (crop.transpose(2, 0, 1) / 255.0 - np.array(IMAGENET_MEAN)[:, None, None]) \
+        / np.array(IMAGENET_STD)[:, None, None]
+    np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-5)
+    assert preprocessing == {"channels": 3, "resize": None, "resize_short": 9, "crop": [8, 8],
+                             "max_size": None, "scale": 1 / 255, "mean": list(IMAGENET_MEAN),
+                             "std": list(IMAGENET_STD), "layout": "NCHW"}
+    # training: random resized crops of the size, normalized alike (mean near 0 over many)
+    assert train[0][0].shape == (3, 8, 8)
+
+
+def test_digits_limit_is_stratified():
+    train, test, names, preprocessing = load_dataset("digits", limit=50)
+    assert np.bincount([int(train[i][1]) for i in range(50)]).min() >= 4
+    assert preprocessing["resize"] == [8, 8] and preprocessing["channels"] == 1
+
+
+def test_unknown_dataset():
+    with pytest.raises(ValueError, match="--dataset 'mnist' is not one of"):
+        load_dataset("mnist")

@@ -1,0 +1,108 @@
+"""gluonkit.export_model: files that load without gluonkit, by SymbolBlock and Module, and give
+the trained network's outputs."""
+import json
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+
+import gluonkit
+from gluonkit.recipes.models import small_cnn
+from gluonkit.recipes.multitask import MultiTaskNet
+
+LOADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exported_loader.py")
+
+
+def load_elsewhere(prefix, x, tmp_path, python=sys.executable):
+    """The outputs of the exported model on ``x``, computed in a process without gluonkit."""
+    np.save(tmp_path / "x.npy", x)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([python, LOADER, str(prefix), str(tmp_path / "x.npy")],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["gluonkit"] is False
+    return [np.array(o) for o in result["block"]], [np.array(o) for o in result["module"]]
+
+
+def trained_cnn(ctx):
+    mx.random.seed(1)
+    net = small_cnn(4)
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    x, y = mx.nd.random.uniform(shape=(8, 3, 10, 10)), mx.nd.array(np.arange(8) % 4)
+    for _ in range(3):      # moves the weights and BatchNorm's running statistics
+        xs, ys = gluonkit.split_and_load(x, ctx), gluonkit.split_and_load(y, ctx)
+        with mx.autograd.record():
+            losses = [gluon.loss.SoftmaxCrossEntropyLoss()(net(a), b) for a, b in zip(xs, ys)]
+        mx.autograd.backward(losses)
+        trainer.step(8)
+    return net
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_exported_cnn_predicts_like_the_trained_network_without_gluonkit(tmp_path, hybridize):
+    net = trained_cnn([mx.cpu(0)])
+    if hybridize:
+        net.hybridize()
+    x = np.random.RandomState(0).uniform(size=(5, 3, 10, 10)).astype(np.float32)
+    expected = net(mx.nd.array(x)).asnumpy()
+    meta = gluonkit.export_model(net, str(tmp_path / "m" / "model"), (3, 10, 10),
+                                 outputs=["a", "b", "c", "d"], preprocessing={"channels": 3})
+    assert sorted(os.listdir(tmp_path / "m")) == ["model-0000.params", "model-symbol.json",
+                                                  "model.json"]
+    saved = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert saved["outputs"] == [{"name": "class", "classes": ["a", "b", "c", "d"]}]
+    assert saved["input"] == {"name": "data", "shape": [3, 10, 10]} == meta["input"]
+    block, module = load_elsewhere(tmp_path / "m" / "model", x, tmp_path)
+    np.testing.assert_allclose(block[0], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(module[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_several_devices_export_the_mean_of_the_running_statistics(tmp_path):
+    ctx = [mx.cpu(0), mx.cpu(1)]
+    net = trained_cnn(ctx)
+    means = {name: np.mean([d.asnumpy() for d in p.list_data()], axis=0)
+             for name, p in net.collect_params().items()}
+    stats = [p for name, p in net.collect_params().items() if name.endswith("running_mean")]
+    assert not np.allclose(stats[0].data(ctx[0]).asnumpy(), stats[0].data(ctx[1]).asnumpy())
+    gluonkit.export_model(net, str(tmp_path / "model"), (3, 10, 10))
+    saved = mx.nd.load(str(tmp_path / "model-0000.params"))
+    for name, mean in means.items():
+        key = ("aux:" if "running" in name else "arg:") + name
+        np.testing.assert_allclose(saved[key].asnumpy(), mean, rtol=1e-6, err_msg=name)
+
+
+def test_multi_output_network_exports_every_head(tmp_path):
+    net = MultiTaskNet()
+    net.initialize(mx.init.Xavier())
+    x = np.random.RandomState(1).uniform(size=(3, 1, 8, 8)).astype(np.float32)
+    expected = [o.asnumpy() for o in net(mx.nd.array(x))]
+    gluonkit.export_model(net, str(tmp_path / "model"), (1, 8, 8),
+                          outputs={"digit": list("0123456789"), "parity": ["even", "odd"],
+                                   "aux": None})
+    block, module = load_elsewhere(tmp_path / "model", x, tmp_path)
+    for got in (block, module):
+        assert len(got) == 3
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_arguments_write_nothing(tmp_path):
+    net = small_cnn(3)
+    net.initialize()
+    with pytest.raises(ValueError, match="input_shape must be"):
+        gluonkit.export_model(net, str(tmp_path / "model"), (3, 0, 8))
+    with pytest.raises(ValueError, match="names 2 output.*has 1"):
+        gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), outputs={"a": None, "b": None})
+    with pytest.raises(TypeError):
+        gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), note=object())
+    with pytest.raises(TypeError, match="needs a HybridBlock"):
+        gluonkit.export_model(gluon.nn.Sequential(), str(tmp_path / "model"), (3, 8, 8))
+    assert not os.path.exists(tmp_path / "model-symbol.json")
+    with pytest.raises(FileNotFoundError, match="pass the prefix given to export_model"):
+        gluonkit.export.read_metadata(str(tmp_path / "model"))

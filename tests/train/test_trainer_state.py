@@ -1,0 +1,183 @@
+"""Trainer.state_dict / load_state_dict: structural names, the pending window replaced, checks first."""
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+import gluonkit
+from conftest import params_of as values
+from gluonkit.train.split import split_and_load
+from gluonkit.train.trainer import Trainer
+
+LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
+
+
+def build(ctx, seed, prefixes=("a_", "b_")):
+    mx.random.seed(seed)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, in_units=4, activation="relu", prefix=prefixes[0]),
+            gluon.nn.Dense(3, in_units=8, prefix=prefixes[1]))
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    return net
+
+
+def batches(sizes, seed=7):
+    rng = np.random.RandomState(seed)
+    return [(rng.randn(n, 4).astype("float32"), rng.randint(0, 3, n).astype("int32")) for n in sizes]
+
+
+def train(net, trainer, data, ctx):
+    for x, y in data:
+        xs, ys = split_and_load(x, ctx), split_and_load(y, ctx)
+        with autograd.record():
+            losses = [LOSS(net(a), b) for a, b in zip(xs, ys)]
+        autograd.backward(losses)
+        trainer.step(x.shape[0])
+
+
+def copy_values(source, target):
+    for name, param in gluonkit.params.select(target).items():
+        param.set_data(gluonkit.params.select(source)[name].data())
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_state_moves_to_another_build_by_structural_name(ctx_list, optimizer):
+    """gluon.Trainer orders parameters by prefixed name, which differs between the builds."""
+    hyper = {"learning_rate": 0.05, "wd": 1e-3, **({"momentum": 0.9} if optimizer == "sgd" else {})}
+    data = batches([6, 5, 7, 4, 6])
+    net = build(ctx_list, 1)
+    trainer = Trainer(net, optimizer, hyper, accumulate=2)
+    train(net, trainer, data[:3], ctx_list)             # one update and half a window
+    state = trainer.state_dict()
+    assert sorted(state["states"]) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    at_save = values(net)
+    train(net, trainer, data[3:], ctx_list)
+
+    other = build(ctx_list, 2, prefixes=("d_", "c_"))
+    other_trainer = Trainer(other.collect_params(), optimizer, hyper, accumulate=2)
+    other_trainer.name_params(other)
+    for name, param in gluonkit.params.select(other).items():
+        param.set_data(mx.nd.array(at_save[name]))
+    other_trainer.load_state_dict(state)
+    assert other_trainer.pending == (1, 7)
+    train(other, other_trainer, data[3:], ctx_list)
+    assert_same(values(other), values(net))
+
+
+def test_loading_replaces_a_stale_half_window(ctx_list):
+    data = batches([5, 3, 4, 6])
+    net = build(ctx_list, 1)
+    trainer = Trainer(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, accumulate=2)
+    state = trainer.state_dict()                       # empty window
+    train(net, trainer, data[3:], ctx_list)            # half a window that must not survive
+    assert trainer.pending == (1, 6)
+    start = build(ctx_list, 1)
+    copy_values(start, net)
+    trainer.load_state_dict(state)
+    assert trainer.pending == (0, 0)
+    train(net, trainer, data[:3], ctx_list)
+    trainer.flush()
+
+    reference = build(ctx_list, 1)
+    ref_trainer = Trainer(reference, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, accumulate=2)
+    train(reference, ref_trainer, data[:3], ctx_list)
+    ref_trainer.flush()
+    assert_same(values(net), values(reference))
+
+
+def test_saved_window_replaces_another_half_window():
+    ctx = [mx.cpu()]
+    data = batches([5, 3, 4, 6])
+    net = build(ctx, 1)
+    trainer = Trainer(net, "sgd", {"learning_rate": 0.1}, accumulate=3)
+    train(net, trainer, data[:2], ctx)
+    state = trainer.state_dict()
+    train(net, trainer, data[2:3], ctx)
+    straight = values(net)
+
+    other = build(ctx, 1)
+    other_trainer = Trainer(other, "sgd", {"learning_rate": 0.1}, accumulate=3)
+    train(other, other_trainer, data[3:], ctx)          # a different half window
+    other_trainer.load_state_dict(state)
+    train(other, other_trainer, data[2:3], ctx)
+    assert_same(values(other), straight)
+
+
+@pytest.mark.parametrize("change, message", [
+    ("optimizer", "holds SGD optimizer states but the trainer uses Adam"),
+    ("params", "trainer of 4 parameters .* but this trainer has 2"),
+    ("accumulate", "resume with accumulate=3"),
+    ("garbage", "not a gluonkit.Trainer state_dict"),
+])
+def test_a_state_that_does_not_fit_changes_nothing(change, message):
+    ctx = [mx.cpu()]
+    data = batches([5, 3, 4, 6])
+    net = build(ctx, 1)
+    trainer = Trainer(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, accumulate=3)
+    train(net, trainer, data[:1], ctx)
+    state = trainer.state_dict()
+
+    def target(seed):
+        other = build(ctx, seed)
+        kind = "adam" if change == "optimizer" else "sgd"
+        params = other[1] if change == "params" else other
+        accumulate = 2 if change == "accumulate" else 3
+        t = Trainer(params, kind, {"learning_rate": 0.1}, accumulate=accumulate)
+        train(other, t, data[1:2], ctx)
+        return other, t
+
+    other, other_trainer = target(2)
+    with pytest.raises(ValueError, match=message):
+        other_trainer.load_state_dict("x" if change == "garbage" else state)
+    twin, twin_trainer = target(2)
+    assert other_trainer.pending == twin_trainer.pending
+    train(other, other_trainer, data[2:], ctx)
+    train(twin, twin_trainer, data[2:], ctx)
+    assert_same(values(other), values(twin))
+
+
+def test_params_and_names():
+    net = build([mx.cpu()], 1)
+    assert list(Trainer(net, "sgd").params) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    by_parameter_name = Trainer(net.collect_params(), "sgd")
+    assert sorted(by_parameter_name.params) == ["a_bias", "a_weight", "b_bias", "b_weight"]
+    by_parameter_name.name_params(net)
+    assert sorted(by_parameter_name.params) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    assert all(p is net[int(k[0])].params.get(k[2:]) for k, p in by_parameter_name.params.items())
+    with pytest.raises(TypeError, match="names must be a Block or a dict"):
+        by_parameter_name.name_params(["0.weight"])
+
+
+class TwoHeads(gluon.nn.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        with self.name_scope():
+            self.trunk = gluon.nn.Dense(6, in_units=4)
+            self.aux = gluon.nn.Dense(2, in_units=6)
+            self.main = gluon.nn.Dense(3, in_units=6)
+
+    def hybrid_forward(self, F, x):
+        return self.main(self.trunk(x))
+
+
+def test_unused_parameter_warning_uses_structural_names():
+    net = TwoHeads()
+    net.initialize()
+    x, y = batches([4])[0]
+    history = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = gluonkit.fit(net, LOSS, Trainer(net.collect_params(), "sgd"),
+                               [(mx.nd.array(x), mx.nd.array(y))], epochs=1, progress=False)
+    assert history["loss"]
+    texts = [str(w.message) for w in caught if "got no gradient" in str(w.message)]
+    assert len(texts) == 1 and "aux.bias" in texts[0] and "aux.weight" in texts[0], texts
+    assert net.aux.bias.name not in texts[0]

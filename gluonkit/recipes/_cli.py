@@ -266,8 +266,8 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
     if ckpt.best is None and ckpt.latest is None:
         raise FileNotFoundError(f"no checkpoint in {checkpoints} to export; train first (same "
                                 "--out).")
-    finish_init(net, input_shape, net.collect_params().list_ctx()[0] if net.collect_params()
-                else mx.cpu())
+    params = net.collect_params()
+    finish_init(net, input_shape, params.list_ctx()[0] if params else mx.cpu())
     state = ckpt.load(net, best=ckpt.best is not None)
     return export_model(net, prefix, input_shape, epoch_trained=state.get("epoch"),
                         **export_options)

@@ -80,18 +80,12 @@ class MultiTaskNet(Branches):
             self.add("aux", nn.Dense(2))
 
 
-def _targets(label):
-    return {name: target(label).astype("float32") for name, target in HEADS.items()}
-
-
 def _forward(route, names, data, label, ctx_list):
     """Per device: ({head: output}, {head: target}) for the heads of ``route``."""
     results = []
     for x, y in zip(split_and_load(data, ctx_list), split_and_load(label, ctx_list)):
-        targets = _targets(y)
-        outputs = route(x)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
-        results.append((dict(zip(names, outputs)), {name: targets[name] for name in names}))
+        targets = {name: HEADS[name](y).astype("float32") for name in names}
+        results.append((dict(zip(names, route(x))), targets))
     return results
 
 

@@ -27,6 +27,7 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.gluon import nn
 
+from .._validate import positive_int
 from ..data import digits
 from ..nn import Branches
 from ..train.callbacks import Callback
@@ -104,12 +105,15 @@ class HeadSchedule(Callback):
     """
 
     def __init__(self, every):
-        self.every = every
+        self.every = positive_int(every, "every", "the auxiliary head's batch interval")
         self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
         self._state = None
 
     def on_train_begin(self, state):
         self._state = state
+
+    def on_train_end(self, state):
+        self._state = None
 
     def heads(self, index):
         """The heads that batch ``index`` of an epoch trains."""

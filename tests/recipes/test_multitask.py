@@ -146,6 +146,8 @@ def test_head_schedule_trains_aux_on_every_nth_batch_only():
     assert [len(schedule.heads(i)) for i in range(7)] == [2, 2, 3, 2, 2, 3, 2]
     with pytest.raises(RuntimeError, match="pass it in callbacks too"):
         schedule(recipe.MultiTaskNet(), (mx.nd.zeros((2, 1, 8, 8)), mx.nd.zeros(2)), [mx.cpu()])
+    with pytest.raises(ValueError, match=r"every \(.*\) must be a positive integer, got 0"):
+        recipe.HeadSchedule(every=0)
 
 
 def test_command_line_entry_point(tmp_path):

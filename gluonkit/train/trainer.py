@@ -4,79 +4,29 @@ import math
 import numbers
 import pickle
 import warnings
-from collections import defaultdict
 from collections.abc import Mapping
 
 import mxnet as mx
-import numpy as np
 from mxnet import gluon
 
+import numpy as np
+
 from .. import params as _structure
+from .._validate import is_int, positive_int
+from ._gradients import sum_of_squares, zero
+from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
+                            check_learning_rate, check_optimizer, check_policy, is_distributed,
+                            unique_params)
 
 __all__ = ["Trainer"]
 
-_NONFINITE_POLICIES = ("ignore", "skip", "raise")
-_DOT_FROM = 1 << 16  # elements from which the check uses a dot rather than multi_sum_sq
-_SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
 
-
-def _check_count(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer (the number of samples the "
-                         f"gradients were summed over), got {batch_size!r}.")
-    return int(batch_size)
-
-
-def _zero(grads):
-    """Set gradient arrays to zero, one fused call per context for the dense ones."""
-    by_ctx = defaultdict(list)
-    for grad in grads:
-        if grad.stype == "default":
-            by_ctx[grad.context].append(grad)
-        else:
-            mx.nd.zeros_like(grad, out=grad)
-    for arrays in by_ctx.values():
-        mx.nd.reset_arrays(*arrays, num_arrays=len(arrays))
-
-
-def _check_learning_rate(lr):
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"learning_rate must be a finite number >= 0, got {lr!r}.")
-    return lr
-
-
-def _check_policy(policy):
-    if policy not in _NONFINITE_POLICIES:
-        raise ValueError(f"on_nonfinite must be one of {_NONFINITE_POLICIES}, got {policy!r}.")
-    return policy
-
-
-def _all_finite(grads):
-    """Whether every element of every gradient is finite.
-
-    One pass over the gradients in few calls: a BLAS dot per large array (on CPU ~5x faster
-    than ``multi_sum_sq`` on a 45 MB array, ~100x faster than ``multi_all_finite``) and one
-    ``multi_sum_sq`` per group of small ones, whose many calls would otherwise cost the host
-    more than the pass. A float32 sum of squares (``multi_sum_sq`` always gives float32)
-    overflows for a gradient norm above ~1e19, which counts as non-finite too.
-    """
-    groups = defaultdict(list)   # arrays of one context and dtype: their sums can be added
-    for grad in grads:
-        array = grad.data if grad.stype == "row_sparse" else grad
-        if array.dtype == np.float16:
-            array = array.astype("float32")   # float16 squares overflow from 256 on
-        if array.size:
-            groups[(array.context, array.dtype)].append(array)
-    totals = []
-    for (_, dtype), group in groups.items():
-        small = [a for a in group if a.size < _DOT_FROM]
-        parts = [mx.nd.dot(flat, flat) for flat in (a.reshape(-1) for a in group if a.size >= _DOT_FROM)]
-        for i in range(0, len(small), _SUM_SQ_GROUP):
-            chunk = small[i:i + _SUM_SQ_GROUP]
-            sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum()   # always float32
-            parts.append(sums.astype(dtype, copy=False))
-        totals.append(mx.nd.add_n(*parts) if len(parts) > 1 else parts[0])
-    return all(math.isfinite(total.asscalar()) for total in totals)
+def _read(count):
+    """A count as a Python number: an int when it is whole."""
+    if isinstance(count, mx.nd.NDArray):
+        count = count.asscalar()
+    count = float(count)
+    return int(count) if count.is_integer() else count
 
 
 def _replicas(param):
@@ -97,11 +47,6 @@ def _named(params):
     return params, {}
 
 
-def _is_distributed(kvstore):
-    kv_type = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
-    return "dist" in str(kv_type), "async" in str(kv_type)
-
-
 class Trainer(gluon.Trainer):
     """A ``gluon.Trainer`` that accumulates gradients exactly and never applies stale ones.
 
@@ -118,34 +63,49 @@ class Trainer(gluon.Trainer):
     * a parameter still waiting for deferred initialization is skipped, and joins once
       initialized;
     * with a distributed kvstore, ``batch_size`` is the local count and the global count is
-      summed over the workers.
+      summed over the workers;
+    * with ``clip_global_norm``, the gradient of the whole window (normalized by the global
+      count, summed over devices and workers) is scaled to at most that norm.
 
     Parameters
     ----------
     params : Block, ParameterDict, dict or list of Parameter
-        The parameters to optimize. A Block gives all of its parameters under their
-        structural names (``features.0.weight``, as ``gluonkit.params.select`` gives them),
-        a dict names them by its keys; otherwise they go by ``Parameter.name`` until
-        ``name_params`` names them. The names key ``state_dict`` and appear in warnings.
+        The parameters to optimize, all on the same contexts. A Block gives all of its
+        parameters under their structural names (``features.0.weight``, as
+        ``gluonkit.params.select`` gives them), a dict names them by its keys; otherwise they
+        go by ``Parameter.name`` until ``name_params`` names them. The names key
+        ``state_dict`` and appear in warnings. A parameter listed twice (shared by two blocks
+        and collected from both) is updated once.
     optimizer : str or Optimizer
         As for ``gluon.Trainer``.
     optimizer_params : dict, optional
-        As for ``gluon.Trainer``, e.g. ``{'learning_rate': 0.1}``.
+        As for ``gluon.Trainer``, e.g. ``{'learning_rate': 0.1}``; not with an Optimizer instance.
     kvstore : str or KVStore, default 'device'
-        As for ``gluon.Trainer``. Distributed kvstores must be synchronous.
+        As for ``gluon.Trainer``; a name MXNet does not know is refused. Distributed kvstores
+        must be synchronous, in a process started by ``python -m gluonkit.launch``.
     compression_params : dict, optional
         As for ``gluon.Trainer``.
     update_on_kvstore : bool, optional
         As for ``gluon.Trainer``. With a distributed kvstore updates run on the workers
-        (the global sample count changes from update to update), so it cannot be True there.
+        (the global sample count changes from update to update), so it cannot be True there;
+        nor with ``clip_global_norm`` (unset, it becomes False). When it is False the gradients
+        are summed first and the non-finite check and the norm read one device's copy, in one
+        pass; otherwise the check reads every device's copy before the kvstore updates.
     accumulate : int, default 1
         Number of ``step`` calls per update. With ``accumulate > 1`` every trainable
-        parameter gets ``grad_req='add'`` and its gradient is zeroed now and after each update.
+        parameter gets ``grad_req='add'`` and its gradient is zeroed now and after each update;
+        ``step`` refuses a trainable parameter switched to ``grad_req='write'`` afterwards.
     on_nonfinite : {'ignore', 'skip', 'raise'}, default 'ignore'
         What an update does when a gradient holds NaN or Inf: 'ignore' applies it as
         ``gluon.Trainer`` would; 'skip' leaves parameters and optimizer states unchanged,
         zeroes the gradients, counts it in ``nonfinite_skips`` and warns; 'raise' raises
-        ``FloatingPointError`` naming the first parameter affected.
+        ``FloatingPointError`` naming the first parameter affected. Both restore the
+        running statistics (non-differentiable parameters such as BatchNorm's running mean
+        and variance) to their values at the start of the dropped window.
+    clip_global_norm : float, optional
+        Scale each update's gradient (the window's, normalized by the global count) so that
+        its L2 norm over all parameters is at most this value; ``global_norm`` gives the norm
+        before clipping.
 
     Example::
 
@@ -160,14 +120,18 @@ class Trainer(gluon.Trainer):
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
-                 compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore"):
-        if isinstance(accumulate, bool) or not isinstance(accumulate, numbers.Integral) or accumulate < 1:
-            raise ValueError(f"accumulate must be a positive integer (micro-batches per update), "
-                             f"got {accumulate!r}; use 1 to update on every step.")
-        _check_policy(on_nonfinite)
-        if optimizer_params and "learning_rate" in optimizer_params:
-            _check_learning_rate(optimizer_params["learning_rate"])
-        distributed, asynchronous = _is_distributed(kvstore)
+                 compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore",
+                 clip_global_norm=None):
+        accumulate = positive_int(accumulate, "accumulate", "micro-batches per update; use 1 to update on every step")
+        check_policy(on_nonfinite)
+        clip_global_norm = check_clip(clip_global_norm)
+        check_optimizer(optimizer, optimizer_params)
+        check_kvstore(kvstore)
+        params, names = _named(params)
+        params = unique_params(params)
+        distributed, asynchronous = is_distributed(kvstore)
+        if clip_global_norm is not None:
+            check_clip_setting(params, kvstore, update_on_kvstore)
         if distributed:
             if asynchronous:
                 raise ValueError(f"kvstore={kvstore!r} is asynchronous; gluonkit.Trainer normalizes each "
@@ -178,17 +142,23 @@ class Trainer(gluon.Trainer):
                                  "gluonkit.Trainer: the servers' optimizer would use a fixed batch size. "
                                  "Leave update_on_kvstore unset; gradients are summed on the servers and "
                                  "every worker applies the same update.")
+            check_launched(kvstore)
             update_on_kvstore = False
-        params, names = _named(params)
         super().__init__(params, optimizer, optimizer_params, kvstore=kvstore,
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
+        if clip_global_norm is not None and update_on_kvstore is None:
+            self._kvstore_params["update_on_kvstore"] = False   # clip the summed gradient first
         self._names = names
-        self._accumulate = int(accumulate)
+        self._accumulate = accumulate
         self._on_nonfinite = on_nonfinite
+        self._clip_global_norm = clip_global_norm
+        self._global_norm = None
         self._nonfinite_skips = 0
         self._pending_steps = 0
         self._pending_samples = 0
+        self._pending_arrays = []
+        self._statistics = None
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -205,6 +175,7 @@ class Trainer(gluon.Trainer):
             # every worker starts from worker 0's weights, before its first forward
             self._init_kvstore()
             self._init_params()
+        self._snapshot_statistics()
 
     @property
     def accumulate(self):
@@ -213,20 +184,26 @@ class Trainer(gluon.Trainer):
 
     @property
     def pending(self):
-        """tuple of int: ``(steps, samples)`` collected since the last update.
+        """tuple: ``(steps, count)`` collected since the last update, on this worker.
 
-        Settable, to resume a window whose gradients were restored (as ``Checkpoint`` does).
+        Reading it waits for the counts given as NDArrays. Settable, to resume a window whose
+        gradients were restored (as ``Checkpoint`` does); that window replaces the current one.
         """
-        return self._pending_steps, self._pending_samples
+        count = self._pending_samples
+        if self._pending_arrays:
+            count += _read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in self._pending_arrays)))
+        return self._pending_steps, count
 
     @pending.setter
     def pending(self, window):
-        steps, samples = window
-        if not (0 <= steps < self._accumulate and samples >= steps
-                and isinstance(steps, numbers.Integral) and isinstance(samples, numbers.Integral)):
-            raise ValueError(f"pending must be (steps, samples) with 0 <= steps < accumulate="
-                             f"{self._accumulate} and samples >= steps, got {window!r}.")
-        self._pending_steps, self._pending_samples = int(steps), int(samples)
+        steps, count = window
+        if not (is_int(steps) and 0 <= steps < self._accumulate
+                and isinstance(count, numbers.Real) and not isinstance(count, bool) and 0 <= count < math.inf):
+            raise ValueError(f"pending must be (steps, count) with 0 <= steps < accumulate="
+                             f"{self._accumulate} and a count >= 0, got {window!r}.")
+        self._pending_steps, self._pending_samples = int(steps), _read(count)
+        self._pending_arrays = []
+        self._snapshot_statistics()
 
     @property
     def on_nonfinite(self):
@@ -239,16 +216,41 @@ class Trainer(gluon.Trainer):
 
     @on_nonfinite.setter
     def on_nonfinite(self, policy):
-        self._on_nonfinite = _check_policy(policy)
+        was_ignoring = self._on_nonfinite == "ignore"
+        self._on_nonfinite = check_policy(policy)
+        if was_ignoring != (policy == "ignore"):
+            self._snapshot_statistics()
+
+    @property
+    def clip_global_norm(self):
+        """float or None: The largest global gradient norm an update applies."""
+        return self._clip_global_norm
+
+    @property
+    def global_norm(self):
+        """float or None: L2 norm of the last applied update's gradient, before clipping.
+
+        The gradient normalized by the window's global count, over every parameter updated,
+        summed over devices and workers. Measured only when the gradients are read anyway
+        (``clip_global_norm`` set or ``on_nonfinite`` other than 'ignore'); None otherwise
+        and before the first update.
+        """
+        return self._global_norm
 
     @property
     def nonfinite_skips(self):
         """int: Updates skipped so far because a gradient held NaN or Inf (``on_nonfinite='skip'``)."""
         return self._nonfinite_skips
 
+    def load_states(self, fname):
+        """Load optimizer states (as ``gluon.Trainer``); the network's parameters were loaded too,
+        so the running statistics a dropped window returns to are taken again now."""
+        super().load_states(fname)
+        self._snapshot_statistics()
+
     def set_learning_rate(self, lr):
         """Set a new learning rate; it must be a finite number >= 0."""
-        super().set_learning_rate(_check_learning_rate(lr))
+        super().set_learning_rate(check_learning_rate(lr))
 
     @property
     def rank(self):
@@ -266,13 +268,16 @@ class Trainer(gluon.Trainer):
         return self._skipped
 
     def step(self, batch_size, ignore_stale_grad=False):
-        """Add ``batch_size`` samples to the window; update once the window is full.
+        """Add ``batch_size`` to the window's count; update once the window is full.
 
         Parameters
         ----------
-        batch_size : int
-            Number of samples whose loss gradients the last backward(s) summed (on this
-            worker). The update is normalized by the sum over the window.
+        batch_size : int or NDArray
+            What the loss was summed over in the last backward(s), on this worker: samples,
+            or positive anchors, tokens, valid pixels. An int >= 0, or a one-element NDArray
+            on any device, which is added up there and read once, at the update. The update
+            is normalized by the window's count summed over the workers; a window whose count
+            is 0 is dropped with a warning (nothing to normalize by).
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -280,9 +285,15 @@ class Trainer(gluon.Trainer):
         -------
         bool
             True if this call applied an update (False while the window fills, or when
-            ``on_nonfinite='skip'`` dropped it).
+            ``on_nonfinite='skip'`` or a zero count dropped it).
         """
-        self._pending_samples += _check_count(batch_size)
+        count = check_count(batch_size)
+        if self._accumulate > 1:
+            self._check_accumulating()
+        if isinstance(count, mx.nd.NDArray):
+            self._pending_arrays.append(count)
+        else:
+            self._pending_samples += count
         self._pending_steps += 1
         if self._pending_steps < self._accumulate:
             return False
@@ -301,47 +312,79 @@ class Trainer(gluon.Trainer):
         return self._apply(ignore_stale_grad)
 
     def _apply(self, ignore_stale_grad):
-        """Apply the pending window as one update; False if it was dropped as non-finite."""
+        """Apply the pending window as one update; False if it was dropped."""
         if not self._kv_initialized:
             self._init_kvstore()
         if self._params_to_init:
             self._init_params()
-        local_samples = self._pending_samples
-        self._pending_steps = self._pending_samples = 0
+        local_count, arrays = self._pending_samples, self._pending_arrays
+        self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
         selected = self._select(ignore_stale_grad)
-        finite = self._on_nonfinite == "ignore" or _all_finite(self._grads(selected))
-        samples, finite = self._reduce_window(local_samples, finite)
-        if not finite:
-            self._discard(selected)
+        count = self._sum_counts(local_count, arrays)
+        kvstore_updates = bool(self._kvstore and self._update_on_kvstore)
+        if not kvstore_updates:
+            self._allreduce_grads()   # first, so one device's copy holds the whole gradient
+        one_copy = not kvstore_updates and (self._kvstore is not None or len(self._contexts) == 1)
+        reads = self._on_nonfinite != "ignore" or self._clip_global_norm is not None
+        sum_sq = sum_of_squares(self._grads(selected, one_copy)) if reads else None
+        count = _read(count)
+        if not count > 0:
+            self._drop_empty(selected, count)
             return False
-        self._check_and_rescale_grad(self._scale / samples)
-        self._allreduce_grads()
+        norm = math.sqrt(sum_sq) * abs(self._scale) / count if reads else None
+        if reads and not math.isfinite(norm) and self._on_nonfinite != "ignore":
+            self._discard(selected, one_copy)
+            return False
+        clip = self._clip_global_norm
+        factor = clip / norm if clip is not None and math.isfinite(norm) and norm > clip else 1.0
+        self._check_and_rescale_grad(self._scale * factor / count)
+        if kvstore_updates:
+            self._allreduce_grads()
         self._update(ignore_stale_grad)
+        self._global_norm = norm
         return True
 
-    def _reduce_window(self, samples, finite):
-        """Sum the window's sample count and non-finite flag over all workers."""
-        if not self._distributed:
-            return samples, finite
-        key = len(self._params)  # one past the parameters' keys
-        if not self._window_key_ready:
-            self._kvstore.init(key, mx.nd.zeros(2))
-            self._window_key_ready = True
-        window = mx.nd.array([samples, 0 if finite else 1])  # float32: exact up to 2**24 samples
-        self._kvstore.pushpull(key, window, out=window)
-        total, nonfinite = window.asnumpy()
-        return int(round(total)), nonfinite == 0
+    def _sum_counts(self, count, arrays):
+        """The window's count over all workers: an int, or a one-element NDArray still to read."""
+        if not arrays and not self._distributed:
+            return count
+        ctx = arrays[0].context if arrays else mx.cpu()
+        total = mx.nd.array([count], ctx=ctx, dtype="float64")
+        if arrays:
+            total = mx.nd.add_n(total, *(a.as_in_context(ctx) for a in arrays))
+        if self._distributed:
+            key = len(self._params)  # one past the parameters' keys
+            if not self._window_key_ready:
+                self._kvstore.init(key, mx.nd.zeros(1, dtype="float64"))
+                self._window_key_ready = True
+            self._kvstore.pushpull(key, total, out=total)
+        return total
 
-    def _grads(self, selected):
-        return [g for i in selected for g in self._params[i].list_grad()]
+    def _grads(self, selected, one_copy):
+        return [g for i in selected for g in self._params[i].list_grad()[:1 if one_copy else None]]
 
-    def _discard(self, selected):
+    def _drop_empty(self, selected, count):
+        """Drop a window whose count is 0 (warn) or not a count at all (raise)."""
+        self._selected = None
+        self._finish([self._params[i] for i in selected])
+        if count != 0:
+            raise ValueError(f"The counts given to step() in this window sum to {count} over the "
+                             "workers; a count (samples, positives, tokens, pixels) must be >= 0. "
+                             "The window was dropped; no update was applied.")
+        self._snapshot_statistics()   # the window's forward passes were fine: keep their statistics
+        warnings.warn("Skipped an update: the counts given to step() in this window sum to 0 (no "
+                      "samples or positives), so there is nothing to normalize the gradient by.",
+                      stacklevel=4)
+
+    def _discard(self, selected, one_copy):
         """Drop a window whose gradients hold NaN or Inf, then warn or raise."""
         params = [self._params[i] for i in selected]
-        culprit = next((self._name_of(p) for p in params if not _all_finite(p.list_grad())),
+        culprit = next((self._name_of(p) for p in params
+                        if not math.isfinite(sum_of_squares(p.list_grad()[:1 if one_copy else None]))),
                        "a parameter on another worker")
         self._selected = None
         self._finish(params)
+        self._restore_statistics()
         if self._on_nonfinite == "raise":
             raise FloatingPointError(
                 f"The gradient of {culprit} holds NaN or Inf; no update was applied. Lower the learning "
@@ -349,6 +392,38 @@ class Trainer(gluon.Trainer):
         self._nonfinite_skips += 1
         warnings.warn(f"Skipped an update: the gradient of {culprit} holds NaN or Inf "
                       f"({self._nonfinite_skips} skipped so far).", stacklevel=4)
+
+    def _check_accumulating(self):
+        """Refuse a trainable parameter switched to grad_req='write' within accumulation."""
+        written = [p.name for p in self._params if p.grad_req == "write"]
+        if written:
+            self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
+            self._selected = None
+            self._finish([p for p in self._params if p._data is not None and p.grad_req != "null"])
+            raise RuntimeError(f"Parameter(s) {', '.join(written)} have grad_req='write', but with "
+                               f"accumulate={self._accumulate} every trainable parameter needs "
+                               "grad_req='add' (each backward would overwrite the gradients of the "
+                               "earlier micro-batches). Set param.grad_req = 'add' (or unfreeze with "
+                               "gluonkit.params.unfreeze); this window was dropped, nothing was updated.")
+
+    def _snapshot_statistics(self):
+        """Copy the arrays a forward pass updates (BatchNorm running statistics) at a window's start.
+
+        Those are the non-differentiable parameters (frozen weights never change: not copied).
+        Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise'), so that the
+        forward passes of a dropped window leave them as they were.
+        """
+        if self._on_nonfinite == "ignore":
+            self._statistics = None
+            return
+        self._statistics = [(p, [a.copy() for a in p.list_data()])
+                            for p in self._params if not p._differentiable and p._data is not None]
+
+    def _restore_statistics(self):
+        for param, saved in self._statistics or ():
+            if param._data is not None:
+                for array, value in zip(param.list_data(), saved):
+                    value.copyto(array)
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.
@@ -373,7 +448,7 @@ class Trainer(gluon.Trainer):
                 skipped.append(self._name_of(param))
                 continue
             if not all(fresh):
-                _zero([g for g, f in zip(param.list_grad(), fresh) if not f])
+                zero([g for g, f in zip(param.list_grad(), fresh) if not f])
             selected.append(i)
         if skipped and not selected:
             raise RuntimeError("step() found no fresh gradient: no backward() ran since the last update. "
@@ -423,6 +498,7 @@ class Trainer(gluon.Trainer):
                     indices, grads, arrays = zip(*upd)
                     updater(list(indices), list(grads), list(arrays))
         self._finish(params)
+        self._snapshot_statistics()
 
     def _finish(self, params):
         """Mark the parameters' gradients as consumed; zero the accumulating ones."""
@@ -433,7 +509,7 @@ class Trainer(gluon.Trainer):
 
     @staticmethod
     def _zero_grads(params):
-        _zero([g for p in params if p._data is not None and p.grad_req != "null" for g in p.list_grad()])
+        zero([g for p in params if p._data is not None and p.grad_req != "null" for g in p.list_grad()])
 
     # ---- Persistence: names, state_dict, load_state_dict ----------------------------------
     # Optimizer states travel through MXNet's public Updater.get_states / set_states. Three
@@ -608,7 +684,7 @@ class Trainer(gluon.Trainer):
         """Put a parameter's saved window gradients back (None: an empty window)."""
         targets = param.list_grad()
         if saved is None:
-            _zero(targets)
+            zero(targets)
             fresh = False
         else:
             grads = saved["grads"]

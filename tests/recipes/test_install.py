@@ -71,10 +71,12 @@ def test_wheel_carries_the_license_the_data_and_the_recipes(installed):
     names = zipfile.ZipFile(wheel).namelist()
     assert "gluonkit/data/digits.csv.gz" in names
     assert "gluonkit/recipes/classify.py" in names and "gluonkit/recipes/predict.py" in names
+    assert "gluonkit/recipes/detect.py" in names
     assert any(n.endswith(".dist-info/LICENSE") for n in names)
     entry_points = zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    for command in ("gluonkit-classify", "gluonkit-multitask", "gluonkit-predict", "gluonkit-launch"):
+    for command in ("gluonkit-classify", "gluonkit-multitask", "gluonkit-detect", "gluonkit-predict",
+                    "gluonkit-launch"):
         assert command in entry_points
 
 

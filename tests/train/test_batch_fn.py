@@ -196,6 +196,8 @@ class NormTrainer(gluonkit.Trainer):
     """Sets ``global_norm`` after each update to a known value, the samples of its window, as a
     Trainer that clips gradients reports the update's norm."""
 
+    global_norm = None   # a plain attribute in place of the Trainer's measured, read-only one
+
     def step(self, batch_size, ignore_stale_grad=False):
         return self._report(self.pending[1] + batch_size, super().step(batch_size, ignore_stale_grad))
 

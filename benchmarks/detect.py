@@ -1,0 +1,227 @@
+"""Detection training step: the detect recipe's (gluonkit.fit + batch_fn) against GluonCV's loop.
+
+Images/s of YOLOv3 training on the embedded shapes set, one and two devices, and what
+accumulating at one image per device costs. The reference is the loop of GluonCV's
+``scripts/detection/yolo/train_yolo3.py``: ``gluon.utils.split_and_load``, the network's own
+losses, ``autograd.backward`` and ``gluon.Trainer.step(batch_size)``.
+"""
+import os
+import statistics
+import sys
+
+from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
+from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,
+                       serve, write_json)
+
+SECTION = "detect"
+
+# name -> (description, loop, devices, images per step, accumulate)
+CONTESTANTS = {
+    "gluoncv-1": ("GluonCV loop, 1 device", "gluoncv", 1, "batch", 1),
+    "gluonkit-1": ("gluonkit.fit + batch_fn, 1 device", "gluonkit", 1, "batch", 1),
+    "gluoncv-2": ("GluonCV loop, 2 devices", "gluoncv", 2, "batch", 1),
+    "gluonkit-2": ("gluonkit.fit + batch_fn, 2 devices", "gluonkit", 2, "batch", 1),
+    "gluoncv-2-acc": ("GluonCV loop, 2 devices, 1 image each, gradients added by hand",
+                      "gluoncv", 2, "two", "window"),
+    "gluonkit-2-acc": ("gluonkit.fit, 2 devices, 1 image each, Trainer(accumulate)",
+                       "gluonkit", 2, "two", "window"),
+}
+
+FINDINGS = [   # (text, contestant, against)
+    ("gluonkit.fit + batch_fn vs GluonCV's loop, 1 device", "gluonkit-1", "gluoncv-1"),
+    ("the same, 2 devices", "gluonkit-2", "gluoncv-2"),
+    ("gluonkit accumulation at 1 image per device vs GluonCV's loop adding gradients by hand",
+     "gluonkit-2-acc", "gluoncv-2-acc"),
+    ("what 1 image per device with accumulation costs in gluonkit vs whole batches",
+     "gluonkit-2-acc", "gluonkit-2"),
+]
+
+
+class _Contestant:
+    """YOLOv3 trained on precomputed batches of the shapes set by one of the two loops."""
+
+    def __init__(self, name, options):
+        import mxnet as mx
+        import numpy as np
+
+        from gluonkit.data import MultiScaleSampler, ShapesDetection
+        from gluonkit.recipes import detection as det
+
+        _, self._loop, devices, per_step, accumulate = CONTESTANTS[name]
+        self._ctx = [mx.cpu(i) for i in range(devices)]
+        self._batch = options["batch_size"] if per_step == "batch" else devices
+        self._accumulate = 1 if accumulate == 1 else options["batch_size"] // self._batch
+        np.random.seed(options["seed"])
+        mx.random.seed(options["seed"])
+        data = ShapesDetection("train", length=options["samples"])
+        self._net = det.build_detector(options["model"], data.classes)
+        self._net.initialize(ctx=self._ctx)
+        size = [(options["size"], options["size"])]
+        loader = det.detection_loader(
+            data, MultiScaleSampler(len(data), self._batch, size, seed=options["seed"]),
+            det.SizedTransform(det.train_transforms(self._net, "yolo3", size)), det.train_batchify("yolo3"))
+        self._batches = list(loader)     # made once: the step is timed, not the augmentation
+        optimizer = ("sgd", {"learning_rate": 1e-3, "momentum": 0.9, "wd": 5e-4})
+        if self._loop == "gluonkit":
+            import gluonkit
+
+            self._trainer = gluonkit.Trainer(self._net.collect_params(), *optimizer,
+                                             accumulate=self._accumulate)
+            self._fit, self._batch_fn = gluonkit.fit, det.yolo3_batch_fn
+        else:
+            from mxnet import gluon
+
+            if self._accumulate > 1:
+                for param in self._net.collect_params().values():
+                    if param.grad_req != "null":
+                        param.grad_req = "add"
+            self._trainer = gluon.Trainer(self._net.collect_params(), *optimizer)
+
+    def _gluoncv_epoch(self):
+        from mxnet import autograd, gluon
+
+        for index, batch in enumerate(self._batches):
+            data = gluon.utils.split_and_load(batch[0], self._ctx, even_split=False)
+            targets = [gluon.utils.split_and_load(batch[i], self._ctx, even_split=False)
+                       for i in range(1, 6)]
+            gt_boxes = gluon.utils.split_and_load(batch[6], self._ctx, even_split=False)
+            with autograd.record():
+                sums = []
+                for k, x in enumerate(data):
+                    obj, center, scale, cls = self._net(x, gt_boxes[k], *[t[k] for t in targets])
+                    sums.append(obj + center + scale + cls)
+                autograd.backward(sums)
+            if (index + 1) % self._accumulate == 0:
+                self._trainer.step(self._batch * self._accumulate)
+                if self._accumulate > 1:
+                    self._net.collect_params().zero_grad()
+
+    def run(self):
+        if self._loop == "gluonkit":
+            self._fit(self._net, None, self._trainer, self._batches, epochs=1, ctx=self._ctx,
+                      batch_fn=self._batch_fn, progress=False)
+        else:
+            self._gluoncv_epoch()
+        return sum(batch[0].shape[0] for batch in self._batches)
+
+    setup = run   # one epoch of warm-up
+
+
+def build(name, options):
+    """A contestant by name (called in its worker process)."""
+    return _Contestant(name, options)
+
+
+def parse_args(argv=None):
+    parser = benchmark_parser(__doc__)
+    run = parser.add_argument_group("run")
+    run.add_argument("--repeats", type=int, default=None, help="timed epochs per contestant")
+    run.add_argument("--only", default=None,
+                     help=f"comma-separated contestants (default all): {', '.join(CONTESTANTS)}")
+    data = parser.add_argument_group("data")
+    data.add_argument("--samples", type=int, help="images per epoch")
+    data.add_argument("--batch-size", type=int, help="images per update (a multiple of 2)")
+    data.add_argument("--size", type=int, help="input size (a multiple of 32)")
+    data.add_argument("--model", help="a GluonCV YOLOv3 model-zoo name")
+    data.add_argument("--seed", type=int, default=0)
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, help="JSON results file "
+                     "(default benchmarks/results/detect.json; none with --quick)")
+    out.add_argument("--readme", default=None, help="Markdown file whose 'detect' section is "
+                     "rewritten (default benchmarks/README.md; none with --quick)")
+    args = parse_with_config(parser, argv)
+    defaults = {"repeats": 2, "samples": 8, "batch_size": 4, "size": 64,
+                "model": "yolo3_mobilenet0.25_custom"} if args.quick else \
+        {"repeats": 5, "samples": 64, "batch_size": 8, "size": 128, "model": "yolo3_mobilenet0.25_custom"}
+    apply_defaults(args, defaults, "detect")
+    for name in ("repeats", "samples", "batch_size", "size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}.")
+    if args.batch_size % 2 or args.samples % args.batch_size or args.size % 32:
+        parser.error(f"--batch-size must be even, --samples a multiple of it and --size of 32; got "
+                     f"{args.batch_size}, {args.samples}, {args.size}.")
+    args.only = args.only.split(",") if args.only else list(CONTESTANTS)
+    unknown = [n for n in args.only if n not in CONTESTANTS]
+    if unknown or "gluoncv-1" not in args.only:
+        parser.error(f"--only must name contestants among {', '.join(CONTESTANTS)} and include "
+                     f"'gluoncv-1' (the reference); got {', '.join(args.only)}.")
+    return args
+
+
+def paired(a, b):
+    """Median, min and max over repeats of ``a``'s images/s over ``b``'s in the same repeat."""
+    ratios = sorted(x / y for x, y in zip(a["runs"], b["runs"]))
+    return statistics.median(ratios), ratios[0], ratios[-1]
+
+
+COLUMNS = [
+    ("contestant", lambda r: CONTESTANTS[r["name"]][0]),
+    ("images/s: median (min - max)", lambda r: f"{r['samples_per_s']:.2f} ({r['min']:.2f} - {r['max']:.2f})"),
+    ("vs GluonCV 1 device", lambda r: f"{r['ratio']:.2f}"),
+    ("peak RSS MB", lambda r: f"{r['peak_rss_mb']:.0f}"),
+]
+
+
+def findings(rows):
+    """Paired ratios that answer the benchmark's questions, as Markdown list items."""
+    by = {r["name"]: r for r in rows}
+    items = []
+    for text, name, against in FINDINGS:
+        if name in by and against in by:
+            median, low, high = paired(by[name], by[against])
+            items.append(f"- {text}: **{median:.2f}x** ({low:.2f} - {high:.2f})")
+    return "\n".join(items)
+
+
+README_TEXT = """\
+## Detection training step (`detect.py`)
+
+```bash
+python -m benchmarks.detect                  # 6 contestants x 5 epochs of 64 images at 128 px
+python -m benchmarks.detect --quick          # seconds, for the test suite; its figures mean nothing
+```
+
+YOLOv3 (`{model}`, GluonCV model zoo, from scratch) trained with SGD on {samples} images of the
+embedded shapes set at {size}x{size}, batches of {batch_size}, made once beforehand by GluonCV's
+`YOLO3DefaultTrainTransform` (the step is timed, not the augmentation). GluonCV's loop is the
+one of `train_yolo3.py` (`gluon.Trainer`, `step(batch_size)`); gluonkit's is the detect
+recipe's: `gluonkit.fit(batch_fn=yolo3_batch_fn)` with `gluonkit.Trainer`. With "1 image each",
+every step holds one image per device and {accumulate} steps make one update of {batch_size}
+images: GluonCV's loop with `grad_req='add'`, `step({batch_size})` and `zero_grad()` by hand,
+gluonkit's with `Trainer(accumulate={accumulate})`. Each contestant runs in its own process,
+one warm-up epoch then {repeats} timed epochs, taking turns; ratios are paired per round."""
+
+
+def readme_section(results):
+    """The README section: how to reproduce, what the figures mean, and the results."""
+    o, info = results["options"], results["machine"]
+    return "\n\n".join([
+        README_TEXT.format(repeats=results["repeats"], accumulate=o["batch_size"] // 2, **o),
+        measured_on(info, ", ".join(f"{k}={v}" for k, v in results["threads"].items())),
+        markdown_table(results["rows"], COLUMNS), findings(results["rows"])])
+
+
+def main(args):
+    info = machine()
+    options = {"samples": args.samples, "batch_size": args.batch_size, "size": args.size,
+               "model": args.model, "seed": args.seed}
+    print(f"{info['cpu']}, {info['cores']} cores, load {info['load_average']}", flush=True)
+    rows = compare("benchmarks.detect", args.only, options, args.repeats, reference="gluoncv-1")
+    results = {"machine": info, "threads": thread_settings(), "repeats": args.repeats,
+               "options": options, "rows": rows}
+    results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(markdown_table(rows, COLUMNS))
+    print(findings(rows), flush=True)
+    if args.out:
+        write_json(args.out, results)
+    if args.readme:
+        replace_section(args.readme, SECTION, readme_section(results))
+    return results
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == [WORKER_FLAG]:
+        serve(build)
+    else:
+        set_env("benchmarks.detect")
+        main(parse_args())

@@ -1,0 +1,358 @@
+"""Train a GluonCV detector (YOLOv3 or SSD) on images of every size; by default the embedded shapes.
+
+    gluonkit-detect                                  # shapes set, YOLOv3, CPU
+    python -m gluonkit.recipes.detect                # the same
+    gluonkit-detect --multiscale 128,160,192 --multiscale-interval 2
+    gluonkit-detect --image-size 0 --buckets 3       # the images' own sizes, 3 padded shapes
+    gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
+    gluonkit-detect --model ssd_300_mobilenet0.25_custom --dataset voc:DIR --image-size 300
+    gluonkit-detect --out runs/detect --resume       # continue after a stop
+
+Outputs in --out: checkpoints/, history.csv (loss, VOC07 AP of every class and mAP per
+epoch), curves.png, args.json, the best model exported as model-symbol.json,
+model-0000.params and model.json, and predictions.png (boxes drawn on validation images).
+Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
+"""
+import logging
+import math
+import os
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import mxnet as mx
+import numpy as np
+from gluoncv.data import CustomVOCDetectionBase
+from mxnet import gluon
+
+from . import _cli
+from . import detection as det
+from ..data import Buckets, MultiScaleSampler, ShapesDetection
+from ..export import export_model
+from ..train.callbacks import Callback, HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
+from ..train.checkpoint import Checkpoint
+from ..train.loop import evaluate, fit
+from ..train.trainer import Trainer
+
+__all__ = ["parse_args", "load_detection", "make_loaders", "SamplerEpoch", "VOCValidation", "train",
+           "draw_predictions", "main"]
+
+log = logging.getLogger("gluonkit")
+_MODULE = "gluonkit.recipes.detect"
+
+
+def _build_parser():
+    parser = _cli.build_parser("Train a GluonCV detector with gluonkit (embedded shapes by default).",
+                               formatter_class=__import__("argparse").ArgumentDefaultsHelpFormatter)
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", default="shapes",
+                      help="shapes (embedded, no download) | voc:DIR (Pascal VOC layout: DIR/"
+                           "Annotations, DIR/JPEGImages, DIR/ImageSets/Main/{train,val}.txt)")
+    data.add_argument("--image-size", type=_cli.non_negative_int, default=128,
+                      help="train and test at this square size; 0 keeps the images' own sizes, "
+                           "padded (bottom and right, boxes unchanged) to --buckets shapes")
+    data.add_argument("--buckets", type=_cli.positive_int, default=3, help="shapes for --image-size 0")
+    data.add_argument("--multiscale", type=_cli.sizes_type, metavar="SIZES",
+                      help="train each batch at a square size drawn from these, e.g. 96,128,160 "
+                           "(test at the largest)")
+    data.add_argument("--multiscale-interval", type=_cli.positive_int, default=1, metavar="N",
+                      help="batches per drawn size")
+    data.add_argument("--limit", type=_cli.positive_int, metavar="N",
+                      help="use only the first N training and N validation images")
+    data.add_argument("--num-workers", type=_cli.non_negative_int, default=0,
+                      help="data loading processes")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", default="yolo3_mobilenet0.25_custom",
+                       help="a GluonCV YOLOv3 or SSD model-zoo name, e.g. yolo3_mobilenet1.0_custom, "
+                            "ssd_512_mobilenet1.0_custom")
+    model.add_argument("--pretrained-base", action="store_true",
+                       help="start the backbone from GluonCV's ImageNet weights (downloaded if missing)")
+    model.add_argument("--batchnorm", type=_cli.one_of("plain", "frozen", "sync"), default="plain",
+                       help="frozen: running statistics only (tiny batches, pretrained backbone); "
+                            "sync: SyncBatchNorm over --ctx")
+    train = parser.add_argument_group("training")
+    train.add_argument("--epochs", type=_cli.non_negative_int, default=12,
+                       help="epochs to train (to reach, with --resume)")
+    train.add_argument("--batch-size", type=_cli.positive_int, default=8,
+                       help="images per batch, split over --ctx")
+    train.add_argument("--per-device", type=_cli.positive_int, metavar="N",
+                       help="images per device per batch (sets --batch-size to N x devices)")
+    train.add_argument("--accumulate", type=_cli.positive_int, default=1,
+                       help="batches per update (the update equals one batch of them all)")
+    train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
+    train.add_argument("--lr", type=float, default=0.01, help="learning rate")
+    train.add_argument("--momentum", type=float, default=0.9, help="for sgd and nag")
+    train.add_argument("--wd", type=float, default=5e-4, help="weight decay")
+    train.add_argument("--warmup-epochs", type=float, default=1.0,
+                       help="linear learning-rate warm-up, then a cosine decay to 0")
+    train.add_argument("--clip-global-norm", type=float, metavar="NORM",
+                       help="clip the update's whole gradient to this norm")
+    train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0",
+                         help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
+    devices.add_argument("--kvstore", default="device",
+                         help="how gradients are reduced: device, local, or dist_sync under "
+                              "python -m gluonkit.launch")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", default=os.path.join("runs", "detect"), metavar="DIR",
+                        help="checkpoints, history, curves, exported model, predictions ('' for none)")
+    output.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in --out, if there is one")
+    output.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="hide the progress bars")
+    return parser
+
+
+def parse_args(argv=None):
+    """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
+    parser = _build_parser()
+    args = _cli.parse_with_config(parser, argv)
+    if args.resume and not args.out:
+        parser.error("--resume continues from the checkpoints in --out; pass --out DIR.")
+    if args.multiscale and args.image_size == 0:
+        parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")
+    if args.clip_global_norm is not None and not args.clip_global_norm > 0:
+        parser.error(f"--clip-global-norm must be positive, got {args.clip_global_norm}.")
+    try:
+        det.model_family(args.model)
+    except ValueError as err:
+        parser.error(str(err))
+    if args.per_device:
+        args.batch_size = args.per_device * len(_cli.parse_ctx(args.ctx))
+    return args
+
+
+def _voc_classes(root):
+    """The object names in a VOC folder's annotations, sorted (as GluonCV lower-cases them)."""
+    folder = os.path.join(root, "Annotations")
+    names = set()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".xml"):
+            names.update(o.find("name").text.strip().lower()
+                         for o in ET.parse(os.path.join(folder, name)).getroot().iter("object"))
+    return sorted(names)
+
+
+def load_detection(dataset, limit=None):
+    """``(train, val, class names)`` for a --dataset value; samples as GluonCV's VOCDetection."""
+    kind, _, where = dataset.partition(":")
+    if kind == "shapes" and not where:
+        train, val = ShapesDetection("train"), ShapesDetection("val")
+        classes = list(train.classes)
+    elif kind == "voc" and where:
+        lists = [os.path.join(where, "ImageSets", "Main", f"{s}.txt") for s in ("train", "val")]
+        missing = [p for p in lists + [os.path.join(where, "Annotations")] if not os.path.exists(p)]
+        if missing:
+            raise FileNotFoundError(f"--dataset {dataset}: missing {', '.join(missing)} (Pascal "
+                                    "VOC layout: Annotations/, JPEGImages/, ImageSets/Main/).")
+        classes = _voc_classes(where)
+        train, val = (CustomVOCDetectionBase(classes=classes, root=where, splits=(("", s),))
+                      for s in ("train", "val"))
+    else:
+        raise ValueError(f"--dataset {dataset!r} is neither 'shapes' nor 'voc:DIR'.")
+    if limit:
+        train, val = train.take(limit), val.take(limit)
+    return train, val, classes
+
+
+def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, multiscale=None,
+                 interval=1, buckets=3, seed=0, num_workers=0):
+    """Training and validation loaders at one size per batch, with GluonCV's transforms.
+
+    The size is ``image_size``, or drawn from ``multiscale`` every ``interval`` batches (the
+    validation at the largest), or (``image_size`` 0) the bucket of each image's own size:
+    images are padded at the bottom and right to one of ``buckets`` shapes, so boxes stay
+    valid, and validated the same way.
+    """
+    if image_size == 0:
+        train_shapes, val_shapes = det.sample_shapes(train_set), det.sample_shapes(val_set)
+        shapes = Buckets.from_data(train_shapes + val_shapes, buckets, mode="pad", multiple=32)
+        train_sampler = det.bucket_sampler(train_shapes, batch_size, shapes, True, seed)
+        val_sampler = det.bucket_sampler(val_shapes, batch_size, shapes, False, seed)
+        train_sizes = val_sizes = shapes.shapes
+    else:
+        train_sizes = [(s, s) for s in (multiscale or [image_size])]
+        val_sizes = [max(train_sizes)]
+        train_sampler = MultiScaleSampler(len(train_set), batch_size, train_sizes, interval, seed=seed)
+        val_sampler = MultiScaleSampler(len(val_set), batch_size, val_sizes, shuffle=False, seed=seed)
+    pad = image_size == 0
+    train_loader = det.detection_loader(
+        train_set, train_sampler, det.SizedTransform(det.train_transforms(net, family, train_sizes), pad),
+        det.train_batchify(family), num_workers)
+    val_loader = det.detection_loader(
+        val_set, val_sampler, det.SizedTransform(det.val_transforms(family, val_sizes), pad),
+        det.val_batchify(), num_workers)
+    return train_loader, val_loader
+
+
+class SamplerEpoch(Callback):
+    """Sets a seeded sampler's epoch before each epoch, so a resumed run draws the same batches."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def on_epoch_begin(self, state):
+        self.sampler.set_epoch(state.epoch)
+
+
+class VOCValidation(Callback):
+    """After each epoch: VOC07 AP of every class and mAP on ``val_data``, as 'val_<class>' and
+    'val_mAP' in the epoch's logs and the history, and in the log.
+
+    A callback rather than ``fit(val_data=..., metrics=...)``: fit would feed the metric the
+    training batches too, and a detector in training mode returns losses, not detections.
+    It must come before the callbacks that read the logs (checkpoints, history, curves).
+    """
+
+    def __init__(self, val_data, classes, ctx):
+        self.val_data, self.classes, self.ctx = val_data, list(classes), ctx
+
+    def on_epoch_end(self, state):
+        scores = evaluate(state.net, self.val_data, ctx=self.ctx, metrics=det.voc_metric(self.classes),
+                          eval_fn=det.detection_eval_fn)
+        for name, value in scores.items():
+            state.logs[f"val_{name}"] = value
+            state.history.setdefault(f"val_{name}", []).append(value)
+        if state.is_main_process:
+            log.info("epoch %d VOC07 AP: %s", state.epoch + 1,
+                     ", ".join(f"{k} {v:.3f}" for k, v in scores.items()))
+
+
+def _schedule(lr, epochs, warmup_epochs, updates_per_epoch):
+    """A linear warm-up then GluonCV's cosine decay to 0, per update."""
+    from gluoncv.utils import LRScheduler
+
+    warmup = int(round(warmup_epochs * updates_per_epoch))
+    steps = max(2, epochs * updates_per_epoch - warmup)
+    return LRSchedule(LRScheduler("cosine", base_lr=lr, target_lr=0.0, niters=steps), warmup_steps=warmup)
+
+
+def draw_predictions(net, family, dataset, classes, size, path, count=4, thresh=0.15, ctx=mx.cpu()):
+    """Draw the detections scoring ``thresh`` or more on the first ``count`` images of
+    ``dataset`` (resized to ``size`` = (height, width)) to a PNG at ``path``.
+
+    The default threshold is low because a detector trained for minutes from scratch ranks
+    well (that is what mAP measures) before its scores grow confident.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from gluoncv.utils import viz
+
+    transform = det.val_transforms(family, [size])[size]
+    figure = plt.figure(figsize=(4 * count, 4))
+    for i in range(min(count, len(dataset))):
+        image, label = dataset[i]
+        x, _ = transform(image, label)
+        ids, scores, bboxes = (a[0].asnumpy() for a in net(x.expand_dims(0).as_in_context(ctx)))
+        shown = (scores[:, 0] >= thresh) & np.isfinite(bboxes).all(axis=1)   # a diverged net: none
+        resized = mx.image.imresize(image, size[1], size[0]).asnumpy()
+        viz.plot_bbox(resized, bboxes[shown], scores[shown], ids[shown], thresh=thresh,
+                      class_names=classes, ax=figure.add_subplot(1, count, i + 1))
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
+    """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference."""
+    ckpt = Checkpoint(checkpoints)
+    if ckpt.best is None and ckpt.latest is None:
+        ckpt.save(net, trainer, 0)                  # --epochs 0 and nothing to resume
+    state = ckpt.load(net, best=ckpt.best is not None)
+    det.nms_for_eval(net, family)
+    preprocessing = {"channels": 3, "resize": list(size), "resize_short": None, "crop": None,
+                     "max_size": None, "scale": 1 / 255, "mean": [0.485, 0.456, 0.406],
+                     "std": [0.229, 0.224, 0.225], "layout": "NCHW"}    # as GluonCV's val transforms
+    return export_model(net, prefix, (3,) + tuple(size), outputs={"ids": classes, "scores": None,
+                                                                  "bboxes": None},
+                        preprocessing=preprocessing, task="detect", epoch_trained=state.get("epoch"))
+
+
+def train(args):
+    """Train and validate as ``args`` (from ``parse_args``) says; with ``--out``, export the best
+    model and draw its predictions.
+
+    Returns
+    -------
+    dict
+        'map' (VOC07 mAP of the final network on the validation set), 'history', 'seconds',
+        'out', the trained 'net' and 'export' (the exported model's metadata, or None).
+    """
+    ctx = _cli.parse_ctx(args.ctx)
+    _cli.seed_all(args.seed)
+    family = det.model_family(args.model)
+    train_set, val_set, classes = load_detection(args.dataset, args.limit)
+    kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
+    if not isinstance(kvstore, str):
+        usable = len(train_set) - len(train_set) % kvstore.num_workers
+        train_set = train_set.take(usable).shard(kvstore.num_workers, kvstore.rank)
+    net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,
+                             batchnorm=args.batchnorm, num_devices=len(ctx))
+    net.initialize(ctx=ctx)
+    train_loader, val_loader = make_loaders(
+        net, family, train_set, val_set, args.batch_size, image_size=args.image_size,
+        multiscale=args.multiscale, interval=args.multiscale_interval, buckets=args.buckets,
+        seed=args.seed, num_workers=args.num_workers)
+    det.nms_for_eval(net, family)
+    trainer = Trainer(net.collect_params(), args.optimizer,
+                      {"learning_rate": args.lr, "wd": args.wd,
+                       **({"momentum": args.momentum} if args.optimizer in ("sgd", "nag") else {})},
+                      kvstore=kvstore, accumulate=args.accumulate,
+                      **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
+    main_process = trainer.rank == 0
+    callbacks = [SamplerEpoch(train_loader.batch_sampler), VOCValidation(val_loader, classes, ctx),
+                 _schedule(args.lr, args.epochs, args.warmup_epochs,
+                           math.ceil(len(train_loader) / args.accumulate))]
+    checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
+    if args.out:
+        if main_process:
+            _cli.save_args(args, args.out)
+        callbacks += [ModelCheckpoint(checkpoints, monitor="val_mAP", mode="max", resume=args.resume),
+                      HistoryLogger(os.path.join(args.out, "history.csv")),
+                      PlotCurves(os.path.join(args.out, "curves.png"))]
+    if main_process:
+        log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
+                 len(train_set), ", ".join(classes), ctx)
+    batch_fn = det.yolo3_batch_fn if family == "yolo3" else det.SSDBatch()
+    tic = time.perf_counter()
+    history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, callbacks=callbacks,
+                  progress=args.progress, batch_fn=batch_fn)
+    mean_ap = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
+                       eval_fn=det.detection_eval_fn)["mAP"]
+    seconds = time.perf_counter() - tic
+    metadata = None
+    if args.out and main_process:
+        size = max(val_loader.batch_sampler.sizes) if args.image_size else \
+            max(train_loader.batch_sampler.sampler.buckets.shapes)
+        metadata = _export_best(net, trainer, family, checkpoints, os.path.join(args.out, "model"),
+                                size, classes)
+        draw_predictions(net, family, val_set, classes, size, os.path.join(args.out, "predictions.png"),
+                         ctx=ctx[0])
+    if main_process:
+        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
+              f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+    return {"map": mean_ap, "history": history, "seconds": seconds, "out": args.out, "net": net,
+            "export": metadata}
+
+
+def main(argv=None):
+    """The ``gluonkit-detect`` command: parse ``argv`` (default: the command line), train.
+
+    Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
+    passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
+    """
+    if argv is None:
+        _cli.apply_threads(_MODULE)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    try:
+        train(parse_args(argv))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""GluonCV detectors on gluonkit: models, data pipelines, training steps and VOC07 mAP.
+
+The pieces the ``detect`` recipe is made of, usable on their own: a YOLOv3 or SSD from the
+GluonCV model zoo, GluonCV's own training transforms and target generators at one input size
+per batch (fixed, multi-scale, or a few buckets of the images' own sizes, padded so the boxes
+stay valid), a ``batch_fn`` per model family for ``gluonkit.fit`` and an ``eval_fn`` that feeds
+GluonCV's ``VOC07MApMetric`` exactly as GluonCV's training scripts do.
+"""
+import difflib
+
+import mxnet as mx
+from gluoncv import model_zoo
+from gluoncv.data.batchify import Pad, Stack, Tuple
+from gluoncv.data.transforms import presets
+from gluoncv.loss import SSDMultiBoxLoss
+from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
+from mxnet import autograd, gluon
+
+from ..data import BucketSampler, MultiScaleDataset
+from ..nn import freeze_batchnorm
+from ..train.split import split_and_load
+
+__all__ = ["FAMILIES", "model_family", "build_detector", "train_transforms", "val_transforms",
+           "train_batchify", "val_batchify", "SizedTransform", "BucketSizes", "bucket_sampler",
+           "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch",
+           "detection_eval_fn", "voc_metric"]
+
+FAMILIES = ("yolo3", "ssd")
+
+
+def model_family(name):
+    """'yolo3' or 'ssd' for a GluonCV detector name; ``ValueError`` for anything else."""
+    family = name.split("_", 1)[0]
+    if family not in FAMILIES or name not in model_zoo.get_model_list():
+        known = [n for n in model_zoo.get_model_list() if n.split("_", 1)[0] in FAMILIES]
+        close = difflib.get_close_matches(name, known, n=3)
+        raise ValueError(f"--model {name!r} is not a GluonCV YOLOv3 or SSD model-zoo name"
+                         + (f" (close: {', '.join(close)})" if close else "")
+                         + "; e.g. yolo3_mobilenet1.0_custom or ssd_512_mobilenet1.0_custom.")
+    return family
+
+
+def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", num_devices=1):
+    """A GluonCV detector for ``classes`` (a list of names), not yet initialized.
+
+    Parameters
+    ----------
+    name : str
+        A YOLOv3 or SSD model-zoo name, e.g. 'yolo3_mobilenet1.0_custom'.
+    classes : sequence of str
+    pretrained_base : bool, default False
+        Load the backbone's ImageNet weights (from ~/.mxnet/models, downloaded if missing).
+    batchnorm : {'plain', 'frozen', 'sync'}, default 'plain'
+        'frozen': BatchNorm layers use their running statistics (``gluonkit.nn.freeze_batchnorm``),
+        for tiny per-device batches on a pretrained backbone; 'sync': MXNet's ``SyncBatchNorm``
+        over ``num_devices`` devices. SSD's extra feature layers keep plain BatchNorm either
+        way: GluonCV builds them as a symbol graph.
+    num_devices : int, default 1
+        Devices the batch is split over (for 'sync').
+    """
+    model_family(name)
+    if batchnorm not in ("plain", "frozen", "sync"):
+        raise ValueError(f"batchnorm must be 'plain', 'frozen' or 'sync', got {batchnorm!r}.")
+    norm = {}
+    if batchnorm == "sync":
+        norm = {"norm_layer": gluon.contrib.nn.SyncBatchNorm,
+                "norm_kwargs": {"num_devices": num_devices}}
+    net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
+                              classes=list(classes), **norm)
+    if batchnorm == "frozen":
+        freeze_batchnorm(net)
+    return net
+
+
+def _ssd_anchors(net, size):
+    """The SSD's anchors for inputs of ``size`` = (height, width), on the CPU."""
+    device = next(iter(net.collect_params().values())).list_ctx()[0]
+    with autograd.train_mode():
+        _, _, anchors = net(mx.nd.zeros((1, 3) + tuple(size), ctx=device))
+    return anchors.as_in_context(mx.cpu())
+
+
+def train_transforms(net, family, sizes):
+    """GluonCV's default training transform (with targets) for each (height, width) in ``sizes``.
+
+    The net must be initialized: YOLOv3's transform and SSD's anchors run it once per size.
+    """
+    made = {}
+    for height, width in sizes:
+        if family == "yolo3":
+            made[(height, width)] = presets.yolo.YOLO3DefaultTrainTransform(width, height, net)
+        else:
+            made[(height, width)] = presets.ssd.SSDDefaultTrainTransform(
+                width, height, _ssd_anchors(net, (height, width)))
+    return made
+
+
+def val_transforms(family, sizes):
+    """GluonCV's default validation transform for each (height, width) in ``sizes``."""
+    preset = presets.yolo.YOLO3DefaultValTransform if family == "yolo3" else \
+        presets.ssd.SSDDefaultValTransform
+    return {(h, w): preset(w, h) for h, w in sizes}
+
+
+def train_batchify(family):
+    """GluonCV's batchify of its training samples: image and targets stacked, boxes padded."""
+    if family == "yolo3":   # image, 5 targets, then the boxes (a different number per image)
+        return Tuple(*([Stack() for _ in range(6)] + [Pad(axis=0, pad_val=-1)]))
+    return Tuple(Stack(), Stack(), Stack())   # image, class targets, box targets
+
+
+def val_batchify():
+    """Images stacked, labels (N, 6) padded with -1 to the batch's most objects."""
+    return Tuple(Stack(), Pad(pad_val=-1))
+
+
+def _pad_to(image, size):
+    """An (H, W, 3) image padded at the bottom and right to ``size`` (boxes stay valid)."""
+    height, width = size
+    if image.shape[0] > height or image.shape[1] > width:
+        raise ValueError(f"an image of {image.shape[:2]} does not fit its bucket {size}.")
+    out = mx.nd.zeros((height, width, image.shape[2]), dtype=image.dtype)
+    out[:image.shape[0], :image.shape[1]] = image
+    return out
+
+
+class SizedTransform:
+    """``transform(sample, size)`` for ``MultiScaleDataset``: the sample through ``by_size[size]``.
+
+    With ``pad=True`` the image is first padded at the bottom and right to ``size`` (its
+    bucket), so GluonCV's transform sees a picture of that size whose boxes are unchanged.
+    """
+
+    def __init__(self, by_size, pad=False):
+        self.by_size, self.pad = by_size, bool(pad)
+
+    def __call__(self, sample, size):
+        image, label = sample
+        if self.pad:
+            image = _pad_to(image, size)
+        return self.by_size[tuple(size)](image, label)
+
+
+class BucketSizes(gluon.data.Sampler):
+    """A ``BucketSampler``'s batches as ``(index, bucket size)`` pairs, for ``MultiScaleDataset``."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self._sizes = [sampler.buckets.shapes[b] for b in sampler.assignment]
+
+    def set_epoch(self, epoch):
+        """As ``BucketSampler.set_epoch``."""
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        return iter([[(i, self._sizes[i]) for i in batch] for batch in self.sampler])
+
+    def __len__(self):
+        return len(self.sampler)
+
+
+def sample_shapes(dataset):
+    """(3, H, W) of every (H, W, 3) image of a detection dataset (one pass over it)."""
+    return [(3,) + tuple(dataset[i][0].shape[:2]) for i in range(len(dataset))]
+
+
+def detection_loader(dataset, batch_sampler, transform, batchify_fn, num_workers=0):
+    """A DataLoader of ``dataset`` whose ``batch_sampler`` yields (index, size) pairs."""
+    loader = gluon.data.DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=batch_sampler,
+                                   batchify_fn=batchify_fn, num_workers=num_workers)
+    loader.batch_sampler = batch_sampler   # Gluon keeps its own reference private
+    return loader
+
+
+def bucket_sampler(shapes, batch_size, buckets, shuffle, seed):
+    """Batches of (index, bucket size): ``buckets`` (a number or a ``Buckets``) in pad mode,
+    chosen from ``shapes`` as multiples of 32 (the detectors' stride)."""
+    return BucketSizes(BucketSampler(shapes, batch_size, buckets, mode="pad", multiple=32,
+                                     shuffle=shuffle, seed=seed))
+
+
+def yolo3_batch_fn(net, batch, ctx_list):
+    """``fit``'s ``batch_fn`` for YOLOv3: its own losses, summed per image; count = images.
+
+    ``batch`` is what ``train_batchify('yolo3')`` makes: images, the five prefetched targets
+    and the ground-truth boxes. As in GluonCV's ``train_yolo3.py`` the network, recording in
+    training mode, returns the objectness, center, scale and class losses of every image.
+    """
+    parts = [split_and_load(field, ctx_list) for field in batch]
+    losses = []
+    for x, objectness, center, scale, weight, clas, gt_boxes in zip(*parts):
+        obj_loss, center_loss, scale_loss, cls_loss = net(x, gt_boxes, objectness, center, scale,
+                                                          weight, clas)
+        losses.append(obj_loss + center_loss + scale_loss + cls_loss)
+    return losses, batch[0].shape[0]
+
+
+class SSDBatch:
+    """``fit``'s ``batch_fn`` for SSD: GluonCV's ``SSDMultiBoxLoss``, normalized by positives.
+
+    GluonCV's loss divides by the positive anchors of the whole batch; here that division is
+    undone and the count of positives is returned for ``trainer.step``, so micro-batches and
+    devices add up to exactly the large batch normalized by all its positives.
+
+    Parameters
+    ----------
+    **loss_kwargs
+        Passed to ``SSDMultiBoxLoss`` (negative_mining_ratio, rho, lambd, min_hard_negatives).
+    """
+
+    def __init__(self, **loss_kwargs):
+        self.loss = SSDMultiBoxLoss(**loss_kwargs)
+
+    def __call__(self, net, batch, ctx_list):
+        xs, cls_targets, box_targets = [split_and_load(field, ctx_list) for field in batch]
+        cls_preds, box_preds = zip(*[net(x)[:2] for x in xs])
+        sum_losses, _, _ = self.loss(list(cls_preds), list(box_preds), cls_targets, box_targets)
+        positives = max(1, int(sum(float((t > 0).sum().asscalar()) for t in cls_targets)))
+        return [loss * positives for loss in sum_losses], positives
+
+
+def detection_eval_fn(net, batch, ctx_list):
+    """``eval_fn`` of a detector, for GluonCV's ``VOC07MApMetric``.
+
+    Per device, the outputs are ``(boxes, class ids, scores)`` and the labels
+    ``(gt boxes, gt ids, gt difficult)``, the arguments of ``VOC07MApMetric.update`` in its
+    order, so ``fit`` / ``evaluate`` give the metric what GluonCV's ``train_yolo3.py`` and
+    ``train_ssd.py`` give it. The boxes are clipped to the image as there.
+    """
+    xs, ys = [split_and_load(field, ctx_list) for field in batch]
+    outputs, labels = [], []
+    for x, y in zip(xs, ys):
+        ids, scores, bboxes = net(x)
+        height, width = x.shape[2:]
+        limit = mx.nd.array([width, height, width, height], ctx=x.context)
+        outputs.append((mx.nd.broadcast_minimum(bboxes.clip(0, max(height, width)), limit), ids, scores))
+        labels.append((y.slice_axis(axis=-1, begin=0, end=4), y.slice_axis(axis=-1, begin=4, end=5),
+                       y.slice_axis(axis=-1, begin=5, end=6)))
+    return outputs, labels
+
+
+def voc_metric(classes, iou_thresh=0.5):
+    """GluonCV's ``VOC07MApMetric``: the AP of every class (by name) and their 'mAP'."""
+    return VOC07MApMetric(iou_thresh=iou_thresh, class_names=list(classes))
+
+
+def nms_for_eval(net, family):
+    """GluonCV's evaluation NMS settings (YOLOv3: 0.45 over the top 400)."""
+    if family == "yolo3":
+        net.set_nms(nms_thresh=0.45, nms_topk=400)
+    return net
+

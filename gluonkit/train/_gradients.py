@@ -1,0 +1,50 @@
+"""Passes over gradient arrays: zeroing them, and their sum of squares in few calls."""
+from collections import defaultdict
+
+import mxnet as mx
+import numpy as np
+
+__all__ = ["sum_of_squares", "zero"]
+
+_DOT_FROM = 1 << 16  # elements from which the pass uses a dot rather than multi_sum_sq
+_SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
+
+
+def zero(grads):
+    """Set gradient arrays to zero, one fused call per context for the dense ones."""
+    by_ctx = defaultdict(list)
+    for grad in grads:
+        if grad.stype == "default":
+            by_ctx[grad.context].append(grad)
+        else:
+            mx.nd.zeros_like(grad, out=grad)
+    for arrays in by_ctx.values():
+        mx.nd.reset_arrays(*arrays, num_arrays=len(arrays))
+
+
+def sum_of_squares(grads):
+    """The sum of the squares of every element of every gradient: NaN or Inf if any is.
+
+    One pass over the gradients in few calls: a BLAS dot per large array (on CPU ~5x faster
+    than ``multi_sum_sq`` on a 45 MB array, ~100x faster than ``multi_all_finite``) and one
+    ``multi_sum_sq`` per group of small ones, whose many calls would otherwise cost the host
+    more than the pass. A float32 sum of squares (``multi_sum_sq`` always gives float32)
+    overflows for a gradient norm above ~1e19, which counts as non-finite too.
+    """
+    groups = defaultdict(list)   # arrays of one context and dtype: their sums can be added
+    for grad in grads:
+        array = grad.data if grad.stype == "row_sparse" else grad
+        if array.dtype == np.float16:
+            array = array.astype("float32")   # float16 squares overflow from 256 on
+        if array.size:
+            groups[(array.context, array.dtype)].append(array)
+    totals = []
+    for (_, dtype), group in groups.items():
+        small = [a for a in group if a.size < _DOT_FROM]
+        parts = [mx.nd.dot(flat, flat) for flat in (a.reshape(-1) for a in group if a.size >= _DOT_FROM)]
+        for i in range(0, len(small), _SUM_SQ_GROUP):
+            chunk = small[i:i + _SUM_SQ_GROUP]
+            sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum()   # always float32
+            parts.append(sums.astype(dtype, copy=False))
+        totals.append(mx.nd.add_n(*parts) if len(parts) > 1 else parts[0])
+    return sum(float(total.asscalar()) for total in totals)

@@ -1,0 +1,136 @@
+"""The Trainer's arguments: each checked before anything changes, with the value and the fix."""
+import os
+import sys
+
+import mxnet as mx
+from mxnet import gluon
+
+from .._validate import choice, finite_real, non_negative_int
+
+__all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
+           "check_learning_rate", "check_optimizer", "check_policy", "is_distributed", "unique_params"]
+
+_NONFINITE_POLICIES = ("ignore", "skip", "raise")
+_KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async")
+_LAUNCHER_ENV = ("DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")
+
+
+def check_count(count):
+    """An int count as a plain int, a one-element NDArray as a float64 copy of it (no wait)."""
+    if isinstance(count, mx.nd.NDArray):
+        if count.size != 1:
+            raise ValueError(f"batch_size given as an NDArray must hold one element (the count of "
+                             f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
+                             "it first, e.g. step(num_pos.sum()).")
+        return count.reshape((1,)).astype("float64")
+    return non_negative_int(count, "batch_size", "the number of samples, positives, tokens or pixels "
+                            "the loss was summed over, or a one-element NDArray of it")
+
+
+def check_kvstore(kvstore):
+    """Refuse a kvstore name MXNet does not know (it would silently give 'local')."""
+    if not isinstance(kvstore, str):
+        return
+    known = _KVSTORES + tuple(sorted(mx.kv.KVStoreBase.kv_registry))
+    if kvstore.lower() not in known:
+        raise ValueError(f"kvstore={kvstore!r} is not a kvstore MXNet knows (it would silently use "
+                         f"'local'); use one of {', '.join(map(repr, known))}, a KVStore or None.")
+
+
+def check_launched(kvstore):
+    """A distributed kvstore name needs the environment the launcher sets."""
+    missing = [name for name in _LAUNCHER_ENV if name not in os.environ]
+    if isinstance(kvstore, str) and missing:
+        raise RuntimeError(f"kvstore={kvstore!r} needs a distributed job, but this process was not "
+                           f"started by a launcher ({', '.join(missing)} not set). Start it with "
+                           f"`python -m gluonkit.launch -n 2 -- python {sys.argv[0] or 'train.py'} ...`, "
+                           "or use kvstore='device' on one machine.")
+
+
+def check_optimizer(optimizer, optimizer_params):
+    """An Optimizer instance alone, or a name with settings; a finite learning rate >= 0."""
+    if isinstance(optimizer, mx.optimizer.Optimizer):
+        if optimizer_params:
+            raise ValueError(f"optimizer_params={optimizer_params!r} was given with an Optimizer "
+                             f"instance ({type(optimizer).__name__}); pass the settings to the "
+                             "Optimizer's constructor, or give the optimizer by name.")
+        check_learning_rate(optimizer.learning_rate)
+    elif optimizer_params and "learning_rate" in optimizer_params:
+        check_learning_rate(optimizer_params["learning_rate"])
+
+
+def check_clip(clip):
+    """None, or a finite norm > 0 as a float."""
+    if clip is None:
+        return None
+    clip = finite_real(clip, "clip_global_norm", "the largest global gradient norm", minimum=0)
+    if clip == 0:
+        raise ValueError("clip_global_norm must be > 0 (0 would zero every update), got 0; "
+                         "use None for no clipping.")
+    return clip
+
+
+def check_clip_setting(params, kvstore, update_on_kvstore):
+    """Clipping needs the summed gradient before any update: refuse settings that never give it."""
+    if update_on_kvstore:
+        raise ValueError("update_on_kvstore=True cannot be used with clip_global_norm: the kvstore "
+                         "would update before the summed gradient could be clipped. Leave "
+                         "update_on_kvstore unset.")
+    params = list(params.values()) if isinstance(params, (dict, gluon.ParameterDict)) else params
+    sparse = [p.name for p in params if isinstance(p, gluon.Parameter) and p._stype != "default"]
+    if sparse:
+        raise ValueError(f"clip_global_norm needs dense weights ({', '.join(sparse)} are sparse: "
+                         "they are updated on the kvstore, before any clipping).")
+    contexts = params[0].list_ctx() if isinstance(params[0], gluon.Parameter) else []
+    if kvstore is None and len(contexts) > 1:
+        raise ValueError(f"clip_global_norm needs the gradients summed over the {len(contexts)} "
+                         "contexts, but kvstore=None never sums them; use kvstore='device'.")
+
+
+def unique_params(params):
+    """The parameters, each once (a shared one may be collected from several blocks).
+
+    A dict keeps the first key of a parameter it holds twice; a list or tuple becomes a list.
+    """
+    if isinstance(params, (dict, gluon.ParameterDict)):
+        firsts = {}
+        for key, param in params.items():
+            firsts.setdefault(id(param), (key, param))
+        unique = [param for _, param in firsts.values()]
+        if len(unique) < len(list(params.keys())):
+            params = dict(firsts.values())
+    elif isinstance(params, (list, tuple)):
+        params = unique = list({id(p): p for p in params}.values())
+    else:
+        return params   # gluon.Trainer refuses it with its own message
+    if not unique:
+        raise ValueError("The Trainer got no parameters; pass net.collect_params() of a network "
+                         "that has some (check that a regular expression given to "
+                         "collect_params matches).")
+    contexts = {}
+    for param in unique:
+        if isinstance(param, gluon.Parameter):
+            contexts.setdefault(tuple(param.list_ctx()), param.name)
+    if len(contexts) > 1:
+        (first, a), (second, b) = list(contexts.items())[:2]
+        raise ValueError(f"Parameters are initialized on different contexts: {a} on {list(first)}, "
+                         f"{b} on {list(second)}. A Trainer needs every parameter on the same "
+                         "contexts: initialize them with the same ctx= or call "
+                         "net.reset_ctx(ctx) first.")
+    return params
+
+
+def check_learning_rate(lr):
+    """A finite learning rate >= 0 as a float."""
+    return finite_real(lr, "learning_rate", minimum=0)
+
+
+def check_policy(policy):
+    """One of the non-finite policies."""
+    return choice(policy, _NONFINITE_POLICIES, "on_nonfinite")
+
+
+def is_distributed(kvstore):
+    """``(distributed, asynchronous)`` for a kvstore name or instance (MXNet ignores the case)."""
+    kv_type = str(kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")).lower()
+    return "dist" in kv_type, "async" in kv_type

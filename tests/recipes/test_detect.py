@@ -1,0 +1,134 @@
+"""The detection recipe end to end on tiny budgets: every mode, resume, a VOC folder."""
+import json
+import os
+
+import cv2
+import mxnet as mx
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from gluonkit.data import ShapesDetection
+from gluonkit.recipes import detect
+
+TINY = ["--limit", "8", "--epochs", "1", "--batch-size", "4", "--image-size", "64", "--no-progress"]
+
+
+def _run(tmp_path, *extra, out="out"):
+    args = detect.parse_args(TINY + ["--out", str(tmp_path / out)] + list(extra))
+    return detect.train(args)
+
+
+def _params(net):
+    return {name: p.list_data()[0].asnumpy() for name, p in net._collect_params_with_prefix().items()}
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["--model", "ssd_300_mobilenet0.25_custom"],
+    ["--multiscale", "64,96", "--multiscale-interval", "1"],
+    ["--image-size", "0", "--buckets", "2"],
+    ["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--accumulate", "2"],
+    ["--accumulate", "2", "--clip-global-norm", "50"],
+], ids=["yolo3", "ssd", "multiscale", "buckets", "two-devices-accumulate", "clip"])
+def test_every_mode_trains_validates_and_exports(tmp_path, extra):
+    result = _run(tmp_path, *extra)
+    out = tmp_path / "out"
+    history = result["history"]
+    assert history["epoch"] == [1] and np.isfinite(history["loss"][0])
+    assert {"val_circle", "val_square", "val_triangle", "val_mAP"} <= set(history)
+    assert 0.0 <= result["map"] <= 1.0
+    for name in ("args.json", "history.csv", "curves.png", "model-symbol.json", "model-0000.params",
+                 "model.json", "predictions.png"):
+        assert (out / name).is_file(), name
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["task"] == "detect" and meta["outputs"][0]["classes"] == list(ShapesDetection.CLASSES)
+    exported = mx.gluon.SymbolBlock.imports(str(out / "model-symbol.json"), ["data"],
+                                            str(out / "model-0000.params"))
+    ids, scores, boxes = exported(mx.nd.zeros((1,) + tuple(meta["input"]["shape"])))
+    assert ids.shape[:2] == scores.shape[:2] == boxes.shape[:2] and boxes.shape[2] == 4
+
+
+def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
+    args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1"])
+    assert args.batch_size == 2 and args.model == "yolo3_mobilenet0.25_custom"
+    for bad, message in [(["--model", "resnet18_v1"], "not a GluonCV YOLOv3 or SSD"),
+                         (["--multiscale", "64", "--image-size", "0"], "pass one"),
+                         (["--clip-global-norm", "0"], "must be positive"),
+                         (["--batchnorm", "group"], "batchnorm"),
+                         (["--resume", "--out", ""], "--resume")]:
+        with pytest.raises(SystemExit):
+            detect.parse_args(bad)
+        assert message in capsys.readouterr().err
+
+
+def test_buckets_pad_so_validation_boxes_are_the_images_own(tmp_path):
+    train, val, classes = detect.load_detection("shapes", limit=8)
+    net = detect.det.build_detector("yolo3_mobilenet0.25_custom", classes)
+    net.initialize()
+    loaders = detect.make_loaders(net, "yolo3", train, val, 4, image_size=0, buckets=2)
+    buckets = set(loaders[0].batch_sampler.sampler.buckets.shapes)
+    assert all(h % 32 == 0 and w % 32 == 0 for h, w in buckets)
+    seen = 0
+    for batch_indices, (images, labels) in zip(loaders[1].batch_sampler, loaders[1]):
+        assert tuple(images.shape[2:]) in buckets
+        for (index, _), label in zip(batch_indices, labels.asnumpy()):
+            own = val[index][1]
+            assert_allclose(label[:len(own)], own, atol=1e-4)     # padding moved no box
+            assert (label[len(own):] == -1).all()
+            seen += 1
+    assert seen == 8
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    whole = _run(tmp_path, "--epochs", "2", out="whole")
+    _run(tmp_path, "--epochs", "1", out="parts")
+    resumed = _run(tmp_path, "--epochs", "2", "--resume", out="parts")
+    assert resumed["history"]["epoch"] == [1, 2]
+    a, b = _params(whole["net"]), _params(resumed["net"])
+    for name in a:
+        assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    assert_allclose(whole["history"]["val_mAP"], resumed["history"]["val_mAP"], atol=1e-7)
+
+
+def _write_voc(root, dataset, names):
+    """A Pascal VOC folder (1-based inclusive pixel boxes) holding ``dataset``'s samples."""
+    for sub in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    ids = []
+    for i in range(len(dataset)):
+        image, label = dataset[i]
+        image = image.asnumpy()
+        ident = f"{i:04d}"
+        ids.append(ident)
+        cv2.imwrite(os.path.join(root, "JPEGImages", ident + ".jpg"), image[:, :, ::-1])
+        objects = "".join(
+            f"<object><name>{names[int(c)]}</name><difficult>0</difficult><bndbox>"
+            f"<xmin>{int(x0) + 1}</xmin><ymin>{int(y0) + 1}</ymin><xmax>{int(x1) + 1}</xmax>"
+            f"<ymax>{int(y1) + 1}</ymax></bndbox></object>" for x0, y0, x1, y1, c, _ in label)
+        with open(os.path.join(root, "Annotations", ident + ".xml"), "w") as f:
+            f.write(f"<annotation><size><width>{image.shape[1]}</width><height>{image.shape[0]}"
+                    f"</height><depth>3</depth></size>{objects}</annotation>")
+    return ids
+
+
+def test_a_voc_folder_made_here_is_read_and_trained(tmp_path):
+    source = ShapesDetection("val", length=10)
+    names = ["Circle", "Square", "Triangle"]
+    ids = _write_voc(str(tmp_path / "voc"), source, names)
+    lists = tmp_path / "voc" / "ImageSets" / "Main"
+    (lists / "train.txt").write_text("\n".join(ids[:6]) + "\n")
+    (lists / "val.txt").write_text("\n".join(ids[6:]) + "\n")
+    train, val, classes = detect.load_detection(f"voc:{tmp_path / 'voc'}")
+    assert classes == ["circle", "square", "triangle"] and (len(train), len(val)) == (6, 4)
+    for i in range(4):
+        assert_allclose(val[i][1], source[6 + i][1])                # GluonCV's reader: 0-based
+    result = _run(tmp_path, "--dataset", f"voc:{tmp_path / 'voc'}")
+    assert "val_mAP" in result["history"] and (tmp_path / "out" / "model.json").is_file()
+
+
+def test_missing_voc_folder_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="ImageSets"):
+        detect.load_detection(f"voc:{tmp_path}")
+    with pytest.raises(ValueError, match="neither 'shapes' nor 'voc:DIR'"):
+        detect.load_detection("coco")

@@ -16,7 +16,7 @@ from .. import _validate
 
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "one_of", "sizes_type", "apply_threads", "save_args", "seed_all",
-           "add_output_options", "check_output_options", "output_callbacks", "finish_init",
+           "add_device_options", "add_output_options", "check_output_options", "output_callbacks", "finish_init",
            "export_best", "run_command"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
@@ -205,6 +205,17 @@ def seed_all(seed):
     random.seed(seed)
     np.random.seed(seed)
     mx.random.seed(seed)
+
+
+def add_device_options(parser):
+    """The ``devices`` group of the training recipes: ``--ctx`` and ``--kvstore``."""
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--ctx", type=ctx_type, default="cpu:0",
+                         help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
+    devices.add_argument("--kvstore", default="device",
+                         help="how gradients are reduced: device, local, or dist_sync under "
+                              "gluonkit-launch")
+    return devices
 
 
 def add_output_options(parser, default_out):

@@ -98,12 +98,7 @@ def _build_parser():
     train.add_argument("--warmup-epochs", type=float, default=1.0,
                        help="linear learning-rate warm-up, per update")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
-    devices = parser.add_argument_group("devices")
-    devices.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0",
-                         help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
-    devices.add_argument("--kvstore", default="device",
-                         help="how gradients are reduced: device, local, or dist_sync under "
-                              "gluonkit-launch")
+    _cli.add_device_options(parser)
     _cli.add_output_options(parser, os.path.join("runs", "classify"))
     return parser
 

@@ -87,12 +87,7 @@ def _build_parser():
     train.add_argument("--clip-global-norm", type=float, metavar="NORM",
                        help="clip the update's whole gradient to this norm")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
-    devices = parser.add_argument_group("devices")
-    devices.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0",
-                         help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
-    devices.add_argument("--kvstore", default="device",
-                         help="how gradients are reduced: device, local, or dist_sync under "
-                              "python -m gluonkit.launch")
+    _cli.add_device_options(parser)
     output = parser.add_argument_group("output")
     output.add_argument("--out", default=os.path.join("runs", "detect"), metavar="DIR",
                         help="checkpoints, history, curves, exported model, predictions ('' for none)")

@@ -4,10 +4,19 @@ from collections import defaultdict
 import mxnet as mx
 import numpy as np
 
-__all__ = ["sum_of_squares", "zero"]
+__all__ = ["replicas", "sum_of_squares", "zero"]
 
 _DOT_FROM = 1 << 16  # elements from which the pass uses a dot rather than multi_sum_sq
 _SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
+
+
+def replicas(param):
+    """The parameter's data arrays on every context, whatever their storage type.
+
+    ``Parameter.list_data`` refuses row_sparse parameters; the fresh-gradient flags that tell
+    which contexts got a gradient since the last update live on these arrays.
+    """
+    return param._check_and_get(param._data, list)
 
 
 def zero(grads):

@@ -10,22 +10,23 @@ gives the exact gradient; ``freeze_batchnorm`` sets it on every BatchNorm layer 
 from mxnet import gluon
 from mxnet.gluon.nn.basic_layers import _BatchNorm
 
+from ..params import select
+
 __all__ = ["freeze_batchnorm"]
 
 
-def _batchnorms(block, prefix=""):
+def _batchnorms(block):
     """(structural name, layer) of every BatchNorm-type layer (SyncBatchNorm too) in ``block``."""
-    if isinstance(block, _BatchNorm):
-        yield prefix.rstrip("."), block
-    for name, child in block._children.items():
-        yield from _batchnorms(child, f"{prefix}{name}.")
+    layers = []
+    block.apply(lambda b: layers.append(b) if isinstance(b, _BatchNorm) else None)
+    names = {param: name for name, param in select(block).items()}
+    return [(names[layer.gamma].rpartition(".")[0], layer) for layer in layers]
 
 
-def _hybrid_blocks(block):
+def _drop_cached_graph(block):
+    # no public route: hybridize() would also reset the block's own flags
     if isinstance(block, gluon.HybridBlock):
-        yield block
-    for child in block._children.values():
-        yield from _hybrid_blocks(child)
+        block._clear_cached_op()
 
 
 def freeze_batchnorm(block, affine=False):
@@ -55,12 +56,11 @@ def freeze_batchnorm(block, affine=False):
     """
     if not isinstance(block, gluon.Block):
         raise TypeError(f"freeze_batchnorm takes a gluon Block, got {type(block).__name__}.")
-    layers = list(_batchnorms(block))
+    layers = _batchnorms(block)
     for _, layer in layers:
         layer._kwargs["use_global_stats"] = True
         if affine:
             for param in (layer.gamma, layer.beta):
                 param.grad_req = "null"
-    for hybrid in _hybrid_blocks(block):
-        hybrid._clear_cached_op()
+    block.apply(_drop_cached_graph)
     return [name for name, _ in layers]

@@ -1,7 +1,6 @@
 """fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
 import contextlib
 import logging
-import numbers
 import signal
 import threading
 import time
@@ -11,7 +10,7 @@ import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
-from .._validate import is_int
+from .._validate import is_int, non_negative_int
 from .callbacks import Callback
 from .metrics import make_metrics
 from .rng import set_rng_state
@@ -28,13 +27,6 @@ def _call(callbacks, hook, state):
     for cb in callbacks:
         if state.is_main_process or not cb.main_process_only:
             getattr(cb, hook)(state)
-
-
-def _check_epochs(epochs):
-    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0:
-        raise ValueError(f"epochs must be a non-negative int (the number of epochs to reach), "
-                         f"got {epochs!r}.")
-    return int(epochs)
 
 
 def _contexts(ctx, net):
@@ -432,7 +424,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
                                callbacks=[ModelCheckpoint("runs/cnn", monitor="val_accuracy")])
         history["val_accuracy"][-1]
     """
-    epochs = _check_epochs(epochs)
+    epochs = non_negative_int(epochs, "epochs", "the number of epochs to reach")
     _check_trainer(trainer, net)
     _check_hook(batch_fn, "batch_fn")
     _check_hook(eval_fn, "eval_fn")

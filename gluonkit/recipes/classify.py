@@ -27,6 +27,7 @@ from ..data import bucket_loader, multiscale_loader
 from ..export import export_model
 from ..nn import ShapeCache
 from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
+from ..train import amp
 from ..train.checkpoint import Checkpoint
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
@@ -101,6 +102,8 @@ def _build_parser():
     train.add_argument("--warmup-epochs", type=float, default=1.0,
                        help="linear learning-rate warm-up, per update")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
+    train.add_argument("--amp", action="store_true",
+                       help="mixed precision (float16) with dynamic loss scaling; GPUs only")
     devices = parser.add_argument_group("devices")
     devices.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0",
                          help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
@@ -134,6 +137,11 @@ def parse_args(argv=None):
         check_model_name(args.model)
     except ValueError as err:
         parser.error(str(err))
+    if args.amp and not args.export:
+        try:
+            amp.check_available(_cli.parse_ctx(args.ctx))
+        except (ValueError, RuntimeError) as err:
+            parser.error(f"--amp: {err}")
     if (args.pretrained or args.pretrained_file) and args.model == "cnn":
         parser.error("--pretrained needs a GluonCV model-zoo --model; 'cnn' has no pretrained "
                      "weights.")
@@ -228,16 +236,19 @@ def _prepare(net, ctx, hybridize, variable_shapes, pretrained):
     return net
 
 
-def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, preprocessing):
+def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, preprocessing, ctx=None):
     """Export the best (else the latest) checkpoint in the directory ``checkpoints`` of a
-    ``model`` network as ``prefix``-symbol.json/-0000.params/.json; returns the metadata."""
+    ``model`` network as ``prefix``-symbol.json/-0000.params/.json, built on ``ctx`` (default
+    the CPU; a GPU after ``amp.init``, whose float16 layers have no CPU kernels); returns the
+    metadata."""
+    ctx = ctx or mx.cpu()
     ckpt = Checkpoint(checkpoints)
     if ckpt.best is None and ckpt.latest is None:
         raise FileNotFoundError(f"no checkpoint in {checkpoints} to export; train first (same "
                                 "--out).")
     net = build_model(model, len(class_names))
-    net.initialize(ctx=mx.cpu())
-    _finish_init(net, input_shape, mx.cpu())
+    net.initialize(ctx=ctx)
+    _finish_init(net, input_shape, ctx)
     state = ckpt.load(net, best=ckpt.best is not None)
     return export_model(net, prefix, input_shape, outputs=class_names, preprocessing=preprocessing,
                         task="classify", model=model, epoch_trained=state.get("epoch"))
@@ -254,6 +265,8 @@ def train(args):
         'export' (the exported model's metadata, or None).
     """
     ctx = _cli.parse_ctx(args.ctx)
+    if args.amp and not args.export:
+        amp.init(ctx)     # before anything is loaded, built or written
     _cli.seed_all(args.seed)
     train_set, test_set, class_names, preprocessing = load_dataset(
         args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed)
@@ -302,6 +315,8 @@ def train(args):
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if args.label_smoothing:
         loss = _SmoothedLoss(classes, args.label_smoothing)
+    if args.amp:
+        loss = amp.init_trainer(trainer, loss)
     tic = time.perf_counter()
     history = fit(net, loss, trainer, train_loader, epochs=args.epochs, ctx=ctx,
                   val_data=test_loader, metrics="acc", callbacks=callbacks, progress=args.progress)
@@ -310,7 +325,7 @@ def train(args):
     metadata = None
     if args.out and main_process:
         metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
-                                     input_shape, preprocessing)
+                                     input_shape, preprocessing, ctx[0] if args.amp else None)
     if main_process:
         print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")

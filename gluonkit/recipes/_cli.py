@@ -2,18 +2,22 @@
 
 One ``--config`` loader (JSON or YAML) that sets a parser's defaults, one device-list parser,
 the OpenMP thread settings a command applies in its ``main()``, argparse types built on
-:mod:`gluonkit._validate`, and the resolved arguments written beside the outputs.
+:mod:`gluonkit._validate`, and a recipe's outputs in ``--out``: the resolved arguments, the
+callbacks that write checkpoints, history and curves, and the best checkpoint exported.
 """
 import argparse
 import difflib
 import json
+import logging
 import os
 import sys
 
 from .. import _validate
 
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
-           "non_negative_int", "one_of", "sizes_type", "apply_threads", "save_args", "seed_all"]
+           "non_negative_int", "one_of", "sizes_type", "apply_threads", "save_args", "seed_all",
+           "add_output_options", "check_output_options", "output_callbacks", "finish_init",
+           "export_best", "run_command"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC = "GLUONKIT_THREADS_SET"
@@ -201,3 +205,81 @@ def seed_all(seed):
     random.seed(seed)
     np.random.seed(seed)
     mx.random.seed(seed)
+
+
+def add_output_options(parser, default_out):
+    """The ``output`` group every training recipe shares: ``--out``, ``--resume``, ``--export``,
+    ``--no-progress``; returns the group (a recipe may add to it)."""
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", default=default_out, metavar="DIR",
+                        help="checkpoints, history.csv, curves.png, args.json, the exported "
+                             "model ('' for none)")
+    output.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in --out, if there is one")
+    output.add_argument("--export", action="store_true",
+                        help="train nothing: export the best (else the latest) checkpoint in "
+                             "--out as --out/model-*")
+    output.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="hide the progress bars")
+    return output
+
+
+def check_output_options(parser, args):
+    """``parser.error`` if ``--resume`` or ``--export`` is given without an ``--out``."""
+    if (args.resume or args.export) and not args.out:
+        parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
+                     "--out; pass --out DIR.")
+
+
+def output_callbacks(out, monitor, resume):
+    """``fit`` callbacks that write into ``out``: checkpoints/ (the last few, and the best by
+    the history key ``monitor``; ``resume`` continues from the latest), history.csv and
+    curves.png."""
+    from ..train.callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
+
+    return [ModelCheckpoint(os.path.join(out, "checkpoints"), monitor=monitor, resume=resume),
+            HistoryLogger(os.path.join(out, "history.csv")),
+            PlotCurves(os.path.join(out, "curves.png"))]
+
+
+def finish_init(net, input_shape, ctx):
+    """Give deferred parameters their shapes and values by one forward of zeros (one sample
+    of ``input_shape`` on ``ctx``), recording nothing."""
+    import mxnet as mx
+    from mxnet import autograd
+
+    with autograd.pause():
+        net(mx.nd.zeros((1,) + tuple(input_shape), ctx=ctx))
+
+
+def export_best(net, checkpoints, prefix, input_shape, **export_options):
+    """Load the best (else the latest) checkpoint in the directory ``checkpoints`` into ``net``
+    (a fresh, initialized build of the trained network) and export it as ``prefix``-symbol.json,
+    -0000.params and .json with ``gluonkit.export_model(..., **export_options)``; returns the
+    metadata, whose 'epoch_trained' is the checkpoint's epoch."""
+    import mxnet as mx
+
+    from ..export import export_model
+    from ..train.checkpoint import Checkpoint
+
+    ckpt = Checkpoint(checkpoints)
+    if ckpt.best is None and ckpt.latest is None:
+        raise FileNotFoundError(f"no checkpoint in {checkpoints} to export; train first (same "
+                                "--out).")
+    params = net.collect_params()
+    finish_init(net, input_shape, params.list_ctx()[0] if params else mx.cpu())
+    state = ckpt.load(net, best=ckpt.best is not None)
+    return export_model(net, prefix, input_shape, epoch_trained=state.get("epoch"),
+                        **export_options)
+
+
+def run_command(module, parse_args, train, argv=None):
+    """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
+    ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130."""
+    if argv is None:
+        apply_threads(module)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    try:
+        train(parse_args(argv))
+    except KeyboardInterrupt:
+        sys.exit(130)

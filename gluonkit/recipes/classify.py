@@ -17,18 +17,15 @@ import argparse
 import logging
 import math
 import os
-import sys
 import time
 
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import gluon
 
 from ..data import bucket_loader, multiscale_loader
-from ..export import export_model
 from ..nn import ShapeCache
-from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
 from ..train import amp
-from ..train.checkpoint import Checkpoint
+from ..train.callbacks import LRSchedule
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 from . import _cli
@@ -110,17 +107,7 @@ def _build_parser():
     devices.add_argument("--kvstore", default="device",
                          help="how gradients are reduced: device, local, or dist_sync under "
                               "gluonkit-launch")
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", default=os.path.join("runs", "classify"), metavar="DIR",
-                        help="checkpoints, history.csv, curves.png, args.json, the exported "
-                             "model ('' for none)")
-    output.add_argument("--resume", action="store_true",
-                        help="continue from the latest checkpoint in --out, if there is one")
-    output.add_argument("--export", action="store_true",
-                        help="train nothing: export the best (else the latest) checkpoint in "
-                             "--out as --out/model-*")
-    output.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="hide the progress bars")
+    _cli.add_output_options(parser, os.path.join("runs", "classify"))
     return parser
 
 
@@ -128,9 +115,7 @@ def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
     args = _cli.parse_with_config(parser, argv)
-    if (args.resume or args.export) and not args.out:
-        parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
-                     "--out; pass --out DIR.")
+    _cli.check_output_options(parser, args)
     if not 0 <= args.label_smoothing < 1:
         parser.error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}.")
     try:
@@ -216,12 +201,6 @@ def _input_shape(loader):
     return tuple(next(iter(loader))[0].shape[1:])
 
 
-def _finish_init(net, input_shape, ctx):
-    """Give deferred parameters their shapes and values by one forward of zeros."""
-    with autograd.pause():
-        net(mx.nd.zeros((1,) + tuple(input_shape), ctx=ctx))
-
-
 def _prepare(net, ctx, hybridize, variable_shapes, pretrained):
     """Initialize ``net`` on ``ctx`` (deferred: shapes come with the first batch, as a
     distributed Trainer expects) and hybridize it; returns the network to train."""
@@ -241,17 +220,10 @@ def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, prep
     ``model`` network as ``prefix``-symbol.json/-0000.params/.json, built on ``ctx`` (default
     the CPU; a GPU after ``amp.init``, whose float16 layers have no CPU kernels); returns the
     metadata."""
-    ctx = ctx or mx.cpu()
-    ckpt = Checkpoint(checkpoints)
-    if ckpt.best is None and ckpt.latest is None:
-        raise FileNotFoundError(f"no checkpoint in {checkpoints} to export; train first (same "
-                                "--out).")
     net = build_model(model, len(class_names))
-    net.initialize(ctx=ctx)
-    _finish_init(net, input_shape, ctx)
-    state = ckpt.load(net, best=ckpt.best is not None)
-    return export_model(net, prefix, input_shape, outputs=class_names, preprocessing=preprocessing,
-                        task="classify", model=model, epoch_trained=state.get("epoch"))
+    net.initialize(ctx=ctx or mx.cpu())
+    return _cli.export_best(net, checkpoints, prefix, input_shape, outputs=class_names,
+                            preprocessing=preprocessing, task="classify", model=model)
 
 
 def train(args):
@@ -291,7 +263,7 @@ def train(args):
     net = _prepare(net, ctx, args.hybridize,
                    bool(args.multiscale) or args.image_size == 0, pretrained)
     if args.epochs == 0:        # no batch will give the layers their shapes before the save
-        _finish_init(net, input_shape, ctx[0])
+        _cli.finish_init(net, input_shape, ctx[0])
     if args.no_wd_on_bias:
         no_wd_on_bias(net)
     trainer = Trainer(net.collect_params(), args.optimizer,
@@ -306,9 +278,7 @@ def train(args):
     if args.out:
         if main_process:
             _cli.save_args(args, args.out)
-        callbacks += [ModelCheckpoint(checkpoints, monitor="val_accuracy", resume=args.resume),
-                      HistoryLogger(os.path.join(args.out, "history.csv")),
-                      PlotCurves(os.path.join(args.out, "curves.png"))]
+        callbacks += _cli.output_callbacks(args.out, "val_accuracy", args.resume)
     if main_process:
         log.info("Training %s on %s (%d images, %d classes) on %s.", args.model, args.dataset,
                  len(train_set), classes, ctx)
@@ -352,13 +322,7 @@ def main(argv=None):
     Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
     passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
     """
-    if argv is None:
-        _cli.apply_threads(_MODULE)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    try:
-        train(parse_args(argv))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    _cli.run_command(_MODULE, parse_args, train, argv)
 
 
 if __name__ == "__main__":

@@ -2,39 +2,43 @@
 
 The heads read the embedded UCI digits (8x8): ``digit`` (which of 10), ``parity`` (odd or
 even) and ``aux``, an auxiliary head (is the digit 5 or more?) trained only on every
-``--aux-every``-th batch. The other batches go through ``net.route('digit', 'parity')``: the
-auxiliary head does not run, gets no gradient, and ``gluonkit.Trainer`` leaves it untouched
-(no weight decay, no momentum). The first batch skips it too, and Branches still initializes
-it, so it is saved and trained like the others.
-
-Run::
+``--aux-every``-th batch of an epoch. The other batches go through
+``net.route('digit', 'parity')``: the auxiliary head does not run, gets no gradient, and
+``gluonkit.Trainer`` leaves it untouched (no weight decay, no momentum). The first batch skips
+it too, and Branches still initializes it, so it is saved and trained like the others.
 
     gluonkit-multitask --epochs 10 --ctx cpu:0,cpu:1 --out runs/multitask
+    gluonkit-multitask --out runs/multitask --resume         # continue after a stop
+    gluonkit-multitask --out runs/multitask --export         # export its best checkpoint again
 
-(or ``python -m gluonkit.recipes.multitask``). With ``--out``, the trained network is exported
-for inference (``model-symbol.json``, ``model-0000.params``, ``model.json``: three outputs, one
-per head). Run as a command, MXNet gets one OpenMP thread per core unless ``OMP_NUM_THREADS``
-is set; this network is so small that one thread is faster, several times so when other
-programs share the cores: ``OMP_NUM_THREADS=1 gluonkit-multitask``.
+(or ``python -m gluonkit.recipes.multitask``). Training runs in ``gluonkit.fit``; the history
+holds each head's accuracy (``digit_accuracy``, ..., and ``val_`` ones on the test set).
+Outputs in --out, as for ``gluonkit-classify``: checkpoints/ (the last few and the best by
+test digit accuracy), history.csv, curves.png, args.json and the best checkpoint exported for
+inference (``model-symbol.json``, ``model-0000.params``, ``model.json``: three outputs, one per
+head). Ctrl-C or SIGTERM stop after the current batch and save a checkpoint that --resume
+continues from exactly. Run as a command, MXNet gets one OpenMP thread per core unless
+``OMP_NUM_THREADS`` is set; this network is so small that one thread is faster, several times
+so when other programs share the cores: ``OMP_NUM_THREADS=1 gluonkit-multitask``.
 """
-import json
 import os
 
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import gluon
 from mxnet.gluon import nn
-from tqdm import tqdm
 
+from .._validate import positive_int
 from ..data import digits
-from ..export import export_model
 from ..nn import Branches
+from ..train.callbacks import Callback
+from ..train.loop import evaluate, fit
 from ..train.split import split_and_load
 from ..train.trainer import Trainer
 from . import _cli
 from .datasets import load_dataset
 
-__all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "evaluate", "main", "parse_args", "train",
-           "train_epoch"]
+__all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "HeadAccuracy", "eval_batch",
+           "main", "parse_args", "train"]
 
 #: Each head's target, computed from the digit label.
 HEADS = {
@@ -49,6 +53,8 @@ HEAD_CLASSES = {
     "aux": ["below 5", "5 or more"],
 }
 _EVERY_BATCH = ("digit", "parity")
+_INPUT_SHAPE = (1, 8, 8)
+_MONITOR = "val_digit_accuracy"
 _MODULE = "gluonkit.recipes.multitask"
 
 
@@ -75,6 +81,83 @@ class MultiTaskNet(Branches):
             self.add("aux", nn.Dense(2))
 
 
+def _forward(route, names, data, label, ctx_list):
+    """Per device: ({head: output}, {head: target}) for the heads of ``route``."""
+    results = []
+    for x, y in zip(split_and_load(data, ctx_list), split_and_load(label, ctx_list)):
+        targets = {name: HEADS[name](y).astype("float32") for name in names}
+        results.append((dict(zip(names, route(x))), targets))
+    return results
+
+
+class HeadSchedule(Callback):
+    """``fit``'s ``batch_fn`` that trains the auxiliary head on every ``every``-th batch only.
+
+    Batch ``i`` of an epoch (counted from 0) trains every head when ``i % every == every - 1``,
+    else the route ``'digit', 'parity'``. As a callback it reads the batch's position from
+    ``fit``, so a run resumed in mid-epoch picks the same heads as one never stopped: pass the
+    same object as ``batch_fn`` and among the callbacks.
+
+    Example::
+
+        schedule = HeadSchedule(every=3)
+        fit(net, None, trainer, loader, epochs=5, batch_fn=schedule, callbacks=[schedule])
+    """
+
+    def __init__(self, every):
+        self.every = positive_int(every, "every", "the auxiliary head's batch interval")
+        self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
+        self._state = None
+
+    def on_train_begin(self, state):
+        self._state = state
+
+    def on_train_end(self, state):
+        self._state = None
+
+    def heads(self, index):
+        """The heads that batch ``index`` of an epoch trains."""
+        return tuple(HEADS) if index % self.every == self.every - 1 else _EVERY_BATCH
+
+    def __call__(self, net, batch, ctx_list):
+        if self._state is None:
+            raise RuntimeError("HeadSchedule reads the batch's position from fit: pass it in "
+                               "callbacks too, e.g. fit(..., batch_fn=s, callbacks=[s]).")
+        names = self.heads(self._state.batch)
+        data, label = batch
+        losses, outputs, labels = [], [], []
+        for out, target in _forward(net.route(*names), names, data, label, ctx_list):
+            losses.append(mx.nd.add_n(*(self._loss(out[name], target[name]).sum()
+                                        for name in names)))
+            outputs.append(out)
+            labels.append(target)
+        return losses, data.shape[0], outputs, labels
+
+
+def eval_batch(net, batch, ctx_list):
+    """``eval_fn`` for ``fit`` and ``evaluate``: every head's outputs and targets, per device."""
+    data, label = batch
+    pairs = _forward(net, net.names, data, label, ctx_list)
+    return [out for out, _ in pairs], [target for _, target in pairs]
+
+
+class HeadAccuracy(mx.metric.Accuracy):
+    """Accuracy of one head, named ``<head>_accuracy``, from per-device dicts head -> array.
+
+    Batches in which the head did not run (the auxiliary head on most training batches) are
+    not counted.
+    """
+
+    def __init__(self, head, **kwargs):
+        super().__init__(name=f"{head}_accuracy", **kwargs)
+        self.head = head
+
+    def update(self, labels, preds):
+        pairs = [(y[self.head], p[self.head]) for y, p in zip(labels, preds) if self.head in p]
+        if pairs:
+            super().update(*map(list, zip(*pairs)))
+
+
 def _build_parser():
     parser = _cli.build_parser(__doc__.split("\n\n")[0], prog="gluonkit-multitask")
     data = parser.add_argument_group("data")
@@ -82,7 +165,8 @@ def _build_parser():
     data.add_argument("--train-size", type=_cli.positive_int, default=None,
                       help="use only the first N training images (default: all 1,438)")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=_cli.positive_int, default=10)
+    train.add_argument("--epochs", type=_cli.non_negative_int, default=10,
+                       help="epochs to train (to reach, with --resume); 0 evaluates and exports")
     train.add_argument("--lr", type=float, default=0.1)
     train.add_argument("--momentum", type=float, default=0.9)
     train.add_argument("--wd", type=float, default=1e-4)
@@ -93,71 +177,54 @@ def _build_parser():
     train.add_argument("--hybridize", dest="hybridize", action="store_true", default=True)
     train.add_argument("--no-hybridize", dest="hybridize", action="store_false")
     train.add_argument("--seed", type=int, default=0)
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", help="directory for args.json, metrics.json, the parameters and "
-                                   "the exported model")
-    out.add_argument("--progress", dest="progress", action="store_true", default=True)
-    out.add_argument("--no-progress", dest="progress", action="store_false")
+    _cli.add_output_options(parser, os.path.join("runs", "multitask"))
     return parser
 
 
 def parse_args(argv=None):
     """Parse the command line; ``--config FILE`` (JSON or YAML) supplies defaults that flags
     override."""
-    return _cli.parse_with_config(_build_parser(), argv)
+    parser = _build_parser()
+    args = _cli.parse_with_config(parser, argv)
+    _cli.check_output_options(parser, args)
+    return args
 
 
-def _targets(label):
-    return {name: target(label).astype("float32") for name, target in HEADS.items()}
+def _export(checkpoints, prefix):
+    """Export the best (else the latest) checkpoint of a MultiTaskNet."""
+    net = MultiTaskNet()
+    net.initialize(ctx=mx.cpu())
+    return _cli.export_best(net, checkpoints, prefix, _INPUT_SHAPE, outputs=HEAD_CLASSES,
+                            preprocessing=load_dataset("digits")[3], task="multitask")
 
 
-def train_epoch(net, trainer, loader, ctx_list, aux_every, progress=True):
-    """One pass over ``loader``; the auxiliary head joins on every ``aux_every``-th batch."""
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    total, count = 0.0, 0
-    bar = tqdm(loader, desc="train", leave=False, disable=not progress)
-    for i, (data, label) in enumerate(bar):
-        names = tuple(HEADS) if i % aux_every == aux_every - 1 else _EVERY_BATCH
-        route = net.route(*names)
-        xs = split_and_load(data, ctx_list)
-        ys = split_and_load(label, ctx_list)
-        with autograd.record():
-            losses = []
-            for x, y in zip(xs, ys):
-                targets = _targets(y)
-                outputs = route(x)
-                losses.append(sum(loss_fn(out, targets[name]).sum()
-                                  for name, out in zip(names, outputs)))
-        autograd.backward(losses)
-        trainer.step(data.shape[0])
-        total += sum(loss.asscalar() for loss in losses)
-        count += data.shape[0]
-        bar.set_postfix(loss=f"{total / count:.3f}")
-    return total / count
+def train(args, callbacks=()):
+    """Train and evaluate as ``args`` (from ``parse_args``) says; with ``--out``, write the
+    checkpoints, history.csv, curves.png, args.json and export the best model. With
+    ``args.export``, only export the checkpoint in ``--out``.
 
+    Parameters
+    ----------
+    args : argparse.Namespace
+    callbacks : list of Callback
+        More ``fit`` callbacks, e.g. ``EarlyStopping(monitor='val_digit_accuracy')``.
 
-def evaluate(net, loader, ctx_list):
-    """Accuracy of every head over ``loader``: a dict head -> fraction correct."""
-    correct = dict.fromkeys(HEADS, 0)
-    count = 0
-    for data, label in loader:
-        for x, y in zip(split_and_load(data, ctx_list), split_and_load(label, ctx_list)):
-            targets = _targets(y)
-            for name, out in zip(net.names, net(x)):
-                correct[name] += int((out.argmax(axis=1) == targets[name]).sum().asscalar())
-            count += x.shape[0]
-    return {name: hits / count for name, hits in correct.items()}
+    Returns
+    -------
+    dict
+        'test_accuracy' (head -> fraction correct with the final parameters), 'history'
+        (from ``fit``), 'out', the trained 'net' and 'export' (the exported model's metadata,
+        or None).
+    """
+    checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
+    model_prefix = os.path.join(args.out, "model") if args.out else None
+    if args.export:
+        metadata = _export(checkpoints, model_prefix)
+        print(f"exported {metadata['files']['symbol']} (epoch {metadata['epoch_trained']})")
+        return {"export": metadata, "out": args.out}
 
-
-def train(args):
-    """Train and evaluate as ``args`` (from ``parse_args``) says; returns the final test
-    accuracy of every head (a dict). With ``--out``, also writes args.json, metrics.json,
-    multitask.params and the exported model."""
-    _cli.seed_all(args.seed)
     ctx_list = _cli.parse_ctx(args.ctx)
-    if args.out:
-        _cli.save_args(args, args.out)
-
+    _cli.seed_all(args.seed)
     train_set = digits(train=True)
     if args.train_size:
         train_set = train_set.take(args.train_size)
@@ -168,26 +235,28 @@ def train(args):
     net.initialize(mx.init.Xavier(), ctx=ctx_list)
     if args.hybridize:
         net.hybridize()
-    trainer = Trainer(net.collect_params(), "sgd", {
-        "learning_rate": args.lr, "momentum": args.momentum, "wd": args.wd})
-
-    history = []
-    epochs = tqdm(range(1, args.epochs + 1), desc="epochs", disable=not args.progress)
-    for epoch in epochs:
-        loss = train_epoch(net, trainer, train_loader, ctx_list, args.aux_every, args.progress)
-        accuracy = evaluate(net, test_loader, ctx_list)
-        history.append({"epoch": epoch, "loss": loss, **accuracy})
-        epochs.set_postfix(loss=f"{loss:.3f}", **{k: f"{v:.3f}" for k, v in accuracy.items()})
-
-    print("test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in accuracy.items()))
+    if args.epochs == 0:        # no batch will give the layers their shapes before the save
+        _cli.finish_init(net, _INPUT_SHAPE, ctx_list[0])
+    trainer = Trainer(net, "sgd", {"learning_rate": args.lr, "momentum": args.momentum,
+                                   "wd": args.wd})
+    schedule = HeadSchedule(args.aux_every)
+    callbacks = [schedule, *callbacks]
+    main_process = trainer.rank == 0
     if args.out:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump(history, f, indent=2)
-        net.save_parameters(os.path.join(args.out, "multitask.params"))
-        preprocessing = load_dataset("digits")[3]
-        export_model(net, os.path.join(args.out, "model"), (1, 8, 8), outputs=HEAD_CLASSES,
-                     preprocessing=preprocessing, task="multitask")
-    return accuracy
+        if main_process:
+            _cli.save_args(args, args.out)
+        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume)
+    metrics = [HeadAccuracy(head) for head in HEADS]
+    history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx_list,
+                  val_data=test_loader, metrics=metrics, callbacks=callbacks,
+                  progress=args.progress, batch_fn=schedule, eval_fn=eval_batch)
+    logs = evaluate(net, test_loader, ctx=ctx_list, metrics=metrics, eval_fn=eval_batch)
+    accuracy = {head: logs[f"{head}_accuracy"] for head in HEADS}
+    metadata = _export(checkpoints, model_prefix) if args.out and main_process else None
+    if main_process:
+        print("test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in accuracy.items()))
+    return {"test_accuracy": accuracy, "history": history, "out": args.out, "net": net,
+            "export": metadata}
 
 
 def main(argv=None):
@@ -196,9 +265,7 @@ def main(argv=None):
     Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
     passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
     """
-    if argv is None:
-        _cli.apply_threads(_MODULE)
-    train(parse_args(argv))
+    _cli.run_command(_MODULE, parse_args, train, argv)
 
 
 if __name__ == "__main__":

@@ -1,52 +1,164 @@
-"""gluonkit.recipes.multitask on a tiny budget: above-chance heads, same result on any devices."""
+"""gluonkit.recipes.multitask on a tiny budget: above-chance heads, same result on any devices,
+the outputs of fit, exact resume after a stop in mid-epoch, the best checkpoint exported."""
+import csv
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import mxnet as mx
 import numpy as np
 import pytest
 
 import gluonkit.data
+from gluonkit.callbacks import Callback
+from gluonkit.params import select
+from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.recipes import multitask as recipe
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "recipes", "multitask.py")
 
 # 3 epochs over 480 images, batch 32. Over seeds 0-15 the worst test accuracies measured were
 # digit 0.80, parity 0.83, aux 0.69 (chance: 0.10, 0.50, 0.50); the bars leave a margin.
 TINY = ["--epochs", "3", "--train-size", "480", "--batch-size", "32"]
 ABOVE = {"digit": 0.5, "parity": 0.7, "aux": 0.6}
 TEST_IMAGES = 359
+pytestmark = pytest.mark.filterwarnings("ignore:Skipping")  # the Trainer's note: aux left alone
 
 
-@pytest.mark.filterwarnings("ignore:Skipping")  # the Trainer's note that aux was left alone
-def test_tiny_run_beats_chance_and_agrees_across_devices(tmp_path, capsys):
-    one = recipe.train(recipe.parse_args(TINY + ["--ctx", "cpu:0", "--hybridize", "--no-progress",
-                                                "--out", str(tmp_path / "one")]))
+def exported_arrays(path):
+    """The arrays of an exported parameter file, in file order (names carry Gluon's block
+    counters, which differ from one build of the network to the next)."""
+    return [array.asnumpy() for array in mx.nd.load(str(path)).values()]
+
+
+def run(*argv, callbacks=()):
+    return recipe.train(recipe.parse_args(["--no-progress", *argv]), callbacks=callbacks)
+
+
+def digits_test_set():
+    test_set = gluonkit.data.digits(train=False)
+    return (np.stack([image for image, _ in test_set]),
+            np.array([label for _, label in test_set]))
+
+
+def test_tiny_run_beats_chance_agrees_across_devices_and_writes_its_outputs(tmp_path, capsys):
+    out = tmp_path / "one"
+    one = run(*TINY, "--ctx", "cpu:0", "--hybridize", "--out", str(out))
+    accuracy = one["test_accuracy"]
     assert capsys.readouterr().out.strip() == "test accuracy: " + ", ".join(
-        f"{head} {one[head]:.3f}" for head in ("digit", "parity", "aux"))
+        f"{head} {accuracy[head]:.3f}" for head in ("digit", "parity", "aux"))
     two = recipe.train(recipe.parse_args(TINY + ["--ctx", "cpu:0,cpu:1", "--no-hybridize",
-                                                "--out", str(tmp_path / "two")]))
-    assert "train" in capsys.readouterr().err  # the progress bars
-    assert set(one) == set(ABOVE)
+                                                "--out", ""]))
+    assert "epoch 1/3" in capsys.readouterr().err  # the progress bars
+    assert set(accuracy) == set(ABOVE)
     for head, bar in ABOVE.items():
-        assert isinstance(one[head], float) and one[head] > bar, (head, one[head])
+        assert isinstance(accuracy[head], float) and accuracy[head] > bar, (head, accuracy[head])
         # same seed, same batches: 2 devices imperative = 1 device hybridized, up to a
         # couple of test images whose prediction float32 rounding may tip
-        assert abs(one[head] - two[head]) <= 2 / TEST_IMAGES, (head, one[head], two[head])
+        assert abs(accuracy[head] - two["test_accuracy"][head]) <= 2 / TEST_IMAGES, head
+    assert two["export"] is None
 
-    saved = json.loads((tmp_path / "two" / "args.json").read_text())
-    assert saved["ctx"] == "cpu:0,cpu:1" and saved["hybridize"] is False
+    saved = json.loads((out / "args.json").read_text())
+    assert saved["ctx"] == "cpu:0" and saved["hybridize"] is True
     assert saved["epochs"] == 3 and saved["train_size"] == 480
-    history = json.loads((tmp_path / "one" / "metrics.json").read_text())
-    assert [row["epoch"] for row in history] == [1, 2, 3]
-    assert history[-1]["digit"] == one["digit"]
+    with open(out / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row["epoch"]) for row in rows] == [1, 2, 3]
+    for head in ("digit", "parity", "aux"):       # each head, on train and test batches
+        assert float(rows[-1][f"val_{head}_accuracy"]) == pytest.approx(accuracy[head])
+        assert 0 < float(rows[-1][f"{head}_accuracy"]) <= 1
+    assert float(rows[-1]["loss"]) < float(rows[0]["loss"])
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
+    # the reported accuracies are those of the final checkpoint's parameters, counted by hand
+    images, labels = digits_test_set()
     net = recipe.MultiTaskNet()
-    net.load_parameters(str(tmp_path / "one" / "multitask.params"))
-    test_set = gluonkit.data.digits(train=False)
-    images = np.stack([image for image, _ in test_set])
-    labels = np.array([label for _, label in test_set])
-    digit, parity, aux = (out.asnumpy().argmax(axis=1) for out in net(mx.nd.array(images)))
-    assert np.mean(digit == labels) == pytest.approx(one["digit"], abs=1e-9)
-    assert np.mean(parity == labels % 2) == pytest.approx(one["parity"], abs=1e-9)
-    assert np.mean(aux == (labels >= 5)) == pytest.approx(one["aux"], abs=1e-9)
+    net.initialize()
+    ckpt = Checkpoint(out / "checkpoints")
+    assert ckpt.load(net)["epoch"] == 3
+    digit, parity, aux = (o.asnumpy().argmax(axis=1) for o in net(mx.nd.array(images)))
+    assert np.mean(digit == labels) == pytest.approx(accuracy["digit"], abs=1e-9)
+    assert np.mean(parity == labels % 2) == pytest.approx(accuracy["parity"], abs=1e-9)
+    assert np.mean(aux == (labels >= 5)) == pytest.approx(accuracy["aux"], abs=1e-9)
+
+    # the exported model is the best checkpoint by test digit accuracy, as --export redoes it
+    val_digit = [float(row["val_digit_accuracy"]) for row in rows]
+    assert one["export"]["epoch_trained"] == 1 + val_digit.index(max(val_digit))
+    best = recipe.MultiTaskNet()
+    best.initialize()
+    ckpt.load(best, best=True)
+    exported = mx.gluon.SymbolBlock.imports(str(out / "model-symbol.json"), ["data"],
+                                            str(out / "model-0000.params"))
+    for got, want in zip(exported(mx.nd.array(images)), best(mx.nd.array(images))):
+        np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6)
+    metadata = json.loads((out / "model.json").read_text())
+    assert [o["name"] for o in metadata["outputs"]] == ["digit", "parity", "aux"]
+    before = exported_arrays(out / "model-0000.params")
+    (out / "model-0000.params").unlink()
+    again = run("--out", str(out), "--export")
+    assert again["export"]["epoch_trained"] == one["export"]["epoch_trained"]
+    for got, want in zip(exported_arrays(out / "model-0000.params"), before, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+class StopAt(Callback):
+    """Sends this process SIGINT after batch ``batch`` of epoch ``epoch`` (both from 1)."""
+
+    def __init__(self, epoch, batch):
+        self.epoch, self.batch = epoch, batch
+
+    def on_batch_end(self, state):
+        if (state.epoch + 1, state.batch) == (self.epoch, self.batch):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_resume_after_a_stop_in_mid_epoch_equals_an_uninterrupted_run(tmp_path):
+    # 15 batches per epoch; the aux head trains on batches 3, 6, ...: the stop after batch 5
+    # of epoch 2 falls inside a window, so the resumed run must pick the heads by position
+    straight = run(*TINY, "--out", str(tmp_path / "a"))
+    with pytest.raises(KeyboardInterrupt, match=r"after 1 epoch\(s\) and 5 batch\(es\)"):
+        run(*TINY, "--out", str(tmp_path / "b"), callbacks=[StopAt(2, 5)])
+    assert not (tmp_path / "b" / "model.json").exists()
+    resumed = run(*TINY, "--out", str(tmp_path / "b"), "--resume")
+
+    assert resumed["test_accuracy"] == straight["test_accuracy"]
+    for key, values in straight["history"].items():
+        if key not in ("time", "samples_per_sec"):
+            assert resumed["history"][key] == values, key
+    ours, theirs = select(resumed["net"]), select(straight["net"])
+    assert list(ours) == list(theirs) and "aux.weight" in ours
+    for name, param in ours.items():
+        np.testing.assert_array_equal(param.data().asnumpy(), theirs[name].data().asnumpy(),
+                                      err_msg=name)
+    assert resumed["export"]["epoch_trained"] == straight["export"]["epoch_trained"]
+    for got, want in zip(exported_arrays(tmp_path / "b" / "model-0000.params"),
+                         exported_arrays(tmp_path / "a" / "model-0000.params"), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with open(tmp_path / "b" / "history.csv") as f:
+        assert [int(row["epoch"]) for row in csv.DictReader(f)] == [1, 2, 3]
+
+
+def test_head_schedule_trains_aux_on_every_nth_batch_only():
+    schedule = recipe.HeadSchedule(every=3)
+    assert [len(schedule.heads(i)) for i in range(7)] == [2, 2, 3, 2, 2, 3, 2]
+    with pytest.raises(RuntimeError, match="pass it in callbacks too"):
+        schedule(recipe.MultiTaskNet(), (mx.nd.zeros((2, 1, 8, 8)), mx.nd.zeros(2)), [mx.cpu()])
+    with pytest.raises(ValueError, match=r"every \(.*\) must be a positive integer, got 0"):
+        recipe.HeadSchedule(every=0)
+
+
+def test_command_line_entry_point(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+    done = subprocess.run([sys.executable, SCRIPT, "--epochs", "1", "--train-size", "64",
+                           "--out", str(tmp_path), "--no-progress"], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("test accuracy: digit ")
+    assert "epoch 1/1: loss" in done.stderr          # the summary line, through logging
+    assert (tmp_path / "model-symbol.json").exists()
 
 
 def test_config_file_sets_defaults_and_flags_win(tmp_path):
@@ -54,13 +166,15 @@ def test_config_file_sets_defaults_and_flags_win(tmp_path):
     config.write_text(json.dumps({"epochs": 7, "lr": 0.05, "ctx": "cpu:0,cpu:1"}))
     args = recipe.parse_args(["--config", str(config), "--lr", "0.2"])
     assert (args.epochs, args.lr, args.ctx) == (7, 0.2, "cpu:0,cpu:1")
+    assert args.out == os.path.join("runs", "multitask")
     config.write_text(json.dumps({"epoch": 7}))
     with pytest.raises(SystemExit):
         recipe.parse_args(["--config", str(config)])
 
 
-@pytest.mark.parametrize("argv", [["--ctx", "cpu0"], ["--ctx", "tpu:0"], ["--epochs", "0"],
-                                  ["--aux-every", "-1"]])
+@pytest.mark.parametrize("argv", [["--ctx", "cpu0"], ["--ctx", "tpu:0"], ["--epochs", "-1"],
+                                  ["--aux-every", "-1"], ["--resume", "--out", ""],
+                                  ["--export", "--out", ""]])
 def test_bad_options_are_rejected(argv, capsys):
     with pytest.raises(SystemExit):
         recipe.parse_args(argv)

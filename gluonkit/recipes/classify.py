@@ -286,7 +286,8 @@ def train(args):
     if args.label_smoothing:
         loss = _SmoothedLoss(classes, args.label_smoothing)
     if args.amp:
-        loss = amp.init_trainer(trainer, loss)
+        amp.init_trainer(trainer)
+        loss = amp.ScaledLoss(loss, trainer)
     tic = time.perf_counter()
     history = fit(net, loss, trainer, train_loader, epochs=args.epochs, ctx=ctx,
                   val_data=test_loader, metrics="acc", callbacks=callbacks, progress=args.progress)

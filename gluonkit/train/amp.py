@@ -6,7 +6,7 @@ from mxnet.contrib.amp import loss_scaler as _loss_scaler
 
 from .._validate import choice
 
-__all__ = ["LossScaler", "ScaledLoss", "check_available", "init", "init_trainer"]
+__all__ = ["LossScaler", "ScaledLoss", "check_available", "init", "init_trainer", "scaled_batch_fn"]
 
 
 def check_available(ctx):
@@ -59,31 +59,42 @@ class LossScaler(_loss_scaler.LossScaler):
         return self._next_loss_scale
 
 
-def init_trainer(trainer, loss):
-    """Attach a dynamic loss scaler to ``trainer`` (after ``init``); return the loss to train with.
+def init_trainer(trainer):
+    """Attach a dynamic loss scaler to ``trainer`` (after ``init``).
 
-    The returned loss gives the same values as ``loss``; while recording, the gradient it
-    passes back is multiplied by the loss scale, and ``trainer`` divides it out at the update.
-    The scale stays the same within an accumulation window. A window whose gradients
-    overflow (hold NaN or Inf) is dropped: parameters and optimizer states are left as they
-    were, the gradients are zeroed and the scale is halved.
-
-    Parameters
-    ----------
-    trainer : gluonkit.Trainer
-    loss : gluon.loss.Loss
-        Returns one value per sample.
+    Train with ``ScaledLoss`` (or ``scaled_batch_fn``), whose gradients the scaler scales
+    and ``trainer`` unscales at the update. The scale stays the same within an accumulation
+    window. A window whose gradients overflow (hold NaN or Inf) is dropped: parameters and
+    optimizer states are left as they were, the gradients are zeroed and the scale is halved.
 
     Example::
 
         gluonkit.train.amp.init(ctx)                # before the network is built
         net = build(...)
         trainer = gluonkit.Trainer(net, 'sgd', {'learning_rate': 0.1}, accumulate=2)
-        loss = gluonkit.train.amp.init_trainer(trainer, gluon.loss.SoftmaxCrossEntropyLoss())
+        gluonkit.train.amp.init_trainer(trainer)
+        loss = gluonkit.train.amp.ScaledLoss(gluon.loss.SoftmaxCrossEntropyLoss(), trainer)
     """
     _amp.init_trainer(trainer)
     trainer._amp_loss_scaler = LossScaler()
-    return ScaledLoss(loss, trainer)
+
+
+def _scaled(value, trainer):
+    """``value`` as is, whose gradient is multiplied by the loss scale when recording."""
+    if not autograd.is_recording():
+        return value
+    scale = trainer._amp_loss_scaler.loss_scale
+    trainer._scale = trainer._amp_original_scale / scale   # what amp.scale_loss sets
+    return _ScaleGradient(scale)(value)
+
+
+def scaled_batch_fn(batch_fn, trainer):
+    """A ``gluonkit.fit`` ``batch_fn`` whose losses pass back gradients scaled as ``ScaledLoss``'s."""
+    def scaled(net, batch, ctx):
+        result = batch_fn(net, batch, ctx)
+        losses = [_scaled(value, trainer) for value in result[0]]
+        return (losses,) + tuple(result[1:])
+    return scaled
 
 
 class _ScaleGradient(autograd.Function):
@@ -101,10 +112,10 @@ class _ScaleGradient(autograd.Function):
 
 
 class ScaledLoss(gluon.Block):
-    """``loss`` whose gradient is scaled by the trainer's loss scale while recording.
+    """``loss`` whose gradient is scaled by the loss scale of ``trainer`` while recording.
 
-    Made by ``init_trainer``. It scales as ``amp.scale_loss`` does, but leaves the loss
-    values unscaled for the metrics, so ``gluonkit.fit`` needs no change.
+    It scales as ``amp.scale_loss`` does, but its values stay unscaled (for the metrics), so
+    ``gluonkit.fit`` trains with it as with any loss. ``trainer`` needs ``init_trainer``.
     """
 
     def __init__(self, loss, trainer):
@@ -113,10 +124,4 @@ class ScaledLoss(gluon.Block):
         self._trainer = trainer
 
     def forward(self, *args):
-        value = self.loss(*args)
-        if not autograd.is_recording():
-            return value
-        trainer = self._trainer
-        scale = trainer._amp_loss_scaler.loss_scale
-        trainer._scale = trainer._amp_original_scale / scale   # what amp.scale_loss sets
-        return _ScaleGradient(scale)(value)
+        return _scaled(self.loss(*args), self._trainer)

@@ -8,7 +8,7 @@ import pytest
 from mxnet import autograd, gluon
 from mxnet.contrib.amp import amp as mx_amp
 
-from gluonkit import Trainer
+from gluonkit import Trainer, fit
 from gluonkit.train import amp
 
 RNG = np.random.RandomState(0)
@@ -43,7 +43,8 @@ def weights(net):
 
 def scaled_trainer(net, accumulate, **kwargs):
     trainer = Trainer(net.collect_params(), "sgd", dict(OPT), accumulate=accumulate, **kwargs)
-    return trainer, amp.init_trainer(trainer, gluon.loss.L2Loss())
+    amp.init_trainer(trainer)
+    return trainer, amp.ScaledLoss(gluon.loss.L2Loss(), trainer)
 
 
 def micro_step(net, loss, trainer, x, y):
@@ -157,3 +158,32 @@ def test_amp_refuses_cpu_contexts_and_a_cpu_only_build():
         with pytest.raises(RuntimeError, match="CPU-only build.*mxnet-cu112.*drop --amp"):
             amp.init([mx.gpu(0)])
     assert not mx_amp._amp_initialized       # checked before anything was switched
+
+
+def test_a_scaled_batch_fn_trains_as_plain_gluon(amp_ready):
+    net = make_net()
+    reference = twin(net)
+    trainer = Trainer(net.collect_params(), "sgd", dict(OPT), accumulate=2)
+    amp.init_trainer(trainer)
+
+    def batch_fn(net, batch, ctx):
+        x, y = batch
+        return [gluon.loss.L2Loss()(net(x.as_in_context(ctx[0])), y.as_in_context(ctx[0]))], x.shape[0]
+
+    data = [(mx.nd.array(X[lo:hi]), mx.nd.array(Y[lo:hi])) for lo, hi in ((0, 5), (5, 16), (16, 20), (20, 32))]
+    fit(net, None, trainer, data, epochs=1, ctx=[mx.cpu()], progress=False,
+        batch_fn=amp.scaled_batch_fn(batch_fn, trainer))
+    plain = gluon.Trainer(reference.collect_params(), "sgd", dict(OPT))
+    gluon_step(reference, plain, X[:16], Y[:16])
+    gluon_step(reference, plain, X[16:], Y[16:])
+    for got, want in zip(weights(net), weights(reference)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    with autograd.record():                     # and its gradient was the scaled one
+        losses, _ = amp.scaled_batch_fn(batch_fn, trainer)(net, data[0], [mx.cpu()])
+    autograd.backward(losses)
+    with autograd.record():
+        plain_losses, _ = batch_fn(reference, data[0], [mx.cpu()])
+    autograd.backward(plain_losses)
+    scale = trainer._amp_loss_scaler.loss_scale
+    np.testing.assert_allclose(net.weight.grad().asnumpy(), scale * reference.weight.grad().asnumpy(),
+                               rtol=1e-5)

@@ -235,7 +235,8 @@ class Trainer(gluon.Trainer):
 
         The gradient normalized by the window's global count, over every parameter updated,
         summed over devices and workers. Measured only when the gradients are read anyway
-        (``clip_global_norm`` set or ``on_nonfinite`` other than 'ignore'); None otherwise
+        (``clip_global_norm`` set, ``on_nonfinite`` other than 'ignore', or a loss scaler
+        attached); None otherwise
         and before the first update.
         """
         return self._global_norm

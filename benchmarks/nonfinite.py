@@ -10,7 +10,6 @@ median over the rounds of skip/ignore - 1. Results go to a JSON file and the "no
 section of benchmarks/README.md.
 """
 import os
-import sys
 
 
 import statistics

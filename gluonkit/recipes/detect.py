@@ -23,7 +23,6 @@ import xml.etree.ElementTree as ET
 import mxnet as mx
 import numpy as np
 from gluoncv.data import CustomVOCDetectionBase
-from mxnet import gluon
 
 from . import _cli
 from . import detection as det
@@ -35,7 +34,7 @@ from ..train.checkpoint import Checkpoint
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 
-__all__ = ["parse_args", "load_detection", "make_loaders", "SamplerEpoch", "VOCValidation", "train",
+__all__ = ["parse_args", "load_detection", "make_loaders", "SamplerEpoch", "train",
            "draw_predictions", "main"]
 
 log = logging.getLogger("gluonkit")
@@ -204,29 +203,6 @@ class SamplerEpoch(Callback):
         self.sampler.set_epoch(state.epoch)
 
 
-class VOCValidation(Callback):
-    """After each epoch: VOC07 AP of every class and mAP on ``val_data``, as 'val_<class>' and
-    'val_mAP' in the epoch's logs and the history, and in the log.
-
-    A callback rather than ``fit(val_data=..., metrics=...)``: fit would feed the metric the
-    training batches too, and a detector in training mode returns losses, not detections.
-    It must come before the callbacks that read the logs (checkpoints, history, curves).
-    """
-
-    def __init__(self, val_data, classes, ctx):
-        self.val_data, self.classes, self.ctx = val_data, list(classes), ctx
-
-    def on_epoch_end(self, state):
-        scores = evaluate(state.net, self.val_data, ctx=self.ctx, metrics=det.voc_metric(self.classes),
-                          eval_fn=det.detection_eval_fn)
-        for name, value in scores.items():
-            state.logs[f"val_{name}"] = value
-            state.history.setdefault(f"val_{name}", []).append(value)
-        if state.is_main_process:
-            log.info("epoch %d VOC07 AP: %s", state.epoch + 1,
-                     ", ".join(f"{k} {v:.3f}" for k, v in scores.items()))
-
-
 def _schedule(lr, epochs, warmup_epochs, updates_per_epoch):
     """A linear warm-up then GluonCV's cosine decay to 0, per update."""
     from gluoncv.utils import LRScheduler
@@ -314,7 +290,7 @@ def train(args):
                       kvstore=kvstore, accumulate=args.accumulate,
                       **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
     main_process = trainer.rank == 0
-    callbacks = [SamplerEpoch(train_loader.batch_sampler), VOCValidation(val_loader, classes, ctx),
+    callbacks = [SamplerEpoch(train_loader.batch_sampler),
                  _schedule(args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))]
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
@@ -333,7 +309,8 @@ def train(args):
         batch_fn = amp.scaled_batch_fn(batch_fn, trainer)
     tic = time.perf_counter()
     history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, callbacks=callbacks,
-                  progress=args.progress, batch_fn=batch_fn)
+                  progress=args.progress, batch_fn=batch_fn, val_data=val_loader,
+                  metrics=det.voc_metric(classes), eval_fn=det.detection_eval_fn)
     mean_ap = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
                        eval_fn=det.detection_eval_fn)["mAP"]
     seconds = time.perf_counter() - tic

@@ -134,9 +134,9 @@ def _check_count(count, index):
             raise ValueError(f"batch_fn returned a count of shape {count.shape} for batch {index}; "
                              "a count given as an NDArray must hold one value.")
         return count
-    if not is_int(count) or count < 1:
+    if not is_int(count) or count < 0:
         raise ValueError(f"batch_fn returned the count {count!r} for batch {index}; return the "
-                         "positive int (or one-element NDArray) the losses are normalized by.")
+                         "int >= 0 (or one-element NDArray) the losses are normalized by.")
     return int(count)
 
 
@@ -367,8 +367,10 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     labels)``: ``losses`` a list of NDArrays, one per device, of any shape (the sum of all
     their elements is back-propagated), ``count`` what that sum is normalized by, handed to
     ``trainer.step`` (an int, or a one-element NDArray if the trainer takes it), and
-    ``outputs`` / ``labels`` (lists over the devices) what the metrics see. The history's
-    'loss' is then the epoch's sum of the losses divided by the sum of the counts.
+    ``outputs`` / ``labels`` (lists over the devices) what the metrics see. A ``batch_fn``
+    that returns no outputs (a detector in training mode returns losses, not detections)
+    leaves the metrics to ``val_data`` and ``eval_fn``. The history's 'loss' is then the
+    epoch's sum of the losses divided by the sum of the counts.
 
     MXNet's generator is reseeded at the start of every epoch from the Python and NumPy
     states, so seeding NumPy makes a run reproducible and a run resumed from a checkpoint
@@ -400,8 +402,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     val_data : iterable, optional
         Evaluated after every epoch; its results get the prefix 'val_'.
     metrics : str, EvalMetric or list of them, optional
-        E.g. 'acc' or ``mx.metric.TopKAccuracy(5)``; computed on train and val data. See
-        ``evaluate`` for one-hot labels and metrics of several fields.
+        E.g. 'acc' or ``mx.metric.TopKAccuracy(5)``; computed on train and val data (on val
+        data only when ``batch_fn`` returns no outputs). See ``evaluate`` for one-hot labels
+        and metrics of several fields.
     callbacks : iterable of Callback, or None
         See ``gluonkit.callbacks``.
     progress : bool, default True
@@ -437,7 +440,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         raise ValueError("loss is None; pass a gluon.loss.Loss, or a batch_fn that computes the "
                          "losses itself.")
     state = FitState(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
-                     make_metrics(metrics))
+                     make_metrics(metrics), outputs_optional=val_data is not None)
     state.train_data = train_data
     state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
     if hasattr(trainer, "name_params"):

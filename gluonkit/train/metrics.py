@@ -93,7 +93,8 @@ class MetricFeeder:
         """Raise at once if a metric cannot take these outputs and labels."""
         if labels is None or outputs is None:
             raise ValueError("metrics need outputs and labels, but none were given; return "
-                             "(losses, count, outputs, labels) from batch_fn, or pass metrics=None.")
+                             "(losses, count, outputs, labels) from batch_fn, pass val_data (and an "
+                             "eval_fn) to measure them on validation only, or pass metrics=None.")
         for metric, (required, most) in zip(self.metrics, self._arity):
             if most > 2:
                 given = len(_fields(outputs, "outputs")) + len(_fields(labels, "labels"))

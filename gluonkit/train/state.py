@@ -23,8 +23,10 @@ class Tally:
 
     METRIC_BATCHES = 16
 
-    def __init__(self, metrics):
+    def __init__(self, metrics, outputs_optional=False):
         self.metrics = metrics
+        self.outputs_optional = outputs_optional   # batches without outputs skip the metrics
+        self._metrics_fed = False
         self._feeder = MetricFeeder(metrics)
         self.grad_norms = []       # the trainer's global_norm after each update of the epoch
         self._samples = 0          # counts given as numbers
@@ -53,6 +55,7 @@ class Tally:
 
     def reset(self):
         self.samples, self.loss_sum, self._queued, self.grad_norms = 0, 0.0, [], []
+        self._metrics_fed = False
         for metric in self.metrics:
             metric.reset()
 
@@ -71,9 +74,10 @@ class Tally:
             if self._loss is None:
                 self._loss = mx.nd.array([self._restored], ctx=part.context, dtype="float64")
             self._loss += part.as_in_context(self._loss.context)
-        if self.metrics:
+        if self.metrics and not (self.outputs_optional and outputs is None and labels is None):
             if not self._queued:
                 self._feeder.check(labels, outputs)
+            self._metrics_fed = True
             self._queued.append((labels, outputs))
             if len(self._queued) >= self.METRIC_BATCHES:
                 self.settle()
@@ -93,8 +97,9 @@ class Tally:
         logs = {"loss": self.loss_sum / (self.samples or 1)} if loss else {}
         if self.grad_norms:
             logs["grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
-        for metric in self.metrics:
-            logs.update(metric_values(metric))
+        if self._metrics_fed or not self.outputs_optional:
+            for metric in self.metrics:
+                logs.update(metric_values(metric))
         return logs
 
 
@@ -126,7 +131,7 @@ class FitState:
         False on the workers of rank > 0 in distributed training: they neither log nor write.
     """
 
-    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics):
+    def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics, outputs_optional=False):
         self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
         self.train_data = None        # fit sets it; snapshots carry its sampler's state
         self.epochs = epochs
@@ -137,7 +142,7 @@ class FitState:
         self.interrupted = None
         self.is_main_process = getattr(trainer, "rank", 0) == 0
         self._callbacks = callbacks
-        self._tally = Tally(metrics)
+        self._tally = Tally(metrics, outputs_optional)
         self._phase = "idle"          # 'train' inside an epoch, 'end' at on_epoch_end
         self._epoch_rng = None        # generator states at the start of the epoch
         self._resume = None           # mid-epoch resumption: batches to skip, states after them

@@ -298,21 +298,12 @@ def test_batch_fn_mistakes_are_named():
     with pytest.raises(TypeError, match=r"return \(losses, count\) or"):
         gluonkit.fit(net, None, trainer, data, epochs=1, progress=False,
                      batch_fn=bad(lambda n, b, c: dense_batch_fn(n, b, c)[0]))
-    with pytest.raises(ValueError, match="the count 0 for batch 0"):
+    with pytest.raises(ValueError, match="the count -1 for batch 0"):
         gluonkit.fit(net, None, trainer, data, epochs=1, progress=False,
-                     batch_fn=bad(lambda n, b, c: (dense_batch_fn(n, b, c)[0], 0)))
+                     batch_fn=bad(lambda n, b, c: (dense_batch_fn(n, b, c)[0], -1)))
     with pytest.raises(ValueError, match=r"metrics need outputs and labels.*\(losses, count, outputs"):
         gluonkit.fit(net, None, trainer, data, epochs=1, progress=False, metrics="acc",
                      batch_fn=bad(lambda n, b, c: dense_batch_fn(n, b, c)[:2]))
-
-
-class CountReader(gluonkit.Trainer):
-    """Takes a count given as a one-element NDArray, as the Trainer's step(count) does."""
-
-    def step(self, batch_size, ignore_stale_grad=False):
-        if isinstance(batch_size, mx.nd.NDArray):
-            batch_size = int(batch_size.asscalar())
-        return super().step(batch_size, ignore_stale_grad)
 
 
 def test_counts_given_as_ndarrays_on_the_devices_give_the_same_training_and_loss():
@@ -322,12 +313,64 @@ def test_counts_given_as_ndarrays_on_the_devices_give_the_same_training_and_loss
         return losses, valid, outputs, labels            # = count, computed on the devices
 
     histories, nets = [], []
-    for fn, trainer_cls in ((seg_batch_fn, gluonkit.Trainer), (on_device, CountReader)):
+    for fn in (seg_batch_fn, on_device):
         net = seg_net()
-        trainer = trainer_cls(net.collect_params(), "sgd", {"learning_rate": 0.5}, accumulate=2)
+        trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5}, accumulate=2)
         histories.append(gluonkit.fit(net, None, trainer, segmentation_data(), epochs=2, ctx=TWO,
                                       batch_fn=fn, progress=False))
         nets.append(net)
     assert histories[1]["loss"] == pytest.approx(histories[0]["loss"], rel=1e-6)
     for a, b in zip(nets[0].collect_params().values(), nets[1].collect_params().values()):
         np.testing.assert_array_equal(a.data(TWO[0]).asnumpy(), b.data(TWO[0]).asnumpy())
+
+
+def test_a_batch_fn_without_outputs_leaves_the_metrics_to_validation():
+    """A detector in training mode returns losses only: metrics are measured on val_data."""
+    loader = segmentation_data()
+    histories = []
+    for returns_outputs in (True, False):
+        net = seg_net()
+        trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5})
+
+        def batch_fn(net, batch, ctx_list):
+            result = seg_batch_fn(net, batch, ctx_list)
+            return result if returns_outputs else result[:2]
+        histories.append(gluonkit.fit(net, None, trainer, loader, epochs=2, ctx=TWO, batch_fn=batch_fn,
+                                      val_data=loader, eval_fn=seg_eval_fn,
+                                      metrics=SegmentationMetric(3), progress=False))
+    with_outputs, without = histories
+    assert "pixAcc" in with_outputs and "pixAcc" not in without and "mIoU" not in without
+    for key in ("loss", "val_pixAcc", "val_mIoU"):
+        assert without[key] == pytest.approx(with_outputs[key], rel=1e-6), key
+
+    net = seg_net()                               # without val_data the metrics would see nothing
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5})
+    with pytest.raises(ValueError, match="pass val_data"):
+        gluonkit.fit(net, None, trainer, loader, epochs=1, ctx=TWO, metrics=SegmentationMetric(3),
+                     batch_fn=lambda n, b, c: seg_batch_fn(n, b, c)[:2], progress=False)
+
+
+def test_a_micro_batch_without_positives_is_part_of_its_window():
+    """A count of 0 (no positive anchor in the batch) adds gradients of 0 and no count."""
+    batches = list(dense_loader(24))
+
+    def batch_fn(net, batch, ctx_list):
+        if batch is None:                          # a batch whose loss is 0, as with no positives
+            return [net(mx.nd.zeros((2, 6), ctx=ctx_list[0])).sum() * 0], 0
+        return dense_batch_fn(net, batch, ctx_list)[:2]
+    net = dense_net(TWO)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.3}, accumulate=2)
+    gluonkit.fit(net, None, trainer, [None] + batches, epochs=1, ctx=TWO, batch_fn=batch_fn,
+                 progress=False)
+
+    ref = dense_net(TWO)                           # the windows (empty, b0) and (b1, b2) by hand
+    trainer = gluonkit.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.3}, accumulate=2)
+    for window in ([batches[0]], batches[1:3]):
+        for batch in window:
+            with autograd.record():
+                losses, count = dense_batch_fn(ref, batch, TWO)[:2]
+            autograd.backward(losses)
+            trainer.step(count)
+        trainer.flush()
+    for a, b in zip(ref.collect_params().values(), net.collect_params().values()):
+        np.testing.assert_allclose(b.data(TWO[0]).asnumpy(), a.data(TWO[0]).asnumpy(), rtol=1e-6, atol=1e-7)

@@ -24,6 +24,7 @@ from mxnet import gluon
 
 from ..data import bucket_loader, multiscale_loader
 from ..nn import ShapeCache
+from ..train import amp
 from ..train.callbacks import LRSchedule
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
@@ -98,6 +99,8 @@ def _build_parser():
     train.add_argument("--warmup-epochs", type=float, default=1.0,
                        help="linear learning-rate warm-up, per update")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
+    train.add_argument("--amp", action="store_true",
+                       help="mixed precision (float16) with dynamic loss scaling; GPUs only")
     _cli.add_device_options(parser)
     _cli.add_output_options(parser, os.path.join("runs", "classify"))
     return parser
@@ -114,6 +117,11 @@ def parse_args(argv=None):
         check_model_name(args.model)
     except ValueError as err:
         parser.error(str(err))
+    if args.amp and not args.export:
+        try:
+            amp.check_available(_cli.parse_ctx(args.ctx))
+        except (ValueError, RuntimeError) as err:
+            parser.error(f"--amp: {err}")
     if (args.pretrained or args.pretrained_file) and args.model == "cnn":
         parser.error("--pretrained needs a GluonCV model-zoo --model; 'cnn' has no pretrained "
                      "weights.")
@@ -202,11 +210,13 @@ def _prepare(net, ctx, hybridize, variable_shapes, pretrained):
     return net
 
 
-def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, preprocessing):
+def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, preprocessing, ctx=None):
     """Export the best (else the latest) checkpoint in the directory ``checkpoints`` of a
-    ``model`` network as ``prefix``-symbol.json/-0000.params/.json; returns the metadata."""
+    ``model`` network as ``prefix``-symbol.json/-0000.params/.json, built on ``ctx`` (default
+    the CPU; a GPU after ``amp.init``, whose float16 layers have no CPU kernels); returns the
+    metadata."""
     net = build_model(model, len(class_names))
-    net.initialize(ctx=mx.cpu())
+    net.initialize(ctx=ctx or mx.cpu())
     return _cli.export_best(net, checkpoints, prefix, input_shape, outputs=class_names,
                             preprocessing=preprocessing, task="classify", model=model)
 
@@ -222,6 +232,8 @@ def train(args):
         'export' (the exported model's metadata, or None).
     """
     ctx = _cli.parse_ctx(args.ctx)
+    if args.amp and not args.export:
+        amp.init(ctx)     # before anything is loaded, built or written
     _cli.seed_all(args.seed)
     train_set, test_set, class_names, preprocessing = load_dataset(
         args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed)
@@ -268,6 +280,9 @@ def train(args):
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if args.label_smoothing:
         loss = _SmoothedLoss(classes, args.label_smoothing)
+    if args.amp:
+        amp.init_trainer(trainer)
+        loss = amp.ScaledLoss(loss, trainer)
     tic = time.perf_counter()
     history = fit(net, loss, trainer, train_loader, epochs=args.epochs, ctx=ctx,
                   val_data=test_loader, metrics="acc", callbacks=callbacks, progress=args.progress)
@@ -276,7 +291,7 @@ def train(args):
     metadata = None
     if args.out and main_process:
         metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
-                                     input_shape, preprocessing)
+                                     input_shape, preprocessing, ctx[0] if args.amp else None)
     if main_process:
         print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")

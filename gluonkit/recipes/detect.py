@@ -28,6 +28,7 @@ from . import _cli
 from . import detection as det
 from ..data import Buckets, MultiScaleSampler, ShapesDetection
 from ..export import export_model
+from ..train import amp
 from ..train.callbacks import Callback, HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
 from ..train.checkpoint import Checkpoint
 from ..train.loop import evaluate, fit
@@ -87,6 +88,8 @@ def _build_parser():
     train.add_argument("--clip-global-norm", type=float, metavar="NORM",
                        help="clip the update's whole gradient to this norm")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
+    train.add_argument("--amp", action="store_true",
+                       help="mixed precision (float16) with dynamic loss scaling; GPUs only")
     _cli.add_device_options(parser)
     output = parser.add_argument_group("output")
     output.add_argument("--out", default=os.path.join("runs", "detect"), metavar="DIR",
@@ -112,6 +115,11 @@ def parse_args(argv=None):
         det.model_family(args.model)
     except ValueError as err:
         parser.error(str(err))
+    if args.amp:
+        try:
+            amp.check_available(_cli.parse_ctx(args.ctx))
+        except (ValueError, RuntimeError) as err:
+            parser.error(f"--amp: {err}")
     if args.per_device:
         args.batch_size = args.per_device * len(_cli.parse_ctx(args.ctx))
     return args
@@ -254,6 +262,8 @@ def train(args):
         'out', the trained 'net' and 'export' (the exported model's metadata, or None).
     """
     ctx = _cli.parse_ctx(args.ctx)
+    if args.amp:
+        amp.init(ctx)     # before anything is loaded, built or written
     _cli.seed_all(args.seed)
     family = det.model_family(args.model)
     train_set, val_set, classes = load_detection(args.dataset, args.limit)
@@ -289,6 +299,9 @@ def train(args):
         log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
                  len(train_set), ", ".join(classes), ctx)
     batch_fn = det.yolo3_batch_fn if family == "yolo3" else det.SSDBatch()
+    if args.amp:
+        amp.init_trainer(trainer)
+        batch_fn = amp.scaled_batch_fn(batch_fn, trainer)
     tic = time.perf_counter()
     history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, callbacks=callbacks,
                   progress=args.progress, batch_fn=batch_fn, val_data=val_loader,

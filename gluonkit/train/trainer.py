@@ -92,7 +92,10 @@ class Trainer(TrainerState, gluon.Trainer):
         zeroes the gradients, counts it in ``nonfinite_skips`` and warns; 'raise' raises
         ``FloatingPointError`` naming the first parameter affected. Both restore the
         running statistics (non-differentiable parameters such as BatchNorm's running mean
-        and variance) to their values at the start of the dropped window.
+        and variance) to their values at the start of the dropped window. With a loss scaler
+        attached (``gluonkit.train.amp.init_trainer``) such a window is a loss-scale overflow:
+        whatever the policy it is dropped and the scaler halves its scale ('skip' also warns and
+        counts it, 'raise' raises after dropping it).
     clip_global_norm : float, optional
         Scale each update's gradient (the window's, normalized by the global count) so that
         its L2 norm over all parameters is at most this value; ``global_norm`` gives the norm
@@ -223,7 +226,8 @@ class Trainer(TrainerState, gluon.Trainer):
 
         The gradient normalized by the window's global count, over every parameter updated,
         summed over devices and workers. Measured only when the gradients are read anyway
-        (``clip_global_norm`` set or ``on_nonfinite`` other than 'ignore'); None otherwise
+        (``clip_global_norm`` set, ``on_nonfinite`` other than 'ignore', or a loss scaler
+        attached); None otherwise
         and before the first update.
         """
         return self._global_norm
@@ -316,14 +320,17 @@ class Trainer(TrainerState, gluon.Trainer):
         if not kvstore_updates:
             self._allreduce_grads()   # first, so one device's copy holds the whole gradient
         one_copy = not kvstore_updates and (self._kvstore is not None or len(self._contexts) == 1)
-        reads = self._on_nonfinite != "ignore" or self._clip_global_norm is not None
+        scaler = getattr(self, "_amp_loss_scaler", None)   # set by amp.init_trainer
+        reads = self._on_nonfinite != "ignore" or self._clip_global_norm is not None or scaler is not None
         sum_sq = sum_of_squares(self._grads(selected, one_copy)) if reads else None
         count = _read(count)
         if not count > 0:
             self._drop_empty(selected, count)
             return False
         norm = math.sqrt(sum_sq) * abs(self._scale) / count if reads else None
-        if reads and not math.isfinite(norm) and self._on_nonfinite != "ignore":
+        if scaler is not None:   # once per window: the scale halves on overflow, grows after clean runs
+            scaler.has_overflow([self._params[i] for i in selected])
+        if reads and not math.isfinite(norm) and (self._on_nonfinite != "ignore" or scaler is not None):
             self._discard(selected, one_copy)
             return False
         clip = self._clip_global_norm
@@ -376,6 +383,8 @@ class Trainer(TrainerState, gluon.Trainer):
         self._selected = None
         self._finish(params)
         self._restore_statistics()
+        if self._on_nonfinite == "ignore":   # a loss-scale overflow: the scaler has lowered its scale
+            return
         if self._on_nonfinite == "raise":
             raise FloatingPointError(
                 f"The gradient of {culprit} holds NaN or Inf; no update was applied. Lower the learning "
@@ -477,9 +486,7 @@ class Trainer(TrainerState, gluon.Trainer):
         selected = self._select(ignore_stale_grad) if self._selected is None else self._selected
         self._selected = None
         params = [self._params[i] for i in selected]
-        loss_scaler = getattr(self, "_amp_loss_scaler", None)
-        overflow = loss_scaler is not None and loss_scaler.has_overflow(params)
-        if not overflow and not (self._kvstore and self._update_on_kvstore):
+        if not (self._kvstore and self._update_on_kvstore):
             updates = [[] for _ in self._updaters]
             for i, param in zip(selected, params):
                 for upd, arr, grad in zip(updates, param.list_data(), param.list_grad()):

@@ -312,3 +312,18 @@ def test_pretrained_file_starts_from_those_weights(tmp_path):
         if "running" not in name:              # (BatchNorm's statistics follow the data)
             np.testing.assert_array_equal(param.data().asnumpy(), loaded[name].data().asnumpy(), name)
     assert net(mx.nd.zeros((2, 3, 8, 8))).shape == (2, 3)
+
+
+def test_amp_on_a_cpu_context_or_cpu_only_build_fails_before_anything_is_written(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--amp", "--out", str(tmp_path / "a")])
+    assert "--amp: mixed precision (AMP) runs on GPUs only" in capsys.readouterr().err
+    if not mx.runtime.Features().is_enabled("CUDA"):
+        with pytest.raises(SystemExit):
+            recipe.parse_args(["--amp", "--ctx", "gpu:0", "--out", str(tmp_path / "a")])
+        assert "CPU-only" in capsys.readouterr().err    # --ctx itself finds no GPU
+    args = recipe.parse_args(["--no-progress", "--out", str(tmp_path / "a"), "--limit", "32"])
+    args.amp = True                     # as a caller of train() could set it
+    with pytest.raises(ValueError, match="GPUs only"):
+        recipe.train(args)
+    assert not os.path.exists(tmp_path / "a")

@@ -132,3 +132,14 @@ def test_missing_voc_folder_is_named(tmp_path):
         detect.load_detection(f"voc:{tmp_path}")
     with pytest.raises(ValueError, match="neither 'shapes' nor 'voc:DIR'"):
         detect.load_detection("coco")
+
+
+def test_amp_on_a_cpu_context_fails_before_anything_is_written(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        detect.parse_args(["--amp", "--out", str(tmp_path / "a")])
+    assert "--amp: mixed precision (AMP) runs on GPUs only" in capsys.readouterr().err
+    args = detect.parse_args(["--no-progress", "--out", str(tmp_path / "a")])
+    args.amp = True                     # as a caller of train() could set it
+    with pytest.raises(ValueError, match="GPUs only"):
+        detect.train(args)
+    assert not os.path.exists(tmp_path / "a")

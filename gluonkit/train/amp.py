@@ -47,7 +47,7 @@ def init(ctx, target_dtype="float16"):
 class LossScaler(_loss_scaler.LossScaler):
     """MXNet's dynamic loss scaler, whose new scale applies from the very next window.
 
-    ``has_overflow`` (called by the Trainer once per update window) halves the scale after
+    ``record`` (called by the Trainer once per update window) halves the scale after
     an overflow and doubles it after 2000 clean windows; MXNet's ``loss_scale`` reports the
     change one window late, so the window after an overflow would still use the scale that
     overflowed.
@@ -57,6 +57,23 @@ class LossScaler(_loss_scaler.LossScaler):
     def loss_scale(self):
         """float: The scale the losses of the current window are multiplied by."""
         return self._next_loss_scale
+
+    def record(self, overflow):
+        """Move the scale on after a window whose gradients did (or did not) overflow.
+
+        The Trainer calls it with what its own pass over the summed gradients found, so an
+        overflow on any device counts (``has_overflow`` reads the first device only).
+        """
+        self._loss_scale = self._next_loss_scale
+        if overflow:
+            self._next_loss_scale = self._loss_scale / 2.0
+            self._unskipped = 0
+        else:
+            self._unskipped += 1
+            if self._unskipped == self._scale_seq_len:
+                self._unskipped = 0
+                self._next_loss_scale = min(self._max_loss_scale, self._loss_scale * 2.0)
+        return overflow
 
 
 def init_trainer(trainer):
@@ -77,6 +94,7 @@ def init_trainer(trainer):
     """
     _amp.init_trainer(trainer)
     trainer._amp_loss_scaler = LossScaler()
+    trainer.pending = trainer.pending   # takes the running statistics a dropped window returns to
 
 
 def _scaled(value, trainer):

@@ -289,6 +289,8 @@ class Checkpoint:
             trainer.load_state_dict(trainer_state)
         # after the trainer: setting up its kvstore copies the first device's values to all
         self._apply_device_copies(plan)
+        if trainer is not None:
+            trainer.pending = trainer.pending   # a dropped window returns to these statistics
         set_rng_state(saved["rng"])
         return {**user, "epoch": meta["epoch"], "step": meta["step"]}
 

@@ -227,8 +227,8 @@ class Trainer(TrainerState, gluon.Trainer):
         The gradient normalized by the window's global count, over every parameter updated,
         summed over devices and workers. Measured only when the gradients are read anyway
         (``clip_global_norm`` set, ``on_nonfinite`` other than 'ignore', or a loss scaler
-        attached); None otherwise
-        and before the first update.
+        attached); None otherwise, before the first update, and when the kvstore updates
+        several devices one by one (nothing summed their gradients first).
         """
         return self._global_norm
 
@@ -283,8 +283,6 @@ class Trainer(TrainerState, gluon.Trainer):
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
         count = check_count(batch_size)
-        if self._accumulate > 1:
-            self._check_accumulating()
         if isinstance(count, mx.nd.NDArray):
             self._pending_arrays.append(count)
         else:
@@ -312,6 +310,8 @@ class Trainer(TrainerState, gluon.Trainer):
             self._init_kvstore()
         if self._params_to_init:
             self._init_params()
+        if self._accumulate > 1:
+            self._check_accumulating()
         local_count, arrays = self._pending_samples, self._pending_arrays
         self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
         selected = self._select(ignore_stale_grad)
@@ -329,7 +329,10 @@ class Trainer(TrainerState, gluon.Trainer):
             return False
         norm = math.sqrt(sum_sq) * abs(self._scale) / count if reads else None
         if scaler is not None:   # once per window: the scale halves on overflow, grows after clean runs
-            scaler.has_overflow([self._params[i] for i in selected])
+            if hasattr(scaler, "record"):   # gluonkit's: told by this pass, which saw every device
+                scaler.record(not math.isfinite(sum_sq))
+            else:                           # MXNet's reads the first device's gradients itself
+                scaler.has_overflow([self._params[i] for i in selected])
         if reads and not math.isfinite(norm) and (self._on_nonfinite != "ignore" or scaler is not None):
             self._discard(selected, one_copy)
             return False
@@ -339,7 +342,8 @@ class Trainer(TrainerState, gluon.Trainer):
         if kvstore_updates:
             self._allreduce_grads()
         self._update(ignore_stale_grad)
-        self._global_norm = norm
+        # per-device squares do not add up to the norm of the sum: no norm when nothing summed them
+        self._global_norm = norm if one_copy or len(self._contexts) == 1 else None
         return True
 
     def _sum_counts(self, count, arrays):
@@ -395,7 +399,7 @@ class Trainer(TrainerState, gluon.Trainer):
 
     def _check_accumulating(self):
         """Refuse a trainable parameter switched to grad_req='write' within accumulation."""
-        written = [p.name for p in self._params if p.grad_req == "write"]
+        written = [self._name_of(p) for p in self._params if p.grad_req == "write"]
         if written:
             self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
             self._selected = None
@@ -410,10 +414,10 @@ class Trainer(TrainerState, gluon.Trainer):
         """Copy the arrays a forward pass updates (BatchNorm running statistics) at a window's start.
 
         Those are the non-differentiable parameters (frozen weights never change: not copied).
-        Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise'), so that the
-        forward passes of a dropped window leave them as they were.
+        Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler
+        attached), so that the forward passes of a dropped window leave them as they were.
         """
-        if self._on_nonfinite == "ignore":
+        if self._on_nonfinite == "ignore" and getattr(self, "_amp_loss_scaler", None) is None:
             self._statistics = None
             return
         self._statistics = [(p, [a.copy() for a in p.list_data()])

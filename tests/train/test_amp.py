@@ -187,3 +187,24 @@ def test_a_scaled_batch_fn_trains_as_plain_gluon(amp_ready):
     scale = trainer._amp_loss_scaler.loss_scale
     np.testing.assert_allclose(net.weight.grad().asnumpy(), scale * reference.weight.grad().asnumpy(),
                                rtol=1e-5)
+
+
+def test_an_overflow_on_the_second_device_only_lowers_the_scale(amp_ready):
+    """The kvstore updates (no clipping), so nothing sums the devices' gradients before the
+    check: the overflow on device 1 must still drop the window and halve the scale."""
+    ctx = [mx.cpu(0), mx.cpu(1)]
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize(mx.init.Xavier(rnd_type="gaussian"), ctx=ctx)
+    start = [p.data(ctx[0]).asnumpy() for p in net.collect_params().values()]
+    trainer, loss = scaled_trainer(net, accumulate=1)
+    first = trainer._amp_loss_scaler.loss_scale
+    x, y = mx.nd.array(X[:8]), mx.nd.array(Y[:8])
+    with autograd.record():
+        values = [loss(net(x[:4].as_in_context(ctx[0])), y[:4].as_in_context(ctx[0])),
+                  loss(net(mx.nd.array(overflowing(X[4:8]), ctx=ctx[1])), y[4:].as_in_context(ctx[1]))]
+    autograd.backward(values)
+    assert trainer.step(8) is False
+    assert trainer._amp_loss_scaler.loss_scale == first / 2
+    for p, before in zip(net.collect_params().values(), start):
+        np.testing.assert_array_equal(p.data(ctx[0]).asnumpy(), before)
+        np.testing.assert_array_equal(p.data(ctx[1]).asnumpy(), before)

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["WORKER_FLAG", "machine", "serve", "compare", "markdown_table",
+__all__ = ["WORKER_FLAG", "machine", "serve", "compare", "paired", "markdown_table",
            "write_json", "replace_section"]
 
 WORKER_FLAG = "--worker"
@@ -207,6 +207,13 @@ def compare(module, names, options, repeats, reference=None, log=None):
         for row in rows.values():
             row["ratio"] = row["samples_per_s"] / base
     return [rows[name] for name in names]
+
+
+def paired(runs, reference):
+    """Median, min and max over repeats of ``runs[r] / reference[r]``: the two ran in the same
+    round, one after the other, so a change of the machine's load hits both."""
+    ratios = sorted(a / b for a, b in zip(runs, reference))
+    return statistics.median(ratios), ratios[0], ratios[-1]
 
 
 def markdown_table(rows, columns):

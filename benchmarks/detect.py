@@ -6,12 +6,11 @@ accumulating at one image per device costs. The reference is the loop of GluonCV
 losses, ``autograd.backward`` and ``gluon.Trainer.step(batch_size)``.
 """
 import os
-import statistics
 import sys
 
 from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
-from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,
-                       serve, write_json)
+from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
+                       replace_section, serve, write_json)
 
 SECTION = "detect"
 
@@ -148,12 +147,6 @@ def parse_args(argv=None):
     return args
 
 
-def paired(a, b):
-    """Median, min and max over repeats of ``a``'s images/s over ``b``'s in the same repeat."""
-    ratios = sorted(x / y for x, y in zip(a["runs"], b["runs"]))
-    return statistics.median(ratios), ratios[0], ratios[-1]
-
-
 COLUMNS = [
     ("contestant", lambda r: CONTESTANTS[r["name"]][0]),
     ("images/s: median (min - max)", lambda r: f"{r['samples_per_s']:.2f} ({r['min']:.2f} - {r['max']:.2f})"),
@@ -168,7 +161,7 @@ def findings(rows):
     items = []
     for text, name, against in FINDINGS:
         if name in by and against in by:
-            median, low, high = paired(by[name], by[against])
+            median, low, high = paired(by[name]["runs"], by[against]["runs"])
             items.append(f"- {text}: **{median:.2f}x** ({low:.2f} - {high:.2f})")
     return "\n".join(items)
 

@@ -13,13 +13,12 @@ Results go to a JSON file, a PNG chart and the "throughput" section of benchmark
 import json
 import os
 import sys
-import statistics
 import time
 
 from ._common import (HERE, apply_defaults, benchmark_parser, parse_with_config, set_env, template,
                       thread_settings)
 from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
-from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on,
+from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
                       replace_section, serve, write_json)
 
 SECTION = "throughput"
@@ -100,12 +99,6 @@ def plan(args):
     return groups
 
 
-def _paired(runs, reference):
-    """Median, min and max over repeats of runs[r] / reference[r] (same repeat, same load)."""
-    ratios = [a / b for a, b in zip(runs, reference)]
-    return statistics.median(ratios), min(ratios), max(ratios)
-
-
 def run_group(group):
     """Compare a group's contestants; return its rows (the harness's, with the config's fields)."""
     configs = group["configs"]
@@ -136,15 +129,15 @@ def derive(rows):
             small = min((r for r in cell.values() if r["accumulate"] == 1), key=lambda r: r["batch"])
             for row in cell.values():
                 row["rss_ratio"] = row["peak_rss_mb"] / small["peak_rss_mb"]
-                row["ratio"], row["ratio_min"], row["ratio_max"] = _paired(row["runs"], small["runs"])
+                row["ratio"], row["ratio_min"], row["ratio_max"] = paired(row["runs"], small["runs"])
             continue
         one = cells.get((kind, net, 1, None), {})
         for name, row in cell.items():
             if BASELINE in cell:
-                row["ratio"], row["ratio_min"], row["ratio_max"] = _paired(row["runs"], cell[BASELINE]["runs"])
+                row["ratio"], row["ratio_min"], row["ratio_max"] = paired(row["runs"], cell[BASELINE]["runs"])
             if FLOOR in cell:
                 # extra time per sample over pure compute: floor speed / own speed - 1
-                row["over_floor"] = _paired(cell[FLOOR]["runs"], row["runs"])[0] - 1
+                row["over_floor"] = paired(cell[FLOOR]["runs"], row["runs"])[0] - 1
             if name in one:
                 row["speedup"] = row["samples_per_s"] / one[name]["samples_per_s"]
                 row["efficiency"] = row["speedup"] / row["devices"]

@@ -13,7 +13,6 @@ import os
 import sys
 
 
-import statistics
 
 import mxnet as mx
 import numpy as np
@@ -27,8 +26,8 @@ from gluonkit.recipes.models import small_cnn
 from gluonkit.train.trainer import Trainer
 
 from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env
-from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, replace_section,
-                       serve, write_json)
+from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
+                       replace_section, serve, write_json)
 
 SECTION = "varshape"
 
@@ -298,13 +297,6 @@ def _fmt(value, digits=1):
     return f"{value:.{digits}f}"
 
 
-def paired(a, b):
-    """Median, min and max over repeats of ``a``'s samples/s over ``b``'s in the same repeat
-    (the two ran one after the other, so a change of the machine's load hits both)."""
-    ratios = sorted(x / y for x, y in zip(a["runs"], b["runs"]))
-    return statistics.median(ratios), ratios[0], ratios[-1]
-
-
 def _ratio_cell(ratio):
     median, low, high = ratio
     return f"{median:.2f} ({low:.2f} - {high:.2f})"
@@ -340,7 +332,7 @@ def findings(rows):
     items = []
     for text, name, against in FINDINGS:
         if name in by and against in by:
-            median, low, high = paired(by[name], by[against])
+            median, low, high = paired(by[name]["runs"], by[against]["runs"])
             memory = by[name]["peak_rss_mb"] - by[against]["peak_rss_mb"]
             items.append(f"- {text}: **{median:.2f}x** ({low:.2f} - {high:.2f}), "
                          f"peak RSS {memory:+.0f} MB")
@@ -361,7 +353,7 @@ def main(args):
             fixed = rows[args.only.index("fixed")]
             for row in rows:
                 row["work"] = input_work(CONTESTANTS[row["name"]][1], options)
-                row["vs_fixed"] = paired(row, fixed)
+                row["vs_fixed"] = paired(row["runs"], fixed["runs"])
             results["runs"].append({"setting": setting, "net": net, "options": options, "rows": rows})
             print(markdown_table(rows, COLUMNS))
             print(findings(rows), flush=True)

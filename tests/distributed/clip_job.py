@@ -10,41 +10,19 @@ import warnings
 
 import mxnet as mx
 import numpy as np
-from mxnet import autograd, gluon, nd
+from mxnet import autograd, nd
 
 import gluonkit
+from dist_job import (ACCUMULATE, OPTIMIZER, SIZES, loss_fn, make_net,  # noqa: F401 (SIZES: for the test)
+                      micro_batches)
 
-ACCUMULATE = 2
 CLIP = 0.05
 NAN_UPDATE = 1   # worker 1 puts a NaN into this update: every worker must drop it
-# SIZES[update][rank] = micro-batch sizes of that worker in that update
-SIZES = [[(5, 3), (2, 7)], [(1, 4), (6, 6)], [(9, 2), (1, 1)]]
-OPTIMIZER = ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01})
 
 
 def dataset():
     rng = np.random.RandomState(7)
     return rng.randn(64, 4).astype("float32"), 3 * rng.randn(64, 3).astype("float32")
-
-
-def micro_batches():
-    """(update, rank, begin, end) of every micro-batch, consecutive over the data."""
-    begin = 0
-    for update, per_rank in enumerate(SIZES):
-        for rank, sizes in enumerate(per_rank):
-            for size in sizes:
-                yield update, rank, begin, begin + size
-                begin += size
-
-
-def make_net():
-    net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(8, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=8))
-    return net
-
-
-def loss_fn(out, y):
-    return ((out - y) ** 2).sum(axis=1)
 
 
 def main(out_dir):

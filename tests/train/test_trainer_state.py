@@ -2,13 +2,12 @@
 import warnings
 
 import mxnet as mx
-import numpy as np
 import pytest
-from mxnet import autograd, gluon
+from mxnet import gluon
 
 import gluonkit
 from conftest import params_of as values
-from gluonkit.train.split import split_and_load
+from test_checkpoint import assert_same, batches, train
 from gluonkit.train.trainer import Trainer
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -23,29 +22,9 @@ def build(ctx, seed, prefixes=("a_", "b_")):
     return net
 
 
-def batches(sizes, seed=7):
-    rng = np.random.RandomState(seed)
-    return [(rng.randn(n, 4).astype("float32"), rng.randint(0, 3, n).astype("int32")) for n in sizes]
-
-
-def train(net, trainer, data, ctx):
-    for x, y in data:
-        xs, ys = split_and_load(x, ctx), split_and_load(y, ctx)
-        with autograd.record():
-            losses = [LOSS(net(a), b) for a, b in zip(xs, ys)]
-        autograd.backward(losses)
-        trainer.step(x.shape[0])
-
-
 def copy_values(source, target):
     for name, param in gluonkit.params.select(target).items():
         param.set_data(gluonkit.params.select(source)[name].data())
-
-
-def assert_same(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])

@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 
 import mxnet as mx
 import numpy as np
-from gluoncv.data import CustomVOCDetectionBase
+from gluoncv.data import CustomVOCDetectionBase, RecordFileDetection
 
 from . import _cli
 from . import detection as det
@@ -47,7 +47,10 @@ def _build_parser():
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default="shapes",
                       help="shapes (embedded, no download) | voc:DIR (Pascal VOC layout: DIR/"
-                           "Annotations, DIR/JPEGImages, DIR/ImageSets/Main/{train,val}.txt)")
+                           "Annotations, DIR/JPEGImages, DIR/ImageSets/Main/{train,val}.txt) | "
+                           "rec:TRAIN.rec,VAL.rec (GluonCV detection RecordIO, each with its .idx)")
+    data.add_argument("--classes", type=lambda text: text.split(","), metavar="NAMES",
+                      help="class names in label order for rec: data (default: the ids)")
     data.add_argument("--image-size", type=_cli.non_negative_int, default=128,
                       help="train and test at this square size; 0 keeps the images' own sizes, "
                            "padded (bottom and right, boxes unchanged) to --buckets shapes")
@@ -136,8 +139,52 @@ def _voc_classes(root):
     return sorted(names)
 
 
-def load_detection(dataset, limit=None):
-    """``(train, val, class names)`` for a --dataset value; samples as GluonCV's VOCDetection."""
+def _rec_class_count(path):
+    """1 + the largest class id in a detection RecordIO file (labels read, images not decoded)."""
+    stem = os.path.splitext(path)[0]
+    record = mx.recordio.MXIndexedRecordIO(stem + ".idx", path, "r")
+    try:
+        largest = -1
+        for key in record.keys:
+            label = np.asarray(mx.recordio.unpack(record.read_idx(key))[0].label).ravel()
+            header, width = int(label[0]), int(label[1])
+            largest = max([largest] + [int(c) for c in label[header::width]])
+    finally:
+        record.close()
+    return largest + 1
+
+
+def _with_difficult(image, label):
+    """A RecordIO label (N, 5+) given the VOC 'difficult' column (0) when it has none."""
+    if label.shape[1] == 5:
+        label = np.concatenate([label, np.zeros((len(label), 1), label.dtype)], axis=1)
+    return image, label
+
+
+def _load_rec(where, names=None):
+    """``(train, val, classes)`` of 'TRAIN.rec,VAL.rec' (GluonCV's RecordFileDetection)."""
+    files = where.split(",")
+    if len(files) != 2:
+        raise ValueError(f"--dataset rec:{where}: pass two files, rec:TRAIN.rec,VAL.rec.")
+    missing = [p for f in files for p in (f, os.path.splitext(f)[0] + ".idx") if not os.path.exists(p)]
+    if missing:
+        raise FileNotFoundError(f"--dataset rec:{where}: missing {', '.join(missing)} (a .rec "
+                                "and its .idx, as GluonCV's detection im2rec writes them).")
+    count = max(_rec_class_count(f) for f in files)
+    if names is None:
+        names = [str(i) for i in range(count)]
+    elif len(names) < count:
+        raise ValueError(f"--classes names {len(names)} classes ({','.join(names)}) but the "
+                         f"labels hold ids up to {count - 1}; name every class.")
+    train, val = (RecordFileDetection(f).transform(_with_difficult) for f in files)
+    return train, val, list(names)
+
+
+def load_detection(dataset, limit=None, classes=None):
+    """``(train, val, class names)`` for a --dataset value; samples as GluonCV's VOCDetection.
+
+    ``classes`` names the ids of 'rec:' data (default: the ids as strings).
+    """
     kind, _, where = dataset.partition(":")
     if kind == "shapes" and not where:
         train, val = ShapesDetection("train"), ShapesDetection("val")
@@ -151,8 +198,10 @@ def load_detection(dataset, limit=None):
         classes = _voc_classes(where)
         train, val = (CustomVOCDetectionBase(classes=classes, root=where, splits=(("", s),))
                       for s in ("train", "val"))
+    elif kind == "rec" and where:
+        train, val, classes = _load_rec(where, classes)
     else:
-        raise ValueError(f"--dataset {dataset!r} is neither 'shapes' nor 'voc:DIR'.")
+        raise ValueError(f"--dataset {dataset!r} is not 'shapes', 'voc:DIR' or 'rec:TRAIN.rec,VAL.rec'.")
     if limit:
         train, val = train.take(limit), val.take(limit)
     return train, val, classes
@@ -266,7 +315,7 @@ def train(args):
         amp.init(ctx)     # before anything is loaded, built or written
     _cli.seed_all(args.seed)
     family = det.model_family(args.model)
-    train_set, val_set, classes = load_detection(args.dataset, args.limit)
+    train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes)
     kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
     if not isinstance(kvstore, str):
         usable = len(train_set) - len(train_set) % kvstore.num_workers

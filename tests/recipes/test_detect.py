@@ -127,11 +127,53 @@ def test_a_voc_folder_made_here_is_read_and_trained(tmp_path):
     assert "val_mAP" in result["history"] and (tmp_path / "out" / "model.json").is_file()
 
 
-def test_missing_voc_folder_is_named(tmp_path):
+def test_missing_data_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="ImageSets"):
         detect.load_detection(f"voc:{tmp_path}")
-    with pytest.raises(ValueError, match="neither 'shapes' nor 'voc:DIR'"):
+    with pytest.raises(ValueError, match="not 'shapes', 'voc:DIR' or 'rec:TRAIN.rec,VAL.rec'"):
         detect.load_detection("coco")
+    with pytest.raises(FileNotFoundError, match=r"a\.idx"):
+        detect.load_detection(f"rec:{tmp_path / 'a.rec'},{tmp_path / 'b.rec'}")
+    with pytest.raises(ValueError, match="rec:TRAIN.rec,VAL.rec"):
+        detect.load_detection(f"rec:{tmp_path / 'a.rec'}")
+
+
+def _write_rec(path, dataset, difficult):
+    """``dataset`` as GluonCV's detection im2rec packs it: per image an ``IRHeader`` whose label
+    is [header length 2, object width, class, xmin, ymin, xmax, ymax (0-1), (difficult)...]
+    and the image encoded lossless, with the .idx beside the .rec."""
+    width = 6 if difficult else 5
+    record = mx.recordio.MXIndexedRecordIO(str(path.with_suffix(".idx")), str(path), "w")
+    for i in range(len(dataset)):
+        image, label = dataset[i]
+        height, wide = image.shape[:2]
+        objects = [[c, x0 / wide, y0 / height, x1 / wide, y1 / height] + ([d] if difficult else [])
+                   for x0, y0, x1, y1, c, d in label]
+        header = mx.recordio.IRHeader(0, np.array([2, width] + sum(objects, []), np.float32), i, 0)
+        record.write_idx(i, mx.recordio.pack_img(header, image.asnumpy()[:, :, ::-1], img_fmt=".png"))
+    record.close()
+
+
+@pytest.mark.parametrize("difficult", [False, True], ids=["5-wide", "6-wide"])
+def test_a_recordio_file_packed_here_reads_back_as_its_source_and_trains(tmp_path, difficult):
+    sources = ShapesDetection("train", length=6), ShapesDetection("val", length=4)
+    paths = tmp_path / "train.rec", tmp_path / "val.rec"
+    for path, source in zip(paths, sources):
+        _write_rec(path, source, difficult)
+    dataset = "rec:" + ",".join(map(str, paths))
+    train, val, classes = detect.load_detection(dataset, classes=["circle", "square", "triangle"])
+    assert classes == ["circle", "square", "triangle"] and (len(train), len(val)) == (6, 4)
+    for read, source in zip((train, val), sources):
+        for i in range(len(source)):
+            (image, label), (own_image, own_label) = read[i], source[i]
+            assert (image.asnumpy() == own_image.asnumpy()).all()
+            assert label.shape == own_label.shape
+            assert_allclose(label, own_label, atol=1e-4)       # pixels back from 0-1 coordinates
+    assert detect.load_detection(dataset)[2] == ["0", "1", "2"]
+    with pytest.raises(ValueError, match="name every class"):
+        detect.load_detection(dataset, classes=["circle"])
+    result = _run(tmp_path, "--dataset", dataset, "--classes", "circle,square,triangle")
+    assert {"val_circle", "val_square", "val_triangle"} <= set(result["history"])
 
 
 def test_amp_on_a_cpu_context_fails_before_anything_is_written(tmp_path, capsys):

@@ -52,6 +52,16 @@ def test_same_seed_same_data_other_seed_or_split_other_data():
         assert other[0].shape != a[0].shape or (other[0].asnumpy() != a[0].asnumpy()).any()
 
 
+def test_a_sample_read_again_is_the_one_drawn_and_changing_a_copy_changes_nothing():
+    data = ShapesDetection("val")
+    image, label = data[3]
+    image[:] = 0
+    label[:] = -5
+    again, fresh = data[3], ShapesDetection("val")[3]        # kept after the first read / drawn anew
+    assert (again[0].asnumpy() == fresh[0].asnumpy()).all() and (again[1] == fresh[1]).all()
+    assert again[0].asnumpy().max() > 0 and (again[1][:, :4] >= 0).all()
+
+
 def test_splits_sizes_classes_and_gluon_compatibility():
     train, val = ShapesDetection("train"), ShapesDetection("val")
     assert (len(train), len(val), len(ShapesDetection(length=5))) == (320, 80, 5)

@@ -6,6 +6,7 @@
     gluonkit-detect --image-size 0 --buckets 3       # the images' own sizes, 3 padded shapes
     gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
     gluonkit-detect --model ssd_300_mobilenet0.25_custom --dataset voc:DIR --image-size 300
+    gluonkit-detect --dataset rec:train.rec,val.rec --classes cat,dog   # GluonCV's im2rec files
     gluonkit-detect --out runs/detect --resume       # continue after a stop
 
 Outputs in --out: checkpoints/, history.csv (loss, VOC07 AP of every class and mAP per
@@ -74,7 +75,7 @@ def _build_parser():
                        help="frozen: running statistics only (tiny batches, pretrained backbone); "
                             "sync: SyncBatchNorm over --ctx")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=_cli.non_negative_int, default=12,
+    train.add_argument("--epochs", type=_cli.non_negative_int, default=18,
                        help="epochs to train (to reach, with --resume)")
     train.add_argument("--batch-size", type=_cli.positive_int, default=8,
                        help="images per batch, split over --ctx")

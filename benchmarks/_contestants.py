@@ -101,15 +101,16 @@ class _Contestant:
         self.net = initialized_net(config, self.ctx)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    def make_trainer(self, kind):
-        """A ``gluon.Trainer`` or ``gluonkit.Trainer`` with the config's settings."""
+    def make_trainer(self, kind, **options):
+        """A ``gluon.Trainer`` or ``gluonkit.Trainer`` with the config's settings; ``options``
+        (keyword arguments of ``gluonkit.Trainer``, e.g. ``clip_global_norm``) override them."""
         c = self.config
         if kind == "gluon":
             return gluon.Trainer(self.net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]),
                                  kvstore=c["kvstore"])
-        return gluonkit.Trainer(self.net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]),
-                                kvstore=c["kvstore"], accumulate=c["accumulate"],
-                                on_nonfinite=c["on_nonfinite"])
+        settings = dict({"kvstore": c["kvstore"], "accumulate": c["accumulate"],
+                         "on_nonfinite": c["on_nonfinite"]}, **options)
+        return gluonkit.Trainer(self.net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]), **settings)
 
     def setup(self):
         return self.run()

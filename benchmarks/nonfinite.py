@@ -51,7 +51,7 @@ SETTINGS = {
 TARGET = 0.03   # at most 3% extra step time ...
 TARGET_NET = "resnet18_v1b"   # ... on this network, for these settings:
 TARGET_SETTINGS = ("skip", "skip+clip")
-FULL = {"nets": ",".join(NETWORKS), "rounds": 48}
+FULL = {"nets": ",".join(NETWORKS), "rounds": 40}
 QUICK = {"nets": "cnn", "rounds": 2}
 
 
@@ -174,7 +174,7 @@ def readme_section(results):
 def parse_args(argv=None):
     parser = benchmark_parser(__doc__)
     parser.add_argument("--nets", help=f"comma-separated networks of {', '.join(NETWORKS)} (default all)")
-    parser.add_argument("--rounds", type=int, help="timed epochs per setting (default 48; 2 with --quick)")
+    parser.add_argument("--rounds", type=int, help="timed epochs per setting (default 40; 2 with --quick)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="JSON results (default benchmarks/results/nonfinite.json; "

@@ -3,6 +3,7 @@ import math
 import numbers
 import os
 import warnings
+from collections import defaultdict
 
 import mxnet as mx
 from mxnet import gluon
@@ -433,19 +434,30 @@ class Trainer(TrainerState, gluon.Trainer):
 
         Those are the non-differentiable parameters (frozen weights never change: not copied).
         Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler
-        attached), so that the forward passes of a dropped window leave them as they were.
+        attached), so that the forward passes of a dropped window leave them as they were. The
+        arrays of one device and dtype are copied by one operator, into one flat array.
         """
         if self._on_nonfinite == "ignore" and getattr(self, "_amp_loss_scaler", None) is None:
             self._statistics = None
             return
-        self._statistics = [(p, [a.copy() for a in p.list_data()])
-                            for p in self._params if not p._differentiable and p._data is not None]
+        groups = defaultdict(list)   # (context, dtype) -> [(param, device index, array)]
+        for param in self._params:
+            if not param._differentiable and param._data is not None:
+                for i, array in enumerate(param.list_data()):
+                    if array.size:
+                        groups[(array.context, array.dtype)].append((param, i, array))
+        self._statistics = [([(param, i, array.shape) for param, i, array in members],
+                             mx.nd.concat(*(array.reshape((-1,)) for _, _, array in members), dim=0))
+                            for members in groups.values()]
 
     def _restore_statistics(self):
-        for param, saved in self._statistics or ():
-            if param._data is not None:
-                for array, value in zip(param.list_data(), saved):
-                    value.copyto(array)
+        for members, flat in self._statistics or ():
+            begin = 0
+            for param, i, shape in members:
+                end = begin + math.prod(shape)
+                if param._data is not None:
+                    flat[begin:end].reshape(shape).copyto(param.list_data()[i])
+                begin = end
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.

@@ -7,7 +7,8 @@ images with SGD (momentum, weight decay) and the softmax cross-entropy loss, hyb
 
 A config is a dict: ``tool`` (a key of ``TOOLS``), ``net`` (a key of ``NETWORKS``),
 ``devices``, ``device`` ('cpu' or 'gpu'), ``kvstore``, ``batch`` (samples per step over all
-devices), ``accumulate``, ``on_nonfinite``, ``steps`` (batches per epoch), ``seed``.
+devices), ``accumulate``, ``on_nonfinite``, ``steps`` (batches per epoch), ``seed`` and,
+optionally, ``static`` (hybridize with ``static_alloc`` and ``static_shape``).
 """
 import logging
 import os
@@ -58,10 +59,11 @@ def make_data(net, samples, seed):
 
 
 def initialized_net(config, ctx):
-    """The config's network, initialized on ``ctx`` and hybridized."""
+    """The config's network, initialized on ``ctx`` and hybridized (with static memory and
+    shapes when the config's ``static`` is true: the switch the README recommends)."""
     net = make_net(config["net"], config["seed"])
     net.initialize(mx.init.Xavier(), ctx=ctx)
-    net.hybridize()
+    net.hybridize(**({"static_alloc": True, "static_shape": True} if config.get("static") else {}))
     return net
 
 

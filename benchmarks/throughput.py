@@ -29,7 +29,7 @@ __all__ = ["CONTESTANTS", "plan", "run_group", "derive", "targets", "report_text
 
 SECTION = "throughput"
 MODULE = "benchmarks.throughput"
-# name: (table label, tool, accumulate)
+# name: (table label, tool, accumulate[, static memory and shapes])
 CONTESTANTS = {
     "floor": ("forward+backward only (the floor)", "floor", 1),
     "gluon": ("Gluon loop + gluon.Trainer (baseline)", "gluon", 1),
@@ -37,13 +37,17 @@ CONTESTANTS = {
     "gluonkit": ("Gluon loop + gluonkit.Trainer", "gluonkit", 1),
     "gluonkit-acc4": ("Gluon loop + gluonkit.Trainer(accumulate=4), 1/4 batch", "gluonkit", 4),
     "fit": ("gluonkit.fit", "fit", 1),
+    "fit-static": ("gluonkit.fit, net.hybridize(static_alloc=True, static_shape=True)", "fit", 1, True),
+    "gluonkit-static": ("Gluon loop + gluonkit.Trainer, static_alloc + static_shape", "gluonkit", 1, True),
+    "gluonkit-acc4-static": ("gluonkit.Trainer(accumulate=4), 1/4 batch, static_alloc + static_shape",
+                             "gluonkit", 4, True),
     "estimator": ("Gluon Estimator.fit", "estimator", 1),
     "module": ("Module.fit on the exported symbol", "module", 1),
     "module-loader": ("Module.fit, fed by the same DataLoader", "module-loader", 1),
 }
 BASELINE, FLOOR, NOISE = "gluon", "floor", "gluon-2"
-GLUONKIT = ("gluonkit", "fit")
-MULTI_DEFAULT = "floor,gluon,gluonkit,fit,module,module-loader"
+GLUONKIT = ("gluonkit", "fit", "fit-static")
+MULTI_DEFAULT = "floor,gluon,gluonkit,fit,fit-static,module,module-loader"
 FULL = {"nets": ",".join(NETWORKS), "repeats": 7, "multi_repeats": 5, "devices": "1,2,4",
         "kvstores": "device,local", "mem_net": "cifar_resnet20_v1", "mem_batch": 32,
         "mem_accumulate": 8, "mem_updates": 2}
@@ -55,19 +59,21 @@ GOAL_DEVICES = (1, 2, 4)
 REFERENCE = "module-loader"   # Module.fit fed by the same DataLoader: fit and gluonkit at least as fast
 VS_REFERENCE = 1.0
 OVER_FLOOR = {"cnn": 0.15, "cifar_resnet20_v1": 0.03}   # fit's time over the floor, one device
-ACCUMULATED, FULL_BATCH, ACCUMULATION_NET = "gluonkit-acc4", "gluonkit", "cnn"
-ACCUMULATION_SPEED = 0.6      # samples/s of ACCUMULATED over FULL_BATCH's
+# (accumulated at a quarter of the batch, the same at the full batch), plain and with static memory
+ACCUMULATION = (("gluonkit-acc4", "gluonkit"), ("gluonkit-acc4-static", "gluonkit-static"))
+ACCUMULATION_NET = "cnn"
+ACCUMULATION_SPEED = 0.6      # samples/s of the accumulated run over the full batch's
 MEMORY = 1.1                  # peak RSS of the accumulated run over the small batch's
 
 
 def _config(contestant, net, devices, kvstore, size, device, seed):
     """The ``_contestants`` config of one contestant: ``size`` is (batch per device, batches
     per epoch on one device); on several devices an epoch has the same number of samples."""
-    _, tool, accumulate = CONTESTANTS[contestant]
+    _, tool, accumulate, *static = CONTESTANTS[contestant]
     batch, steps = size
     return {"tool": tool, "net": net, "devices": devices, "device": device, "kvstore": kvstore,
             "batch": batch * devices // accumulate, "steps": max(1, steps // devices) * accumulate,
-            "accumulate": accumulate, "on_nonfinite": "ignore", "seed": seed}
+            "accumulate": accumulate, "on_nonfinite": "ignore", "seed": seed, "static": bool(static)}
 
 
 def _name(contestant, devices, kvstore):
@@ -192,9 +198,10 @@ def targets(rows):
 
     * ``fit`` and ``gluonkit`` at least ``VS_REFERENCE`` x the samples/s of ``REFERENCE``,
       for each of ``GOAL_NETS`` on each of ``GOAL_DEVICES`` (and each kvstore measured);
-    * ``fit`` within ``OVER_FLOOR[net]`` of the floor's time per sample, one device;
-    * ``ACCUMULATED`` at least ``ACCUMULATION_SPEED`` x ``FULL_BATCH``'s samples/s on
-      ``ACCUMULATION_NET``, one device;
+    * ``fit`` (and ``fit-static``) within ``OVER_FLOOR[net]`` of the floor's time per sample,
+      one device;
+    * each accumulated run of ``ACCUMULATION`` at least ``ACCUMULATION_SPEED`` x its full
+      batch's samples/s on ``ACCUMULATION_NET``, one device;
     * the accumulated memory run's peak RSS within ``MEMORY`` x the small batch's.
     """
     found = []
@@ -209,18 +216,20 @@ def targets(rows):
                                            f"{VS_REFERENCE}x {REFERENCE}",
                                            _find(rows, net, name, devices, kvstore), reference, VS_REFERENCE))
     for net, limit in OVER_FLOOR.items():
-        target = f"{net}, 1 device: fit within {limit:.0%} of the forward+backward floor"
-        row, floor = _find(rows, net, "fit"), _find(rows, net, FLOOR)
-        if row is None or floor is None:
-            found.append(_target(target))
-            continue
-        ratio, low, high = paired(floor["runs"], row["runs"])   # floor speed / fit's = time ratio
-        found.append(_target(target, f"{ratio - 1:+.1%} over the floor ({low - 1:+.1%} .. {high - 1:+.1%})",
-                             ratio - 1 <= limit))
+        for name in ("fit", "fit-static"):
+            target = f"{net}, 1 device: {name} within {limit:.0%} of the forward+backward floor"
+            row, floor = _find(rows, net, name), _find(rows, net, FLOOR)
+            if row is None or floor is None:
+                found.append(_target(target))
+                continue
+            ratio, low, high = paired(floor["runs"], row["runs"])   # floor speed / fit's = time ratio
+            found.append(_target(target, f"{ratio - 1:+.1%} over the floor ({low - 1:+.1%} .. {high - 1:+.1%})",
+                                 ratio - 1 <= limit))
     net = ACCUMULATION_NET
-    found.append(_at_least(f"{net}, 1 device: {ACCUMULATED} (a quarter of the batch) >= "
-                           f"{ACCUMULATION_SPEED}x {FULL_BATCH} (the full batch)",
-                           _find(rows, net, ACCUMULATED), _find(rows, net, FULL_BATCH), ACCUMULATION_SPEED))
+    for accumulated, full in ACCUMULATION:
+        found.append(_at_least(f"{net}, 1 device: {accumulated} (a quarter of the batch) >= "
+                               f"{ACCUMULATION_SPEED}x {full} (the full batch)",
+                               _find(rows, net, accumulated), _find(rows, net, full), ACCUMULATION_SPEED))
     memory = [r for r in rows if r["kind"] == "memory"]
     accumulated = next((r for r in memory if r["accumulate"] > 1), None)
     plain = [r for r in memory if r["accumulate"] == 1]

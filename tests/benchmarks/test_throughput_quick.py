@@ -99,7 +99,12 @@ def test_every_goal_gets_a_verdict_from_the_runs_rows(quick, bench):
                         "cnn, 2 devices, kvstore 'device': fit >= 1.0x module-loader",
                         "cnn, 1 device: fit within 15% of the forward+backward floor",
                         "cnn, 1 device: gluonkit-acc4 (a quarter of the batch) >= 0.6x gluonkit (the full batch)",
-                        "cnn: peak RSS of 2 x 4 accumulated within 1.1x batch 4"}
+                        "cnn: peak RSS of 2 x 4 accumulated within 1.1x batch 4",
+                        "cnn, 1 device: fit-static >= 1.0x module-loader",
+                        "cnn, 2 devices, kvstore 'device': fit-static >= 1.0x module-loader",
+                        "cnn, 1 device: fit-static within 15% of the forward+backward floor",
+                        "cnn, 1 device: gluonkit-acc4-static (a quarter of the batch) >= 0.6x "
+                        "gluonkit-static (the full batch)"}
     assert {"cnn, 4 devices: fit >= 1.0x module-loader",
             "cifar_resnet20_v1, 2 devices: gluonkit >= 1.0x module-loader",
             "cifar_resnet20_v1, 1 device: fit within 3% of the forward+backward floor"} <= set(checked) - measured

@@ -57,9 +57,7 @@ class TrainerState:
             raise TypeError(f"names must be a Block or a dict of name -> Parameter, got {names!r}.")
         ours = set(self._params)
         chosen = dict(self._names)
-        for name, param in reversed(list(names.items())):   # a shared parameter: its first name
-            if param in ours:
-                chosen[param] = name
+        chosen.update({param: name for name, param in _structure.first_names(names).items() if param in ours})
         self._names = chosen
 
     def _name_of(self, param):

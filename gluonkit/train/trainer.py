@@ -44,11 +44,7 @@ def _aggregate_updates(optimizer):
 def _named(params):
     """``(params, names)``: what ``gluon.Trainer`` takes, and {Parameter: name} from a Block or dict."""
     if isinstance(params, gluon.Block):
-        params = _structure.select(params)
-        firsts = {}
-        for name, param in params.items():   # a shared parameter once, under its first name
-            firsts.setdefault(param, name)
-        params = {name: param for param, name in firsts.items()}
+        params = _structure.first_names(_structure.select(params))
     if isinstance(params, dict):
         return params, {param: name for name, param in params.items()}
     return params, {}

@@ -7,7 +7,8 @@ images with SGD (momentum, weight decay) and the softmax cross-entropy loss, hyb
 
 A config is a dict: ``tool`` (a key of ``TOOLS``), ``net`` (a key of ``NETWORKS``),
 ``devices``, ``device`` ('cpu' or 'gpu'), ``kvstore``, ``batch`` (samples per step over all
-devices), ``accumulate``, ``on_nonfinite``, ``steps`` (batches per epoch), ``seed``.
+devices), ``accumulate``, ``on_nonfinite``, ``steps`` (batches per epoch), ``seed`` and,
+optionally, ``static`` (hybridize with ``static_alloc`` and ``static_shape``).
 """
 import logging
 import os
@@ -58,10 +59,11 @@ def make_data(net, samples, seed):
 
 
 def initialized_net(config, ctx):
-    """The config's network, initialized on ``ctx`` and hybridized."""
+    """The config's network, initialized on ``ctx`` and hybridized (with static memory and
+    shapes when the config's ``static`` is true: the switch the README recommends)."""
     net = make_net(config["net"], config["seed"])
     net.initialize(mx.init.Xavier(), ctx=ctx)
-    net.hybridize()
+    net.hybridize(**({"static_alloc": True, "static_shape": True} if config.get("static") else {}))
     return net
 
 
@@ -101,15 +103,16 @@ class _Contestant:
         self.net = initialized_net(config, self.ctx)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    def make_trainer(self, kind):
-        """A ``gluon.Trainer`` or ``gluonkit.Trainer`` with the config's settings."""
+    def make_trainer(self, kind, **options):
+        """A ``gluon.Trainer`` or ``gluonkit.Trainer`` with the config's settings; ``options``
+        (keyword arguments of ``gluonkit.Trainer``, e.g. ``clip_global_norm``) override them."""
         c = self.config
         if kind == "gluon":
             return gluon.Trainer(self.net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]),
                                  kvstore=c["kvstore"])
-        return gluonkit.Trainer(self.net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]),
-                                kvstore=c["kvstore"], accumulate=c["accumulate"],
-                                on_nonfinite=c["on_nonfinite"])
+        settings = dict({"kvstore": c["kvstore"], "accumulate": c["accumulate"],
+                         "on_nonfinite": c["on_nonfinite"]}, **options)
+        return gluonkit.Trainer(self.net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]), **settings)
 
     def setup(self):
         return self.run()

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["WORKER_FLAG", "machine", "serve", "compare", "paired", "markdown_table",
+__all__ = ["WORKER_FLAG", "machine", "serve", "compare", "paired", "markdown_table", "target_line",
            "write_json", "replace_section"]
 
 WORKER_FLAG = "--worker"
@@ -224,6 +224,14 @@ def markdown_table(rows, columns):
         cells = [get(row) if callable(get) else str(row.get(get, "")) for _, get in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def target_line(target):
+    """A checked goal as a Markdown list item: its 'target', then its 'value' and **met** or
+    **NOT met**, or that it was not measured ('met' None)."""
+    if target["met"] is None:
+        return f"- {target['target']}: not measured in this run"
+    return f"- {target['target']}: {target['value']}, **{'met' if target['met'] else 'NOT met'}**"
 
 
 def write_json(path, payload):

@@ -1,17 +1,23 @@
-"""The cost of ``gluonkit.Trainer(on_nonfinite='skip')``: the gradient check before every update.
+"""The cost of the gradient checks of ``gluonkit.Trainer``: ``on_nonfinite='skip'``, alone and
+with ``clip_global_norm``, against 'ignore'.
 
-    python -m benchmarks.nonfinite           # the three networks (about 8 minutes on 2 idle cores)
+    python -m benchmarks.nonfinite           # the three networks (about 11 minutes on 2 idle cores)
     python -m benchmarks.nonfinite --quick   # seconds, for the test suite; figures not meaningful
 
-Each network is trained by a hand-written loop with a ``gluonkit.Trainer`` whose policy is
-switched between 'ignore' and 'skip' epoch by epoch, in the same process (the order
-alternates), so both run on the same weights, memory and load; the extra step time is the
-median over the rounds of skip/ignore - 1. Results go to a JSON file and the "nonfinite"
-section of benchmarks/README.md.
+Each network is trained by a hand-written loop (the throughput benchmark's) under four
+settings of ``gluonkit.Trainer``: 'ignore'; 'skip'; 'skip' with a ``clip_global_norm`` far
+above every gradient norm met (it never clips: the cost of computing and checking the norm);
+'skip' with one far below them (every update is scaled). ``clip_global_norm`` is fixed when a
+Trainer is built, so each setting has its own Trainer, all four built in one process over the
+same network's parameters, and the loop switches between them epoch by epoch, the order
+rotating every round. So every setting trains the same weights on the same data, memory and
+load, and each keeps optimizer states of the same size; separate processes (as in the
+throughput benchmark) would add their differences of memory layout and scheduling to a cost
+of a few per cent. The extra step time of a setting is the median over the rounds of its
+epoch's time over the 'ignore' epoch's of the same round, minus 1. Results go to a JSON file
+and the "nonfinite" section of benchmarks/README.md.
 """
 import os
-
-
 import statistics
 import time
 
@@ -19,87 +25,156 @@ from tqdm import tqdm
 
 from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
 from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
-from ._harness import machine, markdown_table, measured_on, replace_section, write_json
+from ._harness import machine, markdown_table, measured_on, replace_section, target_line, write_json
+
+__all__ = ["SETTINGS", "check_clipping", "measure_network", "targets", "parse_args", "main"]
 
 SECTION = "nonfinite"
-TARGET = 0.03   # at most 3% extra step time
-POLICIES = ("ignore", "skip")
-FULL = {"nets": ",".join(NETWORKS), "rounds": 60}
+NEVER_CLIPS = 1e6   # the gradient norms met here are about 1 to 50 (checked after every epoch)
+CLIPS = 0.01        # ... so this one scales every update (checked too)
+REFERENCE = "ignore"
+
+
+def _number(value):
+    return f"{value:g}".replace("e+0", "e")   # 1e6, 0.01
+
+
+# name: (table label, gluonkit.Trainer options)
+SETTINGS = {
+    "ignore": ("'ignore'", {"on_nonfinite": "ignore"}),
+    "skip": ("'skip'", {"on_nonfinite": "skip"}),
+    "skip+clip": (f"'skip' + clip_global_norm={_number(NEVER_CLIPS)} (never clips)",
+                  {"on_nonfinite": "skip", "clip_global_norm": NEVER_CLIPS}),
+    "skip+clipping": (f"'skip' + clip_global_norm={_number(CLIPS)} (clips every update)",
+                      {"on_nonfinite": "skip", "clip_global_norm": CLIPS}),
+}
+TARGET = 0.03   # at most 3% extra step time ...
+TARGET_NET = "resnet18_v1b"   # ... on this network, for these settings:
+TARGET_SETTINGS = ("skip", "skip+clip")
+FULL = {"nets": ",".join(NETWORKS), "rounds": 40}
 QUICK = {"nets": "cnn", "rounds": 2}
 
 
+def check_clipping(name, trainer):
+    """Refuse a run whose clipping setting did not do what its label says (last update)."""
+    clip = trainer.clip_global_norm
+    if clip is None:
+        return
+    clipped = trainer.global_norm > clip
+    if clipped != (clip == CLIPS):
+        raise RuntimeError(f"{name}: the last update's gradient norm was {trainer.global_norm:.4g}, so "
+                           f"clip_global_norm={clip:g} {'clipped' if clipped else 'did not clip'} it; "
+                           "the timings would not measure what the table says. Change NEVER_CLIPS or "
+                           "CLIPS for this network.")
+
+
+def _spread(ratios):
+    """Median, quartiles and range of the extra step times ``ratios`` - 1 (a dict)."""
+    extra = [r - 1 for r in ratios]
+    quartiles = statistics.quantiles(extra, n=4, method="inclusive") if len(extra) > 1 else extra * 3
+    return {"median": statistics.median(extra), "q1": quartiles[0], "q3": quartiles[2],
+            "min": min(extra), "max": max(extra)}
+
+
 def measure_network(net, size, rounds, device, seed):
-    """Time ``rounds`` epochs under each policy, alternating; return the network's row."""
+    """Time ``rounds`` epochs under each setting, taking turns; return the network's row."""
     import mxnet as mx
 
     batch, steps = size
     loop = build({"tool": "gluonkit", "net": net, "devices": 1, "device": device, "kvstore": "device",
                   "batch": batch, "steps": steps, "accumulate": 1, "on_nonfinite": "ignore",
                   "seed": seed})
-    for policy in POLICIES:   # warm-up: graphs, optimizer states, the check's buffers
-        loop.trainer.on_nonfinite = policy
+    trainers = {name: loop.make_trainer("gluonkit", **options) for name, (_, options) in SETTINGS.items()}
+    names = list(SETTINGS)
+    for name in names:   # warm-up: graphs, optimizer states, the check's buffers
+        loop.trainer = trainers[name]
         loop.run()
-    seconds = {policy: [] for policy in POLICIES}
+    seconds = {name: [] for name in names}
     for r in tqdm(range(rounds), desc=net, unit="round", leave=False):
-        for policy in POLICIES if r % 2 == 0 else POLICIES[::-1]:
-            loop.trainer.on_nonfinite = policy
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            loop.trainer = trainers[name]
             mx.nd.waitall()
             tic = time.perf_counter()
             loop.run()
             mx.nd.waitall()
-            seconds[policy].append(time.perf_counter() - tic)
-    if loop.trainer.nonfinite_skips:
-        raise RuntimeError(f"{net}: {loop.trainer.nonfinite_skips} update(s) were skipped; the "
-                           "timings would not compare like with like.")
-    extra = [s / i - 1 for i, s in zip(seconds["ignore"], seconds["skip"])]
-    quartiles = statistics.quantiles(extra, n=4, method="inclusive") if len(extra) > 1 else extra * 3
+            seconds[name].append(time.perf_counter() - tic)
+            check_clipping(f"{net}, {name}", trainers[name])
+    skipped = {name: t.nonfinite_skips for name, t in trainers.items() if t.nonfinite_skips}
+    if skipped:
+        raise RuntimeError(f"{net}: updates were skipped ({skipped}); the timings would not compare "
+                           "like with like.")
     return {"net": net, "batch": batch, "steps": steps, "rounds": rounds, "seconds": seconds,
-            "ms_per_step": {p: 1000 * statistics.median(s) / steps for p, s in seconds.items()},
-            "extra": statistics.median(extra), "extra_q1": quartiles[0], "extra_q3": quartiles[2],
-            "extra_min": min(extra), "extra_max": max(extra), "met": statistics.median(extra) < TARGET}
+            "ms_per_step": {n: 1000 * statistics.median(s) / steps for n, s in seconds.items()},
+            "global_norm": {n: trainers[n].global_norm for n in names if n != REFERENCE},
+            "extra": {n: _spread([a / b for a, b in zip(seconds[n], seconds[REFERENCE])])
+                      for n in names if n != REFERENCE}}
 
 
-COLUMNS = [
-    ("network", "net"),
-    ("batch", "batch"),
-    ("ms/step, 'ignore'", lambda r: f"{r['ms_per_step']['ignore']:.1f}"),
-    ("ms/step, 'skip'", lambda r: f"{r['ms_per_step']['skip']:.1f}"),
-    ("extra step time (median)", lambda r: f"{r['extra']:+.1%}"),
-    ("middle half of the rounds", lambda r: f"{r['extra_q1']:+.1%} .. {r['extra_q3']:+.1%}"),
-    ("min .. max", lambda r: f"{r['extra_min']:+.1%} .. {r['extra_max']:+.1%}"),
-    (f"< {TARGET:.0%}", lambda r: "met" if r["met"] else "**NOT met**"),
-]
+def targets(rows):
+    """The goal checked on the rows: on ``TARGET_NET``, each of ``TARGET_SETTINGS`` costs at
+    most ``TARGET`` of an 'ignore' step. A list of dicts 'target', 'value' and 'met' (None
+    where the network was not measured)."""
+    row = next((r for r in rows if r["net"] == TARGET_NET), None)
+    found = []
+    for name in TARGET_SETTINGS:
+        target = f"{TARGET_NET}: {SETTINGS[name][0]} costs <= {TARGET:.0%} of an 'ignore' step"
+        if row is None:
+            found.append({"target": target, "value": "not measured", "met": None})
+            continue
+        extra = row["extra"][name]
+        found.append({"target": target, "value": f"{extra['median']:+.1%} (middle half of the rounds "
+                      f"{extra['q1']:+.1%} .. {extra['q3']:+.1%})", "met": extra["median"] <= TARGET})
+    return found
+
+
+def _extra(name):
+    return lambda r: (f"{r['extra'][name]['median']:+.1%} ({r['extra'][name]['q1']:+.1%} .. "
+                      f"{r['extra'][name]['q3']:+.1%})")
+
+
+COLUMNS = [("network", "net"), ("batch", "batch"),
+           ("ms/step, 'ignore'", lambda r: f"{r['ms_per_step'][REFERENCE]:.1f}")]
+COLUMNS += [(label, _extra(name)) for name, (label, _) in SETTINGS.items() if name != REFERENCE]
 
 README_TEXT = """\
-## The cost of `on_nonfinite='skip'` (`nonfinite.py`)
+## The cost of `on_nonfinite='skip'` and `clip_global_norm` (`nonfinite.py`)
 
 ```bash
-python -m benchmarks.nonfinite           # the table below (about 8 minutes)
+python -m benchmarks.nonfinite           # the table below (about 11 minutes)
 python -m benchmarks.nonfinite --quick   # seconds, for the test suite
 ```
 
-With `on_nonfinite='skip'` (or 'raise'), every update first sums the squares of all
-gradients on the device and reads the result: the update waits for the whole backward
-pass, and the host for the device. Each network (the throughput benchmark's, same batch,
-data and optimizer) is trained by a hand-written loop with one `gluonkit.Trainer` whose
-policy is switched between 'ignore' and 'skip' epoch by epoch in the same process, the
-order alternating, {rounds} rounds after a warm-up epoch of each. "extra step time" is the
-median over the rounds of the 'skip' epoch's time over the 'ignore' epoch's, minus 1."""
+With `on_nonfinite='skip'` (or 'raise') or `clip_global_norm`, every update first sums the
+squares of all gradients on the device and reads the result: the update waits for the whole
+backward pass, and the host for the device; a clipping update also scales the gradients.
+Each network (the throughput benchmark's, same batch, data and optimizer) is trained by a
+hand-written loop under four settings of `gluonkit.Trainer`: 'ignore', 'skip', 'skip' with
+`clip_global_norm={never}` (far above every gradient norm met: it never clips, checked after
+every epoch) and 'skip' with `clip_global_norm={clips}` (far below: every update is scaled).
+`clip_global_norm` is fixed when a Trainer is built, so each setting has its own Trainer, all
+built in one process over the same network's parameters; the loop switches Trainer epoch by
+epoch, the order rotating every round, {rounds} rounds after a warm-up epoch of each. The
+columns of the settings give the extra step time: the median over the rounds of the
+setting's epoch time over the 'ignore' epoch's of the same round, minus 1 (the middle half of
+the rounds in brackets)."""
 
 
 def readme_section(results):
     """The README section: how to reproduce, what is measured, the conditions, the table."""
     info = results["machine"]
     threads = ", ".join(f"{k}={v}" for k, v in info["threads"].items())
-    return "\n\n".join([README_TEXT.format(rounds=results["rounds"]),
+    return "\n\n".join([README_TEXT.format(rounds=results["rounds"], never=_number(NEVER_CLIPS),
+                                           clips=_number(CLIPS)),
                         measured_on(info, f"{threads}, device {results['device']}"),
-                        markdown_table(results["rows"], COLUMNS)])
+                        markdown_table(results["rows"], COLUMNS),
+                        "\n".join(target_line(t) for t in results["targets"])])
 
 
 def parse_args(argv=None):
     parser = benchmark_parser(__doc__)
     parser.add_argument("--nets", help=f"comma-separated networks of {', '.join(NETWORKS)} (default all)")
-    parser.add_argument("--rounds", type=int, help="timed epochs per policy (default 60; 2 with --quick)")
+    parser.add_argument("--rounds", type=int, help="timed epochs per setting (default 40; 2 with --quick)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="JSON results (default benchmarks/results/nonfinite.json; "
@@ -118,7 +193,7 @@ def parse_args(argv=None):
 
 
 def main(args):
-    """Measure every network; print the table, write the JSON and the README section."""
+    """Measure every network; print the table and targets, write the JSON and the README section."""
     import mxnet as mx
 
     if args.device == "gpu" and mx.context.num_gpus() < 1:
@@ -128,8 +203,10 @@ def main(args):
     rows = [measure_network(net, QUICK_SIZE if args.quick else SIZES[net], args.rounds, args.device,
                             args.seed) for net in args.nets]
     info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    results = {"machine": info, "rounds": args.rounds, "device": args.device, "rows": rows}
+    results = {"machine": info, "rounds": args.rounds, "device": args.device, "rows": rows,
+               "targets": targets(rows)}
     print(markdown_table(rows, COLUMNS))
+    print("\n".join(target_line(t) for t in results["targets"]))
     if args.out:
         write_json(args.out, results)
     if args.readme:

@@ -25,7 +25,7 @@ from mxnet import gluon
 from ._validate import finite_real
 
 __all__ = ["select", "freeze", "unfreeze", "set_lr_mult", "set_wd_mult", "average_grads",
-           "load_into", "summary", "brief_names", "shape_fits"]
+           "load_into", "summary", "brief_names", "shape_fits", "first_names"]
 
 _NDARRAY_FILE_MAGIC = (0x112).to_bytes(8, "little")  # the header mx.nd.save writes
 
@@ -211,13 +211,21 @@ def set_wd_mult(block, mult, pattern=None):
     return _set_mult(block, "wd_mult", mult, pattern)
 
 
-def _unique(params):
-    """(name, parameter) pairs with each parameter once, under its first name."""
-    seen = set()
+def first_names(params):
+    """``params`` (name -> Parameter) with each parameter once, under its first name.
+
+    A parameter shared by two blocks is collected from both (``select(net)`` lists it under
+    each structural name); gluonkit names it by the first.
+
+    Example::
+
+        >>> list(first_names({"a.weight": w, "b.weight": w, "b.bias": b}))
+        ['a.weight', 'b.bias']
+    """
+    firsts = {}
     for name, param in params.items():
-        if param not in seen:
-            seen.add(param)
-            yield name, param
+        firsts.setdefault(param, name)
+    return {name: param for param, name in firsts.items()}
 
 
 def average_grads(block, pattern=None):
@@ -238,7 +246,7 @@ def average_grads(block, pattern=None):
         ['0.weight', '0.bias', '1.weight', '1.bias']
     """
     averaged = []
-    for name, param in _unique(select(block, pattern)):
+    for name, param in first_names(select(block, pattern)).items():
         if param.grad_req == "null" or _state(param) != "yes" or len(param.list_ctx()) < 2:
             continue
         grads = param.list_grad()

@@ -451,3 +451,16 @@ def test_brief_names_and_shape_fits():
     assert P.shape_fits((0, 4), (3, 4))
     assert not P.shape_fits((2, 4), (3, 4))
     assert not P.shape_fits((4,), (4, 1))
+
+
+def test_first_names_keeps_a_shared_parameter_once_under_its_first_name():
+    shared = nn.Dense(3, in_units=3)
+    net = nn.HybridSequential()
+    net.add(shared, nn.Dense(2, in_units=3), shared)
+    net.initialize()
+    names = P.select(net)
+    assert set(names) == {"0.weight", "0.bias", "1.weight", "1.bias", "2.weight", "2.bias"}
+    assert P.first_names(names) == {"0.weight": shared.weight, "0.bias": shared.bias,
+                                    "1.weight": net[1].weight, "1.bias": net[1].bias}
+    trainer = gluonkit.Trainer(net, "sgd")   # the Trainer, fit and checkpoints name it so too
+    assert set(trainer.params) == {"0.weight", "0.bias", "1.weight", "1.bias"}

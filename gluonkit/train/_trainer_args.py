@@ -6,6 +6,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from .._validate import choice, finite_real, non_negative_int
+from ..params import first_names
 
 __all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
            "check_learning_rate", "check_optimizer", "check_policy", "is_distributed", "unique_params"]
@@ -93,12 +94,10 @@ def unique_params(params):
     A dict keeps the first key of a parameter it holds twice; a list or tuple becomes a list.
     """
     if isinstance(params, (dict, gluon.ParameterDict)):
-        firsts = {}
-        for key, param in params.items():
-            firsts.setdefault(id(param), (key, param))
-        unique = [param for _, param in firsts.values()]
+        firsts = first_names(params)
+        unique = list(firsts.values())
         if len(unique) < len(list(params.keys())):
-            params = dict(firsts.values())
+            params = firsts
     elif isinstance(params, (list, tuple)):
         params = unique = list({id(p): p for p in params}.values())
     else:

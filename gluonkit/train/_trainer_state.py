@@ -51,19 +51,21 @@ class TrainerState:
             trainer.name_params(net)
             list(trainer.params)     # ['0.weight', '0.bias', '1.weight', '1.bias']
         """
+        self._names = self._naming(names)
+
+    def _naming(self, names):
+        """{Parameter: name} as ``name_params(names)`` would set it (changes nothing)."""
         if isinstance(names, gluon.Block):
             names = _structure.select(names)
         if not isinstance(names, Mapping):
             raise TypeError(f"names must be a Block or a dict of name -> Parameter, got {names!r}.")
         ours = set(self._params)
         chosen = dict(self._names)
-        for name, param in reversed(list(names.items())):   # a shared parameter: its first name
-            if param in ours:
-                chosen[param] = name
-        self._names = chosen
+        chosen.update({param: name for name, param in _structure.first_names(names).items() if param in ours})
+        return chosen
 
-    def _name_of(self, param):
-        return self._names.get(param, param.name)
+    def _name_of(self, param, naming=None):
+        return (self._names if naming is None else naming).get(param, param.name)
 
     def _state_updaters(self):
         """The updaters holding the optimizer states (the kvstore's when it updates)."""
@@ -75,8 +77,8 @@ class TrainerState:
             return [self._kvstore._updater]   # KVStore only writes its updater to a file
         return self._updaters
 
-    def _unique_names(self):
-        names = [self._name_of(param) for param in self._params]
+    def _unique_names(self, naming=None):
+        names = [self._name_of(param, naming) for param in self._params]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise ValueError(f"Several parameters of the trainer are named {repeated}; name them "
@@ -113,16 +115,17 @@ class TrainerState:
                 "update_counts": counts, "accumulate": self._accumulate,
                 "pending": self.pending, "window": window}
 
-    def check_state_dict(self, state):
+    def check_state_dict(self, state, names=None):
         """Raise ``ValueError`` (what differs, and the fix) if ``load_state_dict(state)`` would fail.
 
         Changes nothing. A parameter that is not initialized yet passes if its known
         dimensions fit; ``load_state_dict`` needs it initialized when the window holds its
-        gradient.
+        gradient. With ``names`` (as for ``name_params``) the parameters are checked under
+        those names, still without renaming them.
         """
-        self._check_state(state, initialized=False)
+        self._check_state(state, initialized=False, naming=None if names is None else self._naming(names))
 
-    def _check_state(self, state, initialized):
+    def _check_state(self, state, initialized, naming=None):
         keys = ("params", "optimizer", "states", "update_counts", "accumulate", "pending", "window")
         if not (isinstance(state, dict) and state.get("format") == self._STATE_FORMAT
                 and all(key in state for key in keys)):
@@ -132,7 +135,7 @@ class TrainerState:
         if mine != saved:
             raise ValueError(f"the state holds {saved} optimizer states but the trainer uses {mine}; "
                              "create the trainer with the same optimizer.")
-        names = self._unique_names()
+        names = self._unique_names(naming)
         if set(names) != set(state["params"]):
             raise ValueError(
                 f"the state was saved by a trainer of {len(state['params'])} parameters "

@@ -286,6 +286,7 @@ class Checkpoint:
 
         self._apply(net, plan)
         if trainer is not None:
+            trainer.name_params(net)
             trainer.load_state_dict(trainer_state)
         # after the trainer: setting up its kvstore copies the first device's values to all
         self._apply_device_copies(plan)
@@ -361,9 +362,8 @@ class Checkpoint:
         except Exception as err:   # e.g. an optimizer class that is not defined here
             raise ValueError(f"Checkpoint {path!r} holds trainer states that cannot be unpickled "
                              f"here ({type(err).__name__}: {err}).") from err
-        trainer.name_params(net)
         try:
-            trainer.check_state_dict(state)
+            trainer.check_state_dict(state, names=net)
         except ValueError as err:
             raise ValueError(f"Checkpoint {path!r} does not fit the trainer: {err}") from None
         return state

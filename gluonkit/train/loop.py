@@ -92,6 +92,31 @@ def _as_dtype(data, dtype):
     return data.astype(dtype)
 
 
+class _LossGraph(gluon.HybridBlock):
+    """A loss of ``mxnet.gluon.loss`` run as one cached graph with static memory.
+
+    Imperatively such a loss is a few operators, each a host round trip and a node for
+    backward to visit; hybridized it is one. The caller's loss block is left as it was (it
+    becomes this block's child, traced inside its graph).
+    """
+
+    def __init__(self, loss):
+        super().__init__()
+        self.loss = loss
+
+    def hybrid_forward(self, F, output, label):
+        return self.loss(output, label)
+
+
+def _compiled(loss):
+    """A built-in gluon loss as a ``_LossGraph``; any other loss (or None) as it is."""
+    if loss is None or type(loss).__module__ != gluon.loss.__name__:
+        return loss
+    graph = _LossGraph(loss)
+    graph.hybridize(static_alloc=True)
+    return graph
+
+
 def _forward_losses(net, loss, xs, ys):
     outputs = [net(x) for x in xs]
     losses = [loss(out, y) for out, y in zip(outputs, ys)]
@@ -169,7 +194,7 @@ def _train_batch(state, batch):
     xs = split_and_load(_as_dtype(data, state._dtype), state.ctx)
     ys = split_and_load(label, state.ctx)
     with autograd.record():
-        outputs, losses = _forward_losses(state.net, state.loss, xs, ys)
+        outputs, losses = _forward_losses(state.net, state._loss_graph, xs, ys)
     _step(state, losses, data.shape[0], ys, outputs)
     return data.shape[0]
 
@@ -231,7 +256,7 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
         0.9721
     """
     _check_hook(eval_fn, "eval_fn")
-    return _evaluate(net, data, _contexts(ctx, net), make_metrics(metrics), loss, "data", eval_fn)
+    return _evaluate(net, data, _contexts(ctx, net), make_metrics(metrics), _compiled(loss), "data", eval_fn)
 
 
 def _check_hook(fn, name):
@@ -323,7 +348,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
     train_time = time.perf_counter() - tic
     logs = {"epoch": state.epoch + 1, **state._tally.values()}
     if val_data is not None:
-        val = _evaluate(state.net, val_data, state.ctx, val_metrics, state.loss, "val_data",
+        val = _evaluate(state.net, val_data, state.ctx, val_metrics, state._loss_graph, "val_data",
                         state.eval_fn)
         logs.update({f"val_{k}": v for k, v in val.items()})
     if getattr(state.trainer, "on_nonfinite", "ignore") == "skip":
@@ -435,6 +460,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
                      make_metrics(metrics), outputs_optional=val_data is not None)
     state.train_data = train_data
     state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
+    state._loss_graph = _compiled(loss)
     if hasattr(trainer, "name_params"):
         trainer.name_params(net)   # structural names in its warnings and state_dict
     val_metrics = make_metrics(metrics)

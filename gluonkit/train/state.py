@@ -2,6 +2,7 @@
 import copy
 
 import mxnet as mx
+import numpy as np
 
 from .metrics import MetricFeeder, metric_values
 from .rng import get_rng_state, reseed_mxnet, set_rng_state
@@ -14,8 +15,10 @@ class Tally:
 
     Reading a result on the host waits until the device has computed it; reading each batch's
     loss that way cost ``fit`` ~12% of the throughput of a small network on two devices. So
-    losses are summed on the device (in float64), and so are counts given as NDArrays (a
-    ``batch_fn``'s positive anchors or valid pixels), all read only when asked for; metrics,
+    losses are summed on the device, and so are counts given as NDArrays (a ``batch_fn``'s
+    positive anchors or valid pixels), all read only when asked for. Each batch costs one
+    operator per device (its float32 sum); the sums are added up in float64 when the tally
+    settles. Metrics,
     which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a time (which
     bounds the outputs held) or when read. ``settle`` counts every batch. The mean 'loss' is
     the sum of the losses over the sum of the counts.
@@ -32,17 +35,19 @@ class Tally:
         self._samples = 0          # counts given as numbers
         self._count = None         # counts given as NDArrays: float64 (1,) on their context
         self._loss = None          # float64 NDArray of shape (1,) on the first loss's context
+        self._loss_parts = []      # float32 (1,) sums of the batches since the last settle
         self._restored = 0.0       # a loss sum from a checkpoint: where ``_loss`` starts
         self._queued = []          # (labels, outputs) not yet given to the metrics
 
     @property
     def loss_sum(self):
         """float: Sum of the losses added so far (waits for the last batch)."""
+        self._fold_losses()
         return self._restored if self._loss is None else float(self._loss.asscalar())
 
     @loss_sum.setter
     def loss_sum(self, value):
-        self._loss, self._restored = None, float(value)
+        self._loss, self._loss_parts, self._restored = None, [], float(value)
 
     @property
     def samples(self):
@@ -70,10 +75,8 @@ class Tally:
         else:
             self._samples += count
         for value in losses or ():
-            part = value.astype("float64").sum()
-            if self._loss is None:
-                self._loss = mx.nd.array([self._restored], ctx=part.context, dtype="float64")
-            self._loss += part.as_in_context(self._loss.context)
+            # float16 sums overflow from 65504 on, float64 ones cannot be concatenated with the rest
+            self._loss_parts.append(value.sum() if value.dtype == np.float32 else value.astype("float32").sum())
         if self.metrics and not (self.outputs_optional and outputs is None and labels is None):
             if not self._queued:
                 self._feeder.check(labels, outputs)
@@ -87,9 +90,21 @@ class Tally:
         queued, self._queued = self._queued, []
         for labels, outputs in queued:
             self._feeder.update(labels, outputs)
+        self._fold_losses()
         for pending in (self._loss, self._count):
             if pending is not None:
                 pending.wait_to_read()
+
+    def _fold_losses(self):
+        """Add the batches' loss sums to the float64 total, in a few operators for them all."""
+        parts, self._loss_parts = self._loss_parts, []
+        if not parts:
+            return
+        if self._loss is None:
+            self._loss = mx.nd.array([self._restored], ctx=parts[0].context, dtype="float64")
+        ctx = self._loss.context
+        parts = [p.as_in_context(ctx) for p in parts]
+        self._loss += mx.nd.concat(*parts, dim=0).astype("float64").sum()
 
     def values(self, loss=True):
         """dict: the mean 'loss' (if ``loss``), 'grad_norm' (if any) and each metric."""
@@ -133,6 +148,7 @@ class FitState:
 
     def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics, outputs_optional=False):
         self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
+        self._loss_graph = loss       # fit runs a built-in gluon loss as a cached graph instead
         self.train_data = None        # fit sets it; snapshots carry its sampler's state
         self.epochs = epochs
         self.epoch = self.batch = self.step = 0

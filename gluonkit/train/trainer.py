@@ -1,7 +1,9 @@
 """Trainer: exact gradient accumulation, no stale gradients, deferred parameters skipped."""
 import math
 import numbers
+import os
 import warnings
+from collections import defaultdict
 
 import mxnet as mx
 from mxnet import gluon
@@ -16,6 +18,9 @@ from ._trainer_state import TrainerState
 
 __all__ = ["Trainer"]
 
+# MXNet 1.9.1's multi-tensor SGD kernels take at most 60 weights per call (61 crash the process)
+MULTI_TENSOR_WEIGHTS = 60
+
 
 def _read(count):
     """A count as a Python number: an int when it is whole."""
@@ -25,14 +30,21 @@ def _read(count):
     return int(count) if count.is_integer() else count
 
 
+def _aggregate_updates(optimizer):
+    """Let SGD update up to 60 parameters per multi-tensor call rather than MXNet's default 4.
+
+    The same arithmetic in fewer calls (each costs the host a Python round trip); left alone
+    when ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` is set or the optimizer does not aggregate.
+    """
+    if (isinstance(optimizer, mx.optimizer.SGD) and optimizer.aggregate_num > 0
+            and "MXNET_OPTIMIZER_AGGREGATION_SIZE" not in os.environ):
+        optimizer.aggregate_num = MULTI_TENSOR_WEIGHTS
+
+
 def _named(params):
     """``(params, names)``: what ``gluon.Trainer`` takes, and {Parameter: name} from a Block or dict."""
     if isinstance(params, gluon.Block):
-        params = _structure.select(params)
-        firsts = {}
-        for name, param in params.items():   # a shared parameter once, under its first name
-            firsts.setdefault(param, name)
-        params = {name: param for param, name in firsts.items()}
+        params = _structure.first_names(_structure.select(params))
     if isinstance(params, dict):
         return params, {param: name for name, param in params.items()}
     return params, {}
@@ -68,7 +80,9 @@ class Trainer(TrainerState, gluon.Trainer):
         ``state_dict`` and appear in warnings. A parameter listed twice (shared by two blocks
         and collected from both) is updated once.
     optimizer : str or Optimizer
-        As for ``gluon.Trainer``.
+        As for ``gluon.Trainer``. SGD updates up to 60 parameters per multi-tensor call
+        (MXNet's default is 4; the environment variable ``MXNET_OPTIMIZER_AGGREGATION_SIZE``,
+        if set, wins): the same arithmetic in fewer host calls.
     optimizer_params : dict, optional
         As for ``gluon.Trainer``, e.g. ``{'learning_rate': 0.1}``; not with an Optimizer instance.
     kvstore : str or KVStore, default 'device'
@@ -141,6 +155,7 @@ class Trainer(TrainerState, gluon.Trainer):
         super().__init__(params, optimizer, optimizer_params, kvstore=kvstore,
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
+        _aggregate_updates(self._optimizer)
         if clip_global_norm is not None and update_on_kvstore is None:
             self._kvstore_params["update_on_kvstore"] = False   # clip the summed gradient first
         self._names = names
@@ -415,19 +430,30 @@ class Trainer(TrainerState, gluon.Trainer):
 
         Those are the non-differentiable parameters (frozen weights never change: not copied).
         Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler
-        attached), so that the forward passes of a dropped window leave them as they were.
+        attached), so that the forward passes of a dropped window leave them as they were. The
+        arrays of one device and dtype are copied by one operator, into one flat array.
         """
         if self._on_nonfinite == "ignore" and getattr(self, "_amp_loss_scaler", None) is None:
             self._statistics = None
             return
-        self._statistics = [(p, [a.copy() for a in p.list_data()])
-                            for p in self._params if not p._differentiable and p._data is not None]
+        groups = defaultdict(list)   # (context, dtype) -> [(param, device index, array)]
+        for param in self._params:
+            if not param._differentiable and param._data is not None:
+                for i, array in enumerate(param.list_data()):
+                    if array.size:
+                        groups[(array.context, array.dtype)].append((param, i, array))
+        self._statistics = [([(param, i, array.shape) for param, i, array in members],
+                             mx.nd.concat(*(array.reshape((-1,)) for _, _, array in members), dim=0))
+                            for members in groups.values()]
 
     def _restore_statistics(self):
-        for param, saved in self._statistics or ():
-            if param._data is not None:
-                for array, value in zip(param.list_data(), saved):
-                    value.copyto(array)
+        for members, flat in self._statistics or ():
+            begin = 0
+            for param, i, shape in members:
+                end = begin + math.prod(shape)
+                if param._data is not None:
+                    flat[begin:end].reshape(shape).copyto(param.list_data()[i])
+                begin = end
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.

@@ -122,9 +122,12 @@ def test_window_needs_the_same_accumulate(tmp_path):
     Checkpoint(tmp_path).save(net, trainer, 0)
     other = make_net([mx.cpu()], init_seed=3)
     before = params_of(other)
+    other_trainer = make_trainer(other, accumulate=2)
+    names = list(other_trainer.params)
     with pytest.raises(ValueError, match="accumulate=3"):
-        Checkpoint(tmp_path).load(other, make_trainer(other, accumulate=2))
+        Checkpoint(tmp_path).load(other, other_trainer)
     assert_same(params_of(other), before)
+    assert list(other_trainer.params) == names   # not even renamed
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])

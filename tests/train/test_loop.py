@@ -109,7 +109,7 @@ def test_fit_equals_a_hand_written_gluon_loop(ctx_list, hybridize, read_logs, mo
             running_ref.append((total / seen, correct / seen))
         losses.append(total / len(x))
         accs.append(correct / len(x))
-    assert_params(params_of(net), params_of(ref), exact=False)
+    assert_params(params_of(net), params_of(ref), exact=True)
     np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
     np.testing.assert_allclose(history["accuracy"], accs)
     if read_logs:   # callbacks see every batch counted, the one just trained included
@@ -266,6 +266,39 @@ def test_sigterm_to_a_training_subprocess_then_resume(tmp_path):
     assert a.files == b.files
     for k in a.files:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_fit_traces_a_builtin_loss_once_and_runs_other_losses_as_they_are(monkeypatch):
+    """A loss of mxnet.gluon.loss runs as a cached graph (traced once, not called per batch),
+    the caller's loss block untouched; a custom loss that cannot be hybridized still works."""
+    from gluonkit.train import loop
+
+    traced = []
+    original = loop._LossGraph.hybrid_forward
+    monkeypatch.setattr(loop._LossGraph, "hybrid_forward",
+                        lambda self, F, *args: traced.append(F) or original(self, F, *args))
+    x, y = make_data()
+    net = make_net(mx.cpu())
+    fit(net, LOSS, sgd(net), loader(x, y), epochs=2, progress=False)
+    assert traced == [mx.sym]   # 12 batches of one shape: one trace
+    assert LOSS(mx.nd.ones((2, 3)), mx.nd.array([0, 1])).shape == (2,)   # still usable imperatively
+
+    class HostLoss(gluon.loss.Loss):   # reads a value on the host: not hybridizable
+        def __init__(self):
+            super().__init__(weight=None, batch_axis=0)
+
+        def hybrid_forward(self, F, pred, label):
+            scale = float(pred.max().asscalar() > -1e9)
+            return LOSS(pred, label) * scale
+
+    np.random.seed(0)
+    net = make_net(mx.cpu())
+    history = fit(net, HostLoss(), sgd(net), loader(x, y), epochs=1, progress=False)
+    np.random.seed(0)
+    ref = make_net(mx.cpu())
+    reference = fit(ref, LOSS, sgd(ref), loader(x, y), epochs=1, progress=False)
+    assert_params(params_of(net), params_of(ref))
+    np.testing.assert_allclose(history["loss"], reference["loss"], rtol=1e-6)
 
 
 def test_signal_handlers_are_restored_and_fit_runs_off_the_main_thread():

@@ -298,6 +298,30 @@ def test_accumulate_one_is_a_drop_in_for_gluon_trainer(kvstore, update_on_kvstor
     _assert_same(plain_net, net, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("layers", [3, 35])   # 6 and 70 parameters: one call, and 60 + 10
+def test_sgd_updates_up_to_60_parameters_per_call_exactly_like_gluon(layers, monkeypatch):
+    def chain():
+        net = gluon.nn.HybridSequential()
+        for _ in range(layers):
+            net.add(gluon.nn.Dense(3, in_units=3))
+        return net
+
+    ctx_list = [mx.cpu(0)]
+    plain, net = _twins(chain, ctx_list)
+    plain_trainer = gluon.Trainer(plain.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3})
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3})
+    assert (plain_trainer.optimizer.aggregate_num, trainer.optimizer.aggregate_num) == (4, 60)
+    rng = np.random.RandomState(5)
+    for _ in range(3):
+        x, y = nd.array(rng.randn(8, 3)), nd.array(rng.randn(8, 3))
+        plain_trainer.step(_backward_on(plain, x, y, ctx_list))
+        trainer.step(_backward_on(net, x, y, ctx_list))
+    _assert_same(plain, net, rtol=0, atol=0)
+    monkeypatch.setenv("MXNET_OPTIMIZER_AGGREGATION_SIZE", "2")   # the user's setting wins
+    assert gluonkit.Trainer(net.collect_params(), "sgd").optimizer.aggregate_num == 2
+    assert gluonkit.Trainer(net.collect_params(), "adam").optimizer.aggregate_num == 0
+
+
 def test_accumulate_switches_to_add_and_zeroes_after_each_update():
     net = _mlp()
     net.initialize(ctx=mx.cpu(0))

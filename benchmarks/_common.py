@@ -1,8 +1,10 @@
 """What the benchmark scripts share: options and --config files (gluonkit's command-line kit),
-thread settings, default outputs, the report templates."""
+thread settings, default outputs and writing them, the report templates."""
 import os
 
 from gluonkit.recipes import _cli
+
+from ._harness import replace_section, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The directory that holds the ``benchmarks`` package: child processes run from it, so
@@ -10,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 __all__ = ["HERE", "ROOT", "set_env", "thread_settings", "benchmark_parser", "parse_with_config",
-           "apply_defaults", "template"]
+           "add_output_options", "apply_defaults", "write_outputs", "template"]
 
 
 def set_env(module):
@@ -41,6 +43,26 @@ def parse_with_config(parser, argv):
     """Parse ``argv``; a ``--config FILE`` (JSON or YAML, keys as option names) sets the
     defaults first, each value checked by its option's type."""
     return _cli.parse_with_config(parser, argv)
+
+
+def add_output_options(parser, name):
+    """The 'output' group: ``--out`` (the JSON results) and ``--readme`` (the file whose
+    ``name`` section is rewritten); returned, for a benchmark's own output options."""
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", help=f"JSON results (default benchmarks/results/{name}.json; "
+                     "with --quick none)")
+    out.add_argument("--readme", help=f"Markdown file whose '{name}' section is rewritten "
+                     "(default benchmarks/README.md; with --quick none)")
+    return out
+
+
+def write_outputs(args, name, results, section):
+    """Write ``results`` to ``--out`` and ``section`` into the ``name`` section of ``--readme``
+    (each only if set)."""
+    if args.out:
+        write_json(args.out, results)
+    if args.readme:
+        replace_section(args.readme, name, section)
 
 
 def apply_defaults(args, defaults, name):

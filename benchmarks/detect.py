@@ -8,9 +8,9 @@ losses, ``autograd.backward`` and ``gluon.Trainer.step(batch_size)``.
 import os
 import sys
 
-from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
-from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
-                       replace_section, serve, write_json)
+from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
+                      thread_settings, write_outputs)
+from ._harness import WORKER_FLAG, compare, machine, markdown_table, measured_on, paired, serve
 
 SECTION = "detect"
 
@@ -123,11 +123,7 @@ def parse_args(argv=None):
     data.add_argument("--size", type=int, help="input size (a multiple of 32)")
     data.add_argument("--model", help="a GluonCV YOLOv3 model-zoo name")
     data.add_argument("--seed", type=int, default=0)
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, help="JSON results file "
-                     "(default benchmarks/results/detect.json; none with --quick)")
-    out.add_argument("--readme", default=None, help="Markdown file whose 'detect' section is "
-                     "rewritten (default benchmarks/README.md; none with --quick)")
+    add_output_options(parser, SECTION)
     args = parse_with_config(parser, argv)
     defaults = {"repeats": 2, "samples": 8, "batch_size": 4, "size": 64,
                 "model": "yolo3_mobilenet0.25_custom"} if args.quick else \
@@ -205,10 +201,7 @@ def main(args):
     results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     print(markdown_table(rows, COLUMNS))
     print(findings(rows), flush=True)
-    if args.out:
-        write_json(args.out, results)
-    if args.readme:
-        replace_section(args.readme, SECTION, readme_section(results))
+    write_outputs(args, SECTION, results, readme_section(results))
     return results
 
 

@@ -27,9 +27,10 @@ import mxnet as mx  # (in a server or the scheduler of a job, this serves and ex
 from mxnet import gluon
 
 import gluonkit
-from ._common import ROOT, apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
+from ._common import (ROOT, add_output_options, apply_defaults, benchmark_parser, parse_with_config,
+                      set_env, thread_settings, write_outputs)
 from ._contestants import OPTIMIZER, initialized_net, make_data, make_loader, train_step
-from ._harness import machine, markdown_table, measured_on, replace_section, write_json
+from ._harness import machine, markdown_table, measured_on
 
 SECTION = "dist"
 NET = "cnn"
@@ -189,10 +190,7 @@ def parse_args(argv=None):
                      help="OMP_NUM_THREADS of each process of a job (default: cores / workers)")
     run.add_argument("--timeout", type=float, help="seconds before a launch is ended (default 300)")
     run.add_argument("--seed", type=int, default=0)
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", help="JSON results (default benchmarks/results/dist.json; with --quick none)")
-    out.add_argument("--readme", help="Markdown file whose 'dist' section is rewritten "
-                     "(default benchmarks/README.md; with --quick none)")
+    add_output_options(parser, SECTION)
     args = parse_with_config(parser, sys.argv[1:] if argv is None else argv)
     apply_defaults(args, QUICK if args.quick else FULL, "dist")
     args.runs = args.runs.split(",")
@@ -219,10 +217,7 @@ def main(args):
     results = {"machine": info, "args": settings, "rows": rows}
     table = markdown_table(rows, COLUMNS)
     print(table)
-    if args.out:
-        write_json(args.out, results)
-    if args.readme:
-        replace_section(args.readme, SECTION, readme_section(results, table))
+    write_outputs(args, SECTION, results, readme_section(results, table))
     return results
 
 

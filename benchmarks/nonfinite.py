@@ -23,9 +23,10 @@ import time
 
 from tqdm import tqdm
 
-from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env, thread_settings
+from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
+                      thread_settings, write_outputs)
 from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
-from ._harness import machine, markdown_table, measured_on, replace_section, target_line, write_json
+from ._harness import machine, markdown_table, measured_on, target_line
 
 __all__ = ["SETTINGS", "check_clipping", "measure_network", "targets", "parse_args", "main"]
 
@@ -177,10 +178,7 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, help="timed epochs per setting (default 40; 2 with --quick)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="JSON results (default benchmarks/results/nonfinite.json; "
-                        "with --quick none)")
-    parser.add_argument("--readme", help="Markdown file whose 'nonfinite' section is rewritten "
-                        "(default benchmarks/README.md; with --quick none)")
+    add_output_options(parser, SECTION)
     args = parse_with_config(parser, argv)
     apply_defaults(args, QUICK if args.quick else FULL, SECTION)
     args.nets = args.nets.split(",")
@@ -207,10 +205,7 @@ def main(args):
                "targets": targets(rows)}
     print(markdown_table(rows, COLUMNS))
     print("\n".join(target_line(t) for t in results["targets"]))
-    if args.out:
-        write_json(args.out, results)
-    if args.readme:
-        replace_section(args.readme, SECTION, readme_section(results))
+    write_outputs(args, SECTION, results, readme_section(results))
     return results
 
 

@@ -19,8 +19,8 @@ import os
 import sys
 import time
 
-from ._common import (HERE, apply_defaults, benchmark_parser, parse_with_config, set_env, template,
-                      thread_settings)
+from ._common import (HERE, add_output_options, apply_defaults, benchmark_parser, parse_with_config,
+                      set_env, template, thread_settings)
 from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
 from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
                       replace_section, serve, target_line, write_json)
@@ -355,14 +355,10 @@ def parse_args(argv=None):
     memory.add_argument("--mem-batch", type=int, help="the small batch (default 32)")
     memory.add_argument("--mem-accumulate", type=int, help="micro-batches per update (default 8)")
     memory.add_argument("--mem-updates", type=int, help="updates per epoch (default 2)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", help="JSON results (default benchmarks/results/throughput.json; "
-                     "with --quick none)")
+    out = add_output_options(parser, SECTION)
     out.add_argument("--from-json", metavar="FILE", help="measure nothing: rewrite the chart and "
                      "the README section from the results in FILE")
     out.add_argument("--chart", help="PNG chart (default benchmarks/results/throughput.png; with --quick none)")
-    out.add_argument("--readme", help="Markdown file whose 'throughput' section is rewritten "
-                     "(default benchmarks/README.md; with --quick none)")
     args = parse_with_config(parser, sys.argv[1:] if argv is None else argv)
     apply_defaults(args, QUICK if args.quick else FULL, SECTION)
     if not args.quick:

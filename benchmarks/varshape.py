@@ -25,9 +25,9 @@ from gluonkit.nn.shapecache import ShapeCache
 from gluonkit.recipes.models import small_cnn
 from gluonkit.train.trainer import Trainer
 
-from ._common import apply_defaults, benchmark_parser, parse_with_config, set_env
-from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
-                       replace_section, serve, write_json)
+from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
+                      write_outputs)
+from ._harness import WORKER_FLAG, compare, machine, markdown_table, measured_on, paired, serve
 
 SECTION = "varshape"
 
@@ -255,11 +255,7 @@ def parse_args(argv=None):
     data.add_argument("--multiple", type=int, default=4,
                       help="gluonkit bucket sizes are multiples of this (the networks' stride)")
     data.add_argument("--seed", type=int, default=0)
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, help="JSON results file "
-                     "(default benchmarks/results/varshape.json; none with --quick)")
-    out.add_argument("--readme", default=None, help="Markdown file whose 'varshape' section is "
-                     "rewritten (default benchmarks/README.md; none with --quick)")
+    add_output_options(parser, SECTION)
     args = parse_with_config(parser, argv)
     defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2} if args.quick else \
         {"settings": "cifar,short", "nets": "cifar_resnet20_v1,cnn", "repeats": 5}
@@ -358,10 +354,7 @@ def main(args):
             print(markdown_table(rows, COLUMNS))
             print(findings(rows), flush=True)
     results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    if args.out:
-        write_json(args.out, results)
-    if args.readme:
-        replace_section(args.readme, SECTION, readme_section(results))
+    write_outputs(args, SECTION, results, readme_section(results))
     return results
 
 

@@ -2,6 +2,7 @@
 
 Test modules import the helpers with ``from conftest import params_of``.
 """
+import os
 import random
 
 import mxnet as mx
@@ -9,6 +10,11 @@ import numpy as np
 import pytest
 
 from gluonkit.params import select
+
+#: The clone's root (where the ``benchmarks`` and ``recipes`` folders are).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The environment of a process started in another directory: the clone first on the path.
+CLONE_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
 ONE_CPU = [mx.cpu(0)]
 TWO_CPUS = [mx.cpu(0), mx.cpu(1)]

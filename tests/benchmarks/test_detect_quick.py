@@ -7,8 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+from conftest import CLONE_ENV as ENV, ROOT
 
 CONTESTANTS = ["gluoncv-1", "gluonkit-1", "gluoncv-2", "gluonkit-2", "gluoncv-2-acc", "gluonkit-2-acc"]
 

@@ -7,10 +7,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import CLONE_ENV as ENV
 COMMAND = [sys.executable, "-m", "benchmarks.dist"]
-# run from another directory: the clone's root on the path finds the benchmarks package
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
 
 @pytest.mark.slow

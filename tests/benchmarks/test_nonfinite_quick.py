@@ -2,7 +2,6 @@
 its clipping and the goal."""
 import importlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -13,10 +12,8 @@ from mxnet import autograd, gluon
 
 import gluonkit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import CLONE_ENV as ENV
 COMMAND = [sys.executable, "-m", "benchmarks.nonfinite"]
-# run from another directory: the clone's root on the path finds the benchmarks package
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 OTHER_SECTION = "<!-- throughput:begin -->\nsomeone else's figures\n<!-- throughput:end -->"
 SETTINGS = ("ignore", "skip", "skip+clip", "skip+clipping")
 

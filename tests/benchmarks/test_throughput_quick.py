@@ -2,25 +2,19 @@
 import importlib
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import CLONE_ENV
 COMMAND = [sys.executable, "-m", "benchmarks.throughput"]
 OTHER_SECTION = "<!-- varshape:begin -->\nsomeone else's figures\n<!-- varshape:end -->"
 
 
 def _positive(value):
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-
-
-def _env():
-    """The environment of a benchmark run from another directory: the clone on the path."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +31,7 @@ def quick(tmp_path_factory):
     readme.write_text(f"# Benchmarks\n\n{OTHER_SECTION}\n")
     command = COMMAND + ["--quick", "--out", str(out / "throughput.json"),
                "--chart", str(out / "charts" / "throughput.png"), "--readme", str(readme)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=out, env=_env())
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=out, env=CLONE_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(out / "throughput.json") as f:
         return out, json.load(f), readme.read_text()
@@ -141,7 +135,7 @@ def test_from_json_rewrites_the_section_without_measuring(quick, tmp_path):
     readme.write_text(f"{OTHER_SECTION}\n")
     command = COMMAND + ["--from-json", str(out / "throughput.json"),
                "--chart", str(tmp_path / "throughput.png"), "--readme", str(readme)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=CLONE_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "samples/s" not in result.stderr   # no contestant ran
     rewritten = readme.read_text()

@@ -7,8 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+from conftest import CLONE_ENV as ENV
 
 from benchmarks._harness import markdown_table, replace_section  # noqa: E402
 

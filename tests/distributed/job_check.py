@@ -9,13 +9,14 @@ from numpy.testing import assert_allclose
 
 from gluonkit.params import select
 
-__all__ = ["JOB", "assert_trained_like_one_process"]
+__all__ = ["JOB", "load_job", "assert_trained_like_one_process"]
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_job.py")
 
 
-def _load_job():
-    spec = importlib.util.spec_from_file_location("dist_job", JOB)
+def load_job(path=JOB):
+    """A job script as a module, for its data, network and settings."""
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
     return job
@@ -38,7 +39,7 @@ def _single_process_reference(job, out_dir):
 
 def assert_trained_like_one_process(out_dir):
     """Both workers' final weights (``dist_job.py OUT_DIR train``) equal the single-process reference."""
-    job = _load_job()
+    job = load_job()
     reference = _single_process_reference(job, out_dir)
     expected = {name: p.data().asnumpy() for name, p in select(reference).items()}
     initial = nd.load(os.path.join(out_dir, "initial.params"))

@@ -1,5 +1,4 @@
 """Clipping and counts over 2 workers on loopback equal one process clipping the large batch once."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,15 +10,9 @@ from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose
 
 from conftest import params_of
+from job_check import load_job
 
 JOB = os.path.join(os.path.dirname(__file__), "clip_job.py")
-
-
-def _load_job():
-    spec = importlib.util.spec_from_file_location("clip_job", JOB)
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
-    return job
 
 
 def _reference(job, out_dir):
@@ -50,7 +43,7 @@ def test_two_workers_clip_the_global_gradient_once_and_drop_a_window_with_nan_on
                sys.executable, JOB, str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=150)
     assert result.returncode == 0, result.stderr[-3000:]
-    job = _load_job()
+    job = load_job(JOB)
     reference, norms = _reference(job, tmp_path)
     assert all(n > 2 * job.CLIP for n in norms if n is not None)   # every applied update was clipped
     expected = params_of(reference)

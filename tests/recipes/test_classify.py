@@ -20,7 +20,8 @@ from gluonkit.recipes import classify as recipe
 from gluonkit.recipes.datasets import dataset_labels, load_dataset, stratified_indices
 from gluonkit.recipes.models import build_model, small_cnn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT
+
 SCRIPT = os.path.join(ROOT, "recipes", "classify.py")
 
 

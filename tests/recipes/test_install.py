@@ -26,7 +26,8 @@ from gluonkit import Checkpoint
 from gluonkit.data import digits
 from gluonkit.recipes.models import small_cnn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT
+
 LOADER = os.path.join(ROOT, "tests", "exported_loader.py")
 _NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "runs",
                                      "__pycache__", ".pytest_cache", ".hypothesis")

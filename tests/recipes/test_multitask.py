@@ -17,7 +17,8 @@ from gluonkit.params import select
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.recipes import multitask as recipe
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT
+
 SCRIPT = os.path.join(ROOT, "recipes", "multitask.py")
 
 # 3 epochs over 480 images, batch 32. Over seeds 0-15 the worst test accuracies measured were

@@ -280,22 +280,28 @@ def test_flush_applies_a_partial_window_scaled_by_its_samples(ctx_list):
     _assert_same(ref, net)
 
 
+def _beside_gluon(make, ctx_list, in_units, optimizer_params, **kwargs):
+    """Twin networks on ``ctx_list``, trained 4 steps on the same batches by ``gluon.Trainer``
+    and by ``gluonkit.Trainer`` with the same settings: ``(plain, net, plain_trainer, trainer)``."""
+    ref, net = _twins(make, ctx_list)
+    plain = make()
+    _copy_params(ref, plain, ctx_list)
+    plain_trainer = gluon.Trainer(plain.collect_params(), "sgd", dict(optimizer_params), **kwargs)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(optimizer_params), **kwargs)
+    rng = np.random.RandomState(7)
+    for _ in range(4):
+        x, y = nd.array(rng.randn(8, in_units)), nd.array(rng.randn(8, 3))
+        plain_trainer.step(_backward_on(plain, x, y, ctx_list))
+        trainer.step(_backward_on(net, x, y, ctx_list))
+    return plain, net, plain_trainer, trainer
+
+
 @pytest.mark.parametrize("update_on_kvstore", [None, True, False])
 @pytest.mark.parametrize("kvstore", ["device", "local"])
 def test_accumulate_one_is_a_drop_in_for_gluon_trainer(kvstore, update_on_kvstore):
-    ctx_list = [mx.cpu(0), mx.cpu(1)]
-    plain, net = _twins(_mlp, ctx_list)
-    plain_net = _mlp()
-    _copy_params(plain, plain_net, ctx_list)
-    kwargs = dict(kvstore=kvstore, update_on_kvstore=update_on_kvstore)
-    plain_trainer = gluon.Trainer(plain_net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, **kwargs)
-    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, **kwargs)
-    rng = np.random.RandomState(7)
-    for _ in range(4):
-        x, y = nd.array(rng.randn(8, 4)), nd.array(rng.randn(8, 3))
-        plain_trainer.step(_backward_on(plain_net, x, y, ctx_list))
-        trainer.step(_backward_on(net, x, y, ctx_list))
-    _assert_same(plain_net, net, rtol=0, atol=0)
+    plain, net, _, _ = _beside_gluon(_mlp, [mx.cpu(0), mx.cpu(1)], 4, {"learning_rate": 0.1, "momentum": 0.9},
+                                     kvstore=kvstore, update_on_kvstore=update_on_kvstore)
+    _assert_same(plain, net, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("layers", [3, 35])   # 6 and 70 parameters: one call, and 60 + 10
@@ -306,16 +312,9 @@ def test_sgd_updates_up_to_60_parameters_per_call_exactly_like_gluon(layers, mon
             net.add(gluon.nn.Dense(3, in_units=3))
         return net
 
-    ctx_list = [mx.cpu(0)]
-    plain, net = _twins(chain, ctx_list)
-    plain_trainer = gluon.Trainer(plain.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3})
-    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3})
+    plain, net, plain_trainer, trainer = _beside_gluon(chain, [mx.cpu(0)], 3,
+                                                       {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3})
     assert (plain_trainer.optimizer.aggregate_num, trainer.optimizer.aggregate_num) == (4, 60)
-    rng = np.random.RandomState(5)
-    for _ in range(3):
-        x, y = nd.array(rng.randn(8, 3)), nd.array(rng.randn(8, 3))
-        plain_trainer.step(_backward_on(plain, x, y, ctx_list))
-        trainer.step(_backward_on(net, x, y, ctx_list))
     _assert_same(plain, net, rtol=0, atol=0)
     monkeypatch.setenv("MXNET_OPTIMIZER_AGGREGATION_SIZE", "2")   # the user's setting wins
     assert gluonkit.Trainer(net.collect_params(), "sgd").optimizer.aggregate_num == 2

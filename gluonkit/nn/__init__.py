@@ -1,7 +1,8 @@
 """Network building blocks: multi-branch networks safe with deferred initialization, and a
-shape cache for hybridized networks fed a few input shapes, frozen BatchNorm."""
+shape cache for hybridized networks fed a few input shapes, frozen BatchNorm and a check that
+SyncBatchNorm layers can train on the devices given."""
 from .branches import Branches
-from .norm import freeze_batchnorm
+from .norm import check_sync_batchnorm, freeze_batchnorm
 from .shapecache import ShapeCache
 
-__all__ = ["Branches", "ShapeCache", "freeze_batchnorm"]
+__all__ = ["Branches", "ShapeCache", "check_sync_batchnorm", "freeze_batchnorm"]

@@ -12,7 +12,7 @@ from mxnet.gluon.nn.basic_layers import _BatchNorm
 
 from ..params import select
 
-__all__ = ["freeze_batchnorm"]
+__all__ = ["freeze_batchnorm", "check_sync_batchnorm"]
 
 
 def _batchnorms(block):
@@ -64,3 +64,47 @@ def freeze_batchnorm(block, affine=False):
                 param.grad_req = "null"
     block.apply(_drop_cached_graph)
     return [name for name, _ in layers]
+
+
+def check_sync_batchnorm(block, ctx):
+    """Refuse the SyncBatchNorm layers of ``block`` that would hang training over ``ctx``.
+
+    A SyncBatchNorm layer that computes batch statistics (not frozen) waits in its forward
+    pass until ``num_devices`` devices have arrived. So it hangs when ``num_devices`` is not
+    the number of devices trained on, and, in MXNet 1.9.1, on several CPU devices as soon as
+    other layers surround it. Frozen layers (``freeze_batchnorm``) do not synchronize.
+
+    Parameters
+    ----------
+    block : Block
+    ctx : list of Context
+        The devices each batch is split over.
+
+    Returns
+    -------
+    bool
+        True if ``block`` has SyncBatchNorm layers that synchronize: every batch must then
+        give every device a slice.
+
+    Raises
+    ------
+    ValueError
+        If a layer's ``num_devices`` is not ``len(ctx)``, or ``ctx`` holds several CPU devices.
+    """
+    syncing = [(name, layer._kwargs["ndev"]) for name, layer in _batchnorms(block)
+               if isinstance(layer, gluon.contrib.nn.SyncBatchNorm)
+               and not layer._kwargs["use_global_stats"]]
+    if not syncing:
+        return False
+    wrong = [f"{name or 'the block'} (num_devices={ndev})" for name, ndev in syncing if ndev != len(ctx)]
+    if wrong:
+        raise ValueError(f"SyncBatchNorm layer(s) {', '.join(wrong)} wait for that many devices, but "
+                         f"training runs on {len(ctx)} ({ctx}): the forward pass would hang. Build "
+                         f"them with num_devices={len(ctx)} (GluonCV: norm_kwargs={{'num_devices': "
+                         f"{len(ctx)}}}).")
+    if len(ctx) > 1 and any(c.device_type == "cpu" for c in ctx):
+        raise ValueError(f"SyncBatchNorm layer(s) {', '.join(name or 'the block' for name, _ in syncing)} "
+                         f"cannot train on several CPU devices ({ctx}): MXNet 1.9.1 hangs in their "
+                         "forward or backward pass there. Use them on GPUs; on CPU devices use "
+                         "BatchNorm, or freeze them with gluonkit.nn.freeze_batchnorm(net).")
+    return True

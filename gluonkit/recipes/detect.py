@@ -73,7 +73,7 @@ def _build_parser():
                        help="start the backbone from GluonCV's ImageNet weights (downloaded if missing)")
     model.add_argument("--batchnorm", type=_cli.one_of("plain", "frozen", "sync"), default="plain",
                        help="frozen: running statistics only (tiny batches, pretrained backbone); "
-                            "sync: SyncBatchNorm over --ctx")
+                            "sync: SyncBatchNorm over the GPUs of --ctx (MXNet's hangs on several CPUs)")
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=_cli.non_negative_int, default=18,
                        help="epochs to train (to reach, with --resume)")
@@ -119,13 +119,17 @@ def parse_args(argv=None):
         det.model_family(args.model)
     except ValueError as err:
         parser.error(str(err))
+    ctx = _cli.parse_ctx(args.ctx)
     if args.amp:
         try:
-            amp.check_available(_cli.parse_ctx(args.ctx))
+            amp.check_available(ctx)
         except (ValueError, RuntimeError) as err:
             parser.error(f"--amp: {err}")
+    if args.batchnorm == "sync" and len(ctx) > 1 and any(c.device_type == "cpu" for c in ctx):
+        parser.error(f"--batchnorm sync: MXNet 1.9.1's SyncBatchNorm hangs on several CPU devices "
+                     f"(--ctx {args.ctx}); use it with GPUs, or --batchnorm frozen / plain on CPUs.")
     if args.per_device:
-        args.batch_size = args.per_device * len(_cli.parse_ctx(args.ctx))
+        args.batch_size = args.per_device * len(ctx)
     return args
 
 
@@ -325,7 +329,8 @@ def train(args):
                              batchnorm=args.batchnorm, num_devices=len(ctx))
     net.initialize(ctx=ctx)
     train_loader, val_loader = make_loaders(
-        net, family, train_set, val_set, args.batch_size, image_size=args.image_size,
+        det.one_image_network(net, args.model, classes, args.batchnorm), family, train_set, val_set,
+        args.batch_size, image_size=args.image_size,
         multiscale=args.multiscale, interval=args.multiscale_interval, buckets=args.buckets,
         seed=args.seed, num_workers=args.num_workers)
     det.nms_for_eval(net, family)

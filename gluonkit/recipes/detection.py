@@ -20,8 +20,8 @@ from ..data import BucketSampler, MultiScaleDataset
 from ..nn import freeze_batchnorm
 from ..train.split import split_and_load
 
-__all__ = ["FAMILIES", "model_family", "build_detector", "train_transforms", "val_transforms",
-           "train_batchify", "val_batchify", "SizedTransform", "BucketSizes", "bucket_sampler",
+__all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "train_transforms",
+           "val_transforms", "train_batchify", "val_batchify", "SizedTransform", "BucketSizes", "bucket_sampler",
            "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch",
            "detection_eval_fn", "voc_metric"]
 
@@ -70,6 +70,20 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
     if batchnorm == "frozen":
         freeze_batchnorm(net)
     return net
+
+
+def one_image_network(net, name, classes, batchnorm):
+    """The network GluonCV's training transforms may run on one image: ``net``, or for
+    ``batchnorm='sync'`` a twin with plain BatchNorm (initialized on the CPU), as GluonCV's
+    scripts do, since a SyncBatchNorm layer would wait there for the other devices. The
+    transforms take only the anchors and feature shapes from it, which do not depend on the
+    weights.
+    """
+    if batchnorm != "sync":
+        return net
+    twin = build_detector(name, classes)
+    twin.initialize()
+    return twin
 
 
 def _ssd_anchors(net, size):

@@ -11,6 +11,7 @@ from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
 from .._validate import is_int, non_negative_int
+from ..nn.norm import check_sync_batchnorm
 from .callbacks import Callback
 from .metrics import make_metrics
 from .rng import set_rng_state
@@ -192,6 +193,11 @@ def _train_batch(state, batch):
         return _batch_length(batch)
     data, label = _unpack(batch, state.batch, "train_data")
     xs = split_and_load(_as_dtype(data, state._dtype), state.ctx)
+    if state._every_device and len(xs) < len(state.ctx):
+        raise ValueError(f"batch {state.batch} of epoch {state.epoch + 1} has {data.shape[0]} sample(s) for "
+                         f"{len(state.ctx)} devices, and the network's SyncBatchNorm layers wait for "
+                         "every device: give every batch at least one sample per device (e.g. "
+                         "DataLoader(..., last_batch='discard') or 'rollover').")
     ys = split_and_load(label, state.ctx)
     with autograd.record():
         outputs, losses = _forward_losses(state.net, state._loss_graph, xs, ys)
@@ -461,6 +467,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     state.train_data = train_data
     state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
     state._loss_graph = _compiled(loss)
+    state._every_device = check_sync_batchnorm(net, state.ctx)
     if hasattr(trainer, "name_params"):
         trainer.name_params(net)   # structural names in its warnings and state_dict
     val_metrics = make_metrics(metrics)

@@ -149,6 +149,7 @@ class FitState:
     def __init__(self, net, loss, trainer, ctx, epochs, callbacks, metrics, outputs_optional=False):
         self.net, self.loss, self.trainer, self.ctx = net, loss, trainer, ctx
         self._loss_graph = loss       # fit runs a built-in gluon loss as a cached graph instead
+        self._every_device = False    # SyncBatchNorm layers: every batch must reach every device
         self.train_data = None        # fit sets it; snapshots carry its sampler's state
         self.epochs = epochs
         self.epoch = self.batch = self.step = 0

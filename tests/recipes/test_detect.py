@@ -52,12 +52,14 @@ def test_every_mode_trains_validates_and_exports(tmp_path, extra):
 def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
     args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1"])
     assert args.batch_size == 2 and args.model == "yolo3_mobilenet0.25_custom"
+    assert detect.parse_args(["--batchnorm", "sync"]).batchnorm == "sync"   # one device: it works
     defaults = detect.parse_args([])        # the run whose mAP the README quotes
     assert (defaults.epochs, defaults.image_size, defaults.batch_size, defaults.lr) == (18, 128, 8, 0.01)
     for bad, message in [(["--model", "resnet18_v1"], "not a GluonCV YOLOv3 or SSD"),
                          (["--multiscale", "64", "--image-size", "0"], "pass one"),
                          (["--clip-global-norm", "0"], "must be positive"),
                          (["--batchnorm", "group"], "batchnorm"),
+                         (["--batchnorm", "sync", "--ctx", "cpu:0,cpu:1"], "hangs on several CPU devices"),
                          (["--resume", "--out", ""], "--resume")]:
         with pytest.raises(SystemExit):
             detect.parse_args(bad)

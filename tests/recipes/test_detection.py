@@ -203,3 +203,25 @@ def test_frozen_batchnorm_makes_each_image_independent_of_its_batch(batchnorm, i
         both, alone = net(x)[0], net(x[:1])[0]
     same = np.allclose(both[:1].asnumpy(), alone.asnumpy(), rtol=1e-4, atol=1e-5)
     assert same == independent
+
+
+@pytest.mark.parametrize("name, family", [("yolo3_mobilenet0.25_custom", "yolo3"),
+                                          ("ssd_512_mobilenet1.0_custom", "ssd")])
+def test_training_transforms_of_a_sync_batchnorm_net_equal_the_plain_nets(name, family):
+    # run on one image, SyncBatchNorm(num_devices=2) would wait forever for the other device
+    classes = ShapesDetection.CLASSES
+    sync = D.build_detector(name, classes, batchnorm="sync", num_devices=2)
+    plain = D.build_detector(name, classes)
+    for net in (sync, plain):
+        net.initialize()
+    assert D.one_image_network(plain, name, classes, "plain") is plain
+    sample = ShapesDetection("train", length=1)[0]
+    targets = []
+    for net in (D.one_image_network(sync, name, classes, "sync"), plain):
+        mx.random.seed(0)
+        np.random.seed(0)
+        made = D.train_transforms(net, family, [(64, 64)])[(64, 64)](*sample)
+        targets.append([np.asarray(a.asnumpy() if isinstance(a, mx.nd.NDArray) else a) for a in made])
+    assert len(targets[0]) == len(targets[1]) > 2
+    for array, ref in zip(*targets):
+        assert_allclose(array, ref, rtol=0, atol=0)

@@ -143,9 +143,11 @@ class Branches(HybridBlock):
             raise TypeError(f"the trunk must be a HybridBlock, got {type(value).__name__}; "
                             "wrap plain layers in a mxnet.gluon.nn.HybridSequential.")
         super().__setattr__(name, value)
-        if name == "trunk" and value is not None:
+        # a trunk or branch replaced later (a new head for fine-tuning) replaces it in the routes
+        if name == "trunk" or name in getattr(self, "_names", ()):
             for route in self._routes:
-                route.trunk = value
+                if name == "trunk" or name in route._names:
+                    setattr(route, name, value)
 
     @property
     def names(self):

@@ -171,6 +171,20 @@ def test_threshold_mask_values(hybridize):
     assert_array_equal(out.sum(axis=1), [2, 2, 2, 2])
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64", "int8", "uint8"])
+def test_threshold_mask_of_integers_compares_exactly_like_numpy(dtype):
+    # MXNet would cast the threshold to x's dtype: -1.5 to -1 (so -1 > -1.5 gave 0), -1 to 255
+    x = np.array([[-3, -2, -1, 0, 1, 2, 100]]).astype(dtype)
+    for threshold in [-1.5, -1, 0.5, 1.0, 99.9, 300, -300, np.inf, -np.inf]:
+        expected = (x > threshold).astype(dtype)
+        scalar = ops.threshold_mask(nd.array(x, dtype=dtype), threshold)
+        assert scalar.dtype == np.dtype(dtype)
+        assert_array_equal(scalar.asnumpy(), expected, err_msg=f"threshold {threshold}")
+        for as_array in ([[threshold]], nd.array([[threshold]], dtype="float64")):
+            out = ops.threshold_mask(nd.array(x, dtype=dtype), as_array).asnumpy()
+            assert_array_equal(out, expected, err_msg=f"threshold [[{threshold}]]")
+
+
 def test_threshold_mask_straight_through(hybridize):
     x = np.array([[1e8, -np.inf, 0.3, -0.2], [np.inf, 0.1, 0.7, 2.0]], dtype="float32")
     head = np.random.randn(*x.shape).astype("float32")
@@ -251,6 +265,8 @@ def test_k_out_of_range_raises():
             fn(x, 2.0)
         with pytest.raises(ValueError, match="axis=2"):
             fn(x, 1, axis=2)
+        with pytest.raises(ValueError, match=r"scalar \(shape \(\)\) and has no axis -1"):
+            fn(nd.array([3]).reshape(()), 1)
         # Symbols: checked against the shape when it can be inferred, else only k >= 1
         with pytest.raises(ValueError, match="of length 5"):
             fn(mx.sym.var("x", shape=(2, 5)), 6)

@@ -219,6 +219,13 @@ class Branches(HybridBlock):
         for route in self._routes:
             route.hybridize(active, *args, **kwargs)
 
+    def _clear_cached_op(self):
+        # Gluon drops a block's graph through this private method (hybridize, cast, a child
+        # replaced, freeze_batchnorm): the routes' graphs hold the same layers, so they go too
+        super()._clear_cached_op()
+        for route in getattr(self, "_routes", ()):
+            route._clear_cached_op()
+
     def export(self, path, epoch=0, remove_amp_cast=True):
         """Export the graph of the whole network, every branch, as ``HybridBlock.export``.
 

@@ -195,6 +195,12 @@ class Branches(HybridBlock):
         if not names:
             raise ValueError(f"route() needs at least one branch name; the branches are "
                              f"{self.names}.")
+        for name in names:
+            if not isinstance(name, str):
+                fix = (f"write route({', '.join(map(repr, name))})"
+                       if isinstance(name, (list, tuple)) else f"the branches are {self.names}")
+                raise TypeError(f"route() takes branch names as separate strings, got {name!r}; "
+                                f"{fix}.")
         unknown = [name for name in names if name not in self._names]
         if unknown:
             raise KeyError(f"no branch named {unknown[0]!r}; the branches are {self.names}.")

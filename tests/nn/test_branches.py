@@ -477,6 +477,10 @@ def test_route_rejects_bad_names():
         net.route()
     with pytest.raises(ValueError, match="twice"):
         net.route("aux", "aux")
+    with pytest.raises(TypeError, match=r"got \['digit', 'aux'\].*route\('digit', 'aux'\)"):
+        net.route(["digit", "aux"])
+    with pytest.raises(TypeError, match=r"got 0; the branches are \('digit'"):
+        net.route(0)
 
 
 def test_branch_that_cannot_take_the_trunk_output_is_named(hybridize):

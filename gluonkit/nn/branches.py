@@ -82,9 +82,15 @@ class _Route(HybridBlock):
 
     def forward(self, x, *args):
         out = _tuples(super().forward(x, *args))
-        if isinstance(x, NDArray):
-            self._complete((x,) + args, skip=self._names)
+        self._complete_other_branches((x,) + args)
         return out
+
+    def _complete_other_branches(self, inputs):
+        """Finish the deferred initialization of the branches this route skips, from the input
+        arrays; a traced call (Symbols) cannot, so a block that runs the route in a graph of
+        its own (:class:`~gluonkit.nn.ShapeCache`) calls this with the arrays."""
+        if isinstance(inputs[0], NDArray):
+            self._complete(inputs, skip=self._names)
 
     def hybrid_forward(self, F, x, *args):
         outputs = _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
@@ -103,7 +109,8 @@ class Branches(HybridBlock):
     After ``initialize()`` the first forward through any route completes the deferred
     initialization of every branch, from the trunk's output shape by symbolic shape inference;
     inactive branches never run on data. So ``save_parameters`` and ``Trainer.step`` work even
-    when a branch has not been used yet.
+    when a branch has not been used yet. A route called inside another hybridized block is
+    traced, not run: call the network once on a batch before that block's first call.
 
     Parameters
     ----------

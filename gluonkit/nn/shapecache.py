@@ -111,7 +111,11 @@ class ShapeCache(HybridBlock):
             view = _View(self.net)
             view.hybridize(True, **self._view_flags)
             self._views.put(key, view)
-        return view(x, *args)
+        out = view(x, *args)
+        complete = getattr(self.net, "_complete_other_branches", None)  # a Branches route
+        if complete is not None:
+            complete((x,) + args)
+        return out
 
     def hybrid_forward(self, F, x, *args):
         return self.net(x, *args)

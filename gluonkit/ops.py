@@ -146,7 +146,8 @@ def keep_topk(x, k, axis=-1, fill=0.0):
     """``x`` where it is among the top ``k`` of its slice (ties included), ``fill`` elsewhere.
 
     The gradient flows to the kept elements only. ``fill`` may be ``-inf`` (for a softmax
-    over the kept elements): values are selected, never multiplied by the mask.
+    over the kept elements): values are selected, never multiplied by the mask. For an
+    integer NDArray ``x``, ``fill`` must be an integer its dtype holds (``ValueError``).
 
     Example::
 
@@ -157,6 +158,13 @@ def keep_topk(x, k, axis=-1, fill=0.0):
     F = _namespace(x)
     if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
         raise TypeError(f"fill must be a number, got {fill!r}.")
+    if isinstance(x, mx.nd.NDArray) and np.dtype(x.dtype).kind in "iu":
+        limits = np.iinfo(x.dtype)
+        if not (math.isfinite(fill) and float(fill).is_integer()
+                and limits.min <= fill <= limits.max):
+            raise ValueError(f"fill={fill!r} cannot be held by {np.dtype(x.dtype).name} x, "
+                             f"whose values are the integers in [{limits.min}, {limits.max}]; "
+                             "pass such a fill, or cast x to a float dtype first.")
     return F.where(topk_mask(x, k, axis), x, F.zeros_like(x) + float(fill))
 
 

@@ -134,6 +134,17 @@ def test_keep_topk_with_infinite_fill(hybridize):
     assert_array_equal(softmax[~kept], 0.0)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "uint8"])
+def test_keep_topk_of_integers_refuses_a_fill_the_dtype_cannot_hold(dtype):
+    x = np.array([[3, 1, 2], [0, 5, 4]]).astype(dtype)
+    assert_array_equal(ops.keep_topk(nd.array(x, dtype=dtype), 1, fill=7).asnumpy(),
+                       np.where(x >= x.max(axis=1, keepdims=True), x, 7))
+    low = -1 if dtype == "uint8" else -2.0 ** 40
+    for fill in (-0.5, -np.inf, low):                # MXNet gave 0, the minimum, 255 or garbage
+        with pytest.raises(ValueError, match=f"fill={fill!r} cannot be held by {dtype}"):
+            ops.keep_topk(nd.array(x, dtype=dtype), 1, fill=fill)
+
+
 def test_threshold_gradient_reaches_one_tied_element(hybridize):
     x = np.array([[1, 4, 4, 2], [3, 3, 3, 3], [5, 0, 5, 5]], dtype="float32")
     head = np.array([[2.0], [3.0], [-1.0]], dtype="float32")

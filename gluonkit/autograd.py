@@ -130,17 +130,32 @@ def backward(heads, head_grads=None, retain_graph=False, train_mode=True):
     for flag, name in ((retain_graph, "retain_graph"), (train_mode, "train_mode")):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False, got {flag!r}.")
-    head_list, grads = _merge_repeated(head_list, grads)
+    unique_heads, grads = _merge_repeated(head_list, grads)
     try:
-        mx.autograd.backward(head_list, None if all(g is None for g in grads) else grads,
+        mx.autograd.backward(unique_heads, None if all(g is None for g in grads) else grads,
                              retain_graph=bool(retain_graph), train_mode=bool(train_mode))
     except mx.base.MXNetError as err:
         if "not in a computational graph" not in str(err):
             raise
-        which = f"{labels[0]} is" if len(labels) == 1 else f"one of {', '.join(labels)} is"
+        missing = [label for label, head in zip(labels, head_list) if not _in_graph(head)]
+        if len(missing) == 1:
+            which = f"{missing[0]} is"
+        elif missing:
+            which = f"{', '.join(missing)} are"
+        else:  # no head can be blamed alone
+            which = f"{labels[0]} is" if len(labels) == 1 else f"one of {', '.join(labels)} is"
         raise RuntimeError(f"{which} not in a recorded graph: compute the heads inside "
                            "`with autograd.record():`, and pass retain_graph=True to every "
                            "backward but the last through the same graph.") from None
+
+
+def _in_graph(head):
+    """Whether ``head`` is part of a recorded graph (building its symbol fails otherwise)."""
+    try:
+        mx.autograd.get_symbol(head)
+    except mx.base.MXNetError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

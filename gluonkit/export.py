@@ -17,6 +17,7 @@ import mxnet as mx
 
 from ._atomic import atomic_text, fsync_directory, scratch_file
 from ._validate import non_negative_int
+from .nn._views import flatten
 
 __all__ = ["export_model", "read_metadata", "FORMAT"]
 
@@ -70,7 +71,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         it (a check that the export works) and it is stored for ``mx.mod.Module.bind``.
     outputs : list or dict, optional
         The class names of a single-output classifier (a list), or a dict output name ->
-        class names (None for an output that is not a classification) in output order.
+        class names (None for an output that is not a classification) in output order;
+        nested outputs (nested ``Branches``) count in their flattened order.
     preprocessing : dict, optional
         How an image file becomes the input (stored as is; see ``gluonkit.predict``).
     epoch : int
@@ -98,14 +100,14 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     params = net.collect_params()
     ctx = params.list_ctx()[0] if params else mx.cpu()
     probe = net(mx.nd.zeros((1,) + shape, ctx=ctx))        # fails early on a wrong shape
-    count = len(probe) if isinstance(probe, (list, tuple)) else 1
+    count = len(flatten(probe))          # nested outputs (nested Branches) in order, as the graph
     metadata = {"format": FORMAT, "input": {"name": _DATA, "shape": list(shape)},
                 "outputs": _outputs(outputs, count), "preprocessing": preprocessing, **extra}
     json.dumps(metadata)                                    # serializable, before any file is written
 
     symbol = net(mx.sym.var(_DATA))
     if isinstance(symbol, (list, tuple)):
-        symbol = mx.sym.Group(list(symbol))
+        symbol = mx.sym.Group(flatten(symbol))
     aux_names = set(symbol.list_auxiliary_states())
     arg_names = set(symbol.list_arguments())
     arrays = {}

@@ -50,6 +50,9 @@ def _axis_length(x, axis):
     shape = _shape(x)
     if shape is None:
         return None
+    if not shape:
+        raise ValueError(f"x is a scalar (shape ()) and has no axis {axis} to select along; "
+                         "reshape it to (1,) first.")
     if not -len(shape) <= axis < len(shape):
         raise ValueError(f"axis={axis} is out of range for an input of shape {shape}; "
                          f"use an axis in [{-len(shape)}, {len(shape) - 1}].")
@@ -143,7 +146,8 @@ def keep_topk(x, k, axis=-1, fill=0.0):
     """``x`` where it is among the top ``k`` of its slice (ties included), ``fill`` elsewhere.
 
     The gradient flows to the kept elements only. ``fill`` may be ``-inf`` (for a softmax
-    over the kept elements): values are selected, never multiplied by the mask.
+    over the kept elements): values are selected, never multiplied by the mask. For an
+    integer NDArray ``x``, ``fill`` must be an integer its dtype holds (``ValueError``).
 
     Example::
 
@@ -154,6 +158,13 @@ def keep_topk(x, k, axis=-1, fill=0.0):
     F = _namespace(x)
     if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
         raise TypeError(f"fill must be a number, got {fill!r}.")
+    if isinstance(x, mx.nd.NDArray) and np.dtype(x.dtype).kind in "iu":
+        limits = np.iinfo(x.dtype)
+        if not (math.isfinite(fill) and float(fill).is_integer()
+                and limits.min <= fill <= limits.max):
+            raise ValueError(f"fill={fill!r} cannot be held by {np.dtype(x.dtype).name} x, "
+                             f"whose values are the integers in [{limits.min}, {limits.max}]; "
+                             "pass such a fill, or cast x to a float dtype first.")
     return F.where(topk_mask(x, k, axis), x, F.zeros_like(x) + float(fill))
 
 
@@ -165,7 +176,8 @@ def threshold_mask(x, threshold, straight_through=False):
     x : NDArray or Symbol
     threshold : float, NDArray or Symbol
         A number, or an array that broadcasts to ``x``: the keepdims output of
-        :func:`topk_threshold`, or shape ``(N, 1, ...)`` for one value per sample.
+        :func:`topk_threshold`, or shape ``(N, 1, ...)`` for one value per sample. An
+        integer NDArray ``x`` is compared with it exactly, as NumPy does (-1 > -1.5).
     straight_through : bool, default False
         False: the mask carries no gradient. True: the incoming gradient passes to ``x``
         unchanged (the straight-through estimator); ``threshold`` gets none either way.
@@ -182,19 +194,23 @@ def threshold_mask(x, threshold, straight_through=False):
     if threshold is None or isinstance(threshold, (bool, np.bool_)):
         raise TypeError(f"threshold must be a number or an array that broadcasts to x, got "
                         f"{threshold!r}; pass a number such as 0.5, or an NDArray.")
+    # MXNet casts the threshold to x's dtype (-1.5 to -1 for int32, -1 to 255 for uint8):
+    # integers are compared in float64 instead, which holds them and the threshold exactly
+    exact = isinstance(x, mx.nd.NDArray) and np.dtype(x.dtype).kind in "iu"
+    values = x.astype("float64") if exact else x
     if isinstance(threshold, numbers.Real):
         if math.isnan(threshold):
             raise ValueError("threshold is nan, and every comparison with nan is false; pass "
                              "a number (inf and -inf give all zeros and all ones).")
-        mask = x > float(threshold)
+        mask = values > float(threshold)
     else:
-        threshold = _like(threshold, x, "threshold")
+        threshold = _like(threshold, values, "threshold")
         if isinstance(x, mx.nd.NDArray) and _broadcast(threshold.shape, x.shape) != x.shape:
             raise ValueError(f"threshold of shape {threshold.shape} does not broadcast to x of "
                              f"shape {x.shape}; for one value per sample reshape it to "
                              f"{(x.shape[0],) + (1,) * (x.ndim - 1)}.")
-        mask = F.broadcast_greater(x, threshold)
-    mask = F.BlockGrad(mask)
+        mask = F.broadcast_greater(values, threshold)
+    mask = F.BlockGrad(mask.astype(x.dtype) if exact else mask)
     if straight_through:
         # x - x is exactly 0 for finite x, so the forward values stay exactly 0 and 1; where x
         # is infinite (nan - nan) the zero is taken instead and that element gets no gradient.

@@ -102,6 +102,10 @@ def select(block, pattern=None):
     except re.error as err:
         raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {err}.") from None
     chosen = {name: param for name, param in params.items() if regex.search(name)}
+    if not params:
+        raise ValueError(f"pattern {pattern!r} matches nothing: the block "
+                         f"({type(block).__name__}) has no parameters; pass the block that "
+                         "holds the layers you mean.")
     if not chosen:
         raise ValueError(f"pattern {pattern!r} matches none of the {len(params)} parameter names "
                          f"of the block, which are: {brief_names(params)}; pass a regular expression "

@@ -138,6 +138,22 @@ def test_backward_of_an_unrecorded_head_says_to_record():
         backward(nd.ones(3) * 2)
 
 
+def test_backward_names_exactly_the_heads_that_are_not_in_the_graph():
+    x = nd.array([1.0, 2.0])
+    x.attach_grad()
+    with mx_autograd.record():
+        heads = {"score": x * 2, "box": x * x, "aux": x + 1}
+    heads["box"] = x * 3                                 # computed outside record()
+    heads["mask"] = nd.ones(2)
+    with pytest.raises(RuntimeError, match=r"^heads\['box'\], heads\['mask'\] are not in a "
+                                           r"recorded graph"):
+        backward(heads)
+    assert_allclose(x.grad.asnumpy(), [0, 0])            # nothing was computed
+    del heads["box"], heads["mask"]
+    backward(heads)                                      # the graph is intact
+    assert_allclose(x.grad.asnumpy(), [3, 3])
+
+
 def _twin_heads(x):
     """Two heads computed from ``x``: a (3,) vector and a scalar."""
     with mx_autograd.record():

@@ -92,6 +92,28 @@ def test_multi_output_network_exports_every_head(tmp_path):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_nested_branches_export_every_head_in_order(tmp_path):
+    net = gluonkit.nn.Branches(trunk=gluon.nn.Dense(12, activation="relu"))
+    with net.name_scope():
+        net.add("digit", gluon.nn.Dense(10))
+        heads = gluonkit.nn.Branches(trunk=gluon.nn.Dense(7, activation="tanh"))
+        with heads.name_scope():
+            heads.add("parity", gluon.nn.Dense(2))
+            heads.add("aux", gluon.nn.Dense(3))
+        net.add("heads", heads)
+    net.initialize(mx.init.Xavier())
+    x = np.random.RandomState(1).uniform(size=(3, 6)).astype(np.float32)
+    digit, (parity, aux) = net(mx.nd.array(x))                  # nested outputs
+    written = gluonkit.export_model(net, str(tmp_path / "model"), (6,),
+                                    outputs={"digit": None, "parity": ["even", "odd"], "aux": None})
+    assert [o["name"] for o in written["outputs"]] == ["digit", "parity", "aux"]
+    block, module = load_elsewhere(tmp_path / "model", x, tmp_path)
+    for got in (block, module):
+        assert len(got) == 3
+        for a, b in zip(got, (digit, parity, aux)):
+            np.testing.assert_allclose(a, b.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_bad_arguments_write_nothing(tmp_path):
     net = small_cnn(3)
     net.initialize()

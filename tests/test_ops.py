@@ -134,6 +134,17 @@ def test_keep_topk_with_infinite_fill(hybridize):
     assert_array_equal(softmax[~kept], 0.0)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "uint8"])
+def test_keep_topk_of_integers_refuses_a_fill_the_dtype_cannot_hold(dtype):
+    x = np.array([[3, 1, 2], [0, 5, 4]]).astype(dtype)
+    assert_array_equal(ops.keep_topk(nd.array(x, dtype=dtype), 1, fill=7).asnumpy(),
+                       np.where(x >= x.max(axis=1, keepdims=True), x, 7))
+    low = -1 if dtype == "uint8" else -2.0 ** 40
+    for fill in (-0.5, -np.inf, low):                # MXNet gave 0, the minimum, 255 or garbage
+        with pytest.raises(ValueError, match=f"fill={fill!r} cannot be held by {dtype}"):
+            ops.keep_topk(nd.array(x, dtype=dtype), 1, fill=fill)
+
+
 def test_threshold_gradient_reaches_one_tied_element(hybridize):
     x = np.array([[1, 4, 4, 2], [3, 3, 3, 3], [5, 0, 5, 5]], dtype="float32")
     head = np.array([[2.0], [3.0], [-1.0]], dtype="float32")
@@ -169,6 +180,20 @@ def test_threshold_mask_values(hybridize):
     out = ops.threshold_mask(nd.array(x, dtype="float64"), top).asnumpy()
     assert_array_equal(out, (x > _np_threshold(x, 3, -1)).astype("float64"))
     assert_array_equal(out.sum(axis=1), [2, 2, 2, 2])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "int8", "uint8"])
+def test_threshold_mask_of_integers_compares_exactly_like_numpy(dtype):
+    # MXNet would cast the threshold to x's dtype: -1.5 to -1 (so -1 > -1.5 gave 0), -1 to 255
+    x = np.array([[-3, -2, -1, 0, 1, 2, 100]]).astype(dtype)
+    for threshold in [-1.5, -1, 0.5, 1.0, 99.9, 300, -300, np.inf, -np.inf]:
+        expected = (x > threshold).astype(dtype)
+        scalar = ops.threshold_mask(nd.array(x, dtype=dtype), threshold)
+        assert scalar.dtype == np.dtype(dtype)
+        assert_array_equal(scalar.asnumpy(), expected, err_msg=f"threshold {threshold}")
+        for as_array in ([[threshold]], nd.array([[threshold]], dtype="float64")):
+            out = ops.threshold_mask(nd.array(x, dtype=dtype), as_array).asnumpy()
+            assert_array_equal(out, expected, err_msg=f"threshold [[{threshold}]]")
 
 
 def test_threshold_mask_straight_through(hybridize):
@@ -251,6 +276,8 @@ def test_k_out_of_range_raises():
             fn(x, 2.0)
         with pytest.raises(ValueError, match="axis=2"):
             fn(x, 1, axis=2)
+        with pytest.raises(ValueError, match=r"scalar \(shape \(\)\) and has no axis -1"):
+            fn(nd.array([3]).reshape(()), 1)
         # Symbols: checked against the shape when it can be inferred, else only k >= 1
         with pytest.raises(ValueError, match="of length 5"):
             fn(mx.sym.var("x", shape=(2, 5)), 6)

@@ -84,6 +84,11 @@ def test_select_uses_the_names_save_parameters_writes(tmp_path):
         P.select(net, "(")
     with pytest.raises(TypeError, match="gluon.Block"):
         P.select(net.collect_params())
+    empty = nn.HybridSequential()
+    assert P.select(empty) == {} and P.freeze(empty) == []
+    with pytest.raises(ValueError, match=r"pattern 'weight' matches nothing: the block "
+                                         r"\(HybridSequential\) has no parameters"):
+        P.freeze(empty, "weight")
 
 
 def test_freeze_keeps_parameters_bit_identical(ctx_list, hybridize):

@@ -82,9 +82,15 @@ class _Route(HybridBlock):
 
     def forward(self, x, *args):
         out = _tuples(super().forward(x, *args))
-        if isinstance(x, NDArray):
-            self._complete((x,) + args, skip=self._names)
+        self._complete_other_branches((x,) + args)
         return out
+
+    def _complete_other_branches(self, inputs):
+        """Finish the deferred initialization of the branches this route skips, from the input
+        arrays; a traced call (Symbols) cannot, so a block that runs the route in a graph of
+        its own (:class:`~gluonkit.nn.ShapeCache`) calls this with the arrays."""
+        if isinstance(inputs[0], NDArray):
+            self._complete(inputs, skip=self._names)
 
     def hybrid_forward(self, F, x, *args):
         outputs = _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
@@ -103,7 +109,8 @@ class Branches(HybridBlock):
     After ``initialize()`` the first forward through any route completes the deferred
     initialization of every branch, from the trunk's output shape by symbolic shape inference;
     inactive branches never run on data. So ``save_parameters`` and ``Trainer.step`` work even
-    when a branch has not been used yet.
+    when a branch has not been used yet. A route called inside another hybridized block is
+    traced, not run: call the network once on a batch before that block's first call.
 
     Parameters
     ----------
@@ -143,9 +150,11 @@ class Branches(HybridBlock):
             raise TypeError(f"the trunk must be a HybridBlock, got {type(value).__name__}; "
                             "wrap plain layers in a mxnet.gluon.nn.HybridSequential.")
         super().__setattr__(name, value)
-        if name == "trunk" and value is not None:
+        # a trunk or branch replaced later (a new head for fine-tuning) replaces it in the routes
+        if name == "trunk" or name in getattr(self, "_names", ()):
             for route in self._routes:
-                route.trunk = value
+                if name == "trunk" or name in route._names:
+                    setattr(route, name, value)
 
     @property
     def names(self):
@@ -193,6 +202,12 @@ class Branches(HybridBlock):
         if not names:
             raise ValueError(f"route() needs at least one branch name; the branches are "
                              f"{self.names}.")
+        for name in names:
+            if not isinstance(name, str):
+                fix = (f"write route({', '.join(map(repr, name))})"
+                       if isinstance(name, (list, tuple)) else f"the branches are {self.names}")
+                raise TypeError(f"route() takes branch names as separate strings, got {name!r}; "
+                                f"{fix}.")
         unknown = [name for name in names if name not in self._names]
         if unknown:
             raise KeyError(f"no branch named {unknown[0]!r}; the branches are {self.names}.")
@@ -216,6 +231,13 @@ class Branches(HybridBlock):
         self._hybrid_args = ((active,) + args, kwargs)
         for route in self._routes:
             route.hybridize(active, *args, **kwargs)
+
+    def _clear_cached_op(self):
+        # Gluon drops a block's graph through this private method (hybridize, cast, a child
+        # replaced, freeze_batchnorm): the routes' graphs hold the same layers, so they go too
+        super()._clear_cached_op()
+        for route in getattr(self, "_routes", ()):
+            route._clear_cached_op()
 
     def export(self, path, epoch=0, remove_amp_cast=True):
         """Export the graph of the whole network, every branch, as ``HybridBlock.export``.

@@ -35,7 +35,11 @@ def freeze_batchnorm(block, affine=False):
     The layers get ``use_global_stats=True``: their running mean and variance are used in
     training as in prediction, and kept (MXNet blends them with themselves, a float32
     rounding at most), and the input gradient is exact. Cached
-    graphs of hybridized blocks are dropped, so the change takes effect at the next forward.
+    graphs of ``block`` and of the blocks in it (routes of a ``Branches`` and the graphs of a
+    ``ShapeCache`` too) are dropped, so the change takes effect at the next forward. A block
+    does not know the blocks that contain it: after ``freeze_batchnorm(net.features)`` on a
+    hybridized ``net`` that has run, call ``net.hybridize()`` again (or freeze through
+    ``net``) so that ``net``'s own graph is rebuilt too.
 
     Parameters
     ----------

@@ -94,9 +94,12 @@ class ShapeCache(HybridBlock):
         self._view_flags = kwargs
         self._views.clear()
 
-    def cast(self, dtype):
-        self._views.clear()
-        super().cast(dtype)
+    def _clear_cached_op(self):
+        # Gluon drops a block's graph through this private method (hybridize, cast, a child
+        # replaced, freeze_batchnorm): the graphs kept per shape hold the same layers
+        super()._clear_cached_op()
+        if hasattr(self, "_views"):
+            self._views.clear()
 
     def forward(self, x, *args):
         arrays = [a for a in flatten((x,) + args) if a is not None]
@@ -108,7 +111,11 @@ class ShapeCache(HybridBlock):
             view = _View(self.net)
             view.hybridize(True, **self._view_flags)
             self._views.put(key, view)
-        return view(x, *args)
+        out = view(x, *args)
+        complete = getattr(self.net, "_complete_other_branches", None)  # a Branches route
+        if complete is not None:
+            complete((x,) + args)
+        return out
 
     def hybrid_forward(self, F, x, *args):
         return self.net(x, *args)

@@ -382,6 +382,28 @@ def test_trunk_assigned_after_a_route_is_used_by_it():
     assert_allclose(route(x).asnumpy(), _dense(net.head, h), rtol=1e-5, atol=1e-6)
 
 
+def test_branch_replaced_after_a_route_is_used_by_it(hybridize):
+    """A new head for fine-tuning (``net.digit = nn.Dense(classes)``) reaches every route."""
+    net = ready(hybridize)
+    route, both = net.route("digit"), net.route("parity", "digit")
+    x = batch(4)
+    route(x), both(x)                                # graphs cached with the old head
+    with net.name_scope():
+        net.digit = nn.Dense(7)
+    net.digit.initialize()
+    net.route("parity")(x)                           # completes the new head's deferred init
+    expected = numpy_three_heads(net, x.asnumpy())
+    assert route(x).shape == (4, 7)
+    assert_allclose(route(x).asnumpy(), expected["digit"], rtol=1e-5, atol=1e-6)
+    parity, digit = both(x)
+    assert_allclose(digit.asnumpy(), expected["digit"], rtol=1e-5, atol=1e-6)
+    assert_allclose(parity.asnumpy(), expected["parity"], rtol=1e-5, atol=1e-6)
+    assert set(gluonkit.params.select(route)) == {
+        "trunk.0.weight", "trunk.0.bias", "trunk.1.weight", "trunk.1.bias",
+        "digit.weight", "digit.bias"}
+    assert route.digit is net.digit
+
+
 class _SumAndProduct(nn.HybridBlock):
     def hybrid_forward(self, F, a, b):
         return a + b, a * b
@@ -455,6 +477,10 @@ def test_route_rejects_bad_names():
         net.route()
     with pytest.raises(ValueError, match="twice"):
         net.route("aux", "aux")
+    with pytest.raises(TypeError, match=r"got \['digit', 'aux'\].*route\('digit', 'aux'\)"):
+        net.route(["digit", "aux"])
+    with pytest.raises(TypeError, match=r"got 0; the branches are \('digit'"):
+        net.route(0)
 
 
 def test_branch_that_cannot_take_the_trunk_output_is_named(hybridize):

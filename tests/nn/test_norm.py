@@ -82,6 +82,50 @@ def test_freezing_a_hybridized_network_takes_effect_and_can_freeze_gamma_and_bet
     np.testing.assert_allclose(y.asnumpy(), expected.asnumpy(), rtol=1e-5, atol=1e-6)
 
 
+class _BatchNormHeads(gluonkit.nn.Branches):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.trunk = gluon.nn.HybridSequential()
+            self.trunk.add(gluon.nn.Conv2D(4, 3, in_channels=2), gluon.nn.BatchNorm(epsilon=EPS))
+            self.add("seg", gluon.nn.Conv2D(2, 1))
+            self.add("cls", gluon.nn.Dense(3))
+
+
+def _as_frozen_twin(bn):
+    """A BatchNorm of ``bn``'s values built with use_global_stats=True: the reference."""
+    ref = gluon.nn.BatchNorm(in_channels=4, epsilon=EPS, use_global_stats=True)
+    ref.initialize()
+    for name in ("gamma", "beta", "running_mean", "running_var"):
+        getattr(ref, name).set_data(getattr(bn, name).data())
+    return ref
+
+
+@pytest.mark.parametrize("wrap", ["route", "shape_cache", "trunk_then_hybridize"])
+def test_freezing_reaches_the_graphs_of_routes_and_shape_cache_views(wrap):
+    net = _BatchNormHeads()
+    net.initialize()
+    bn = net.trunk[1]
+    bn.running_mean.set_data(mx.nd.array([1, -2, 3, 0.5]))
+    bn.running_var.set_data(mx.nd.array([4, 0.3, 2, 1]))
+    call = gluonkit.nn.ShapeCache(net.route("seg")) if wrap == "shape_cache" else net.route("seg")
+    (net if wrap == "trunk_then_hybridize" else call).hybridize()
+    x = mx.nd.random.uniform(shape=(2, 2, 6, 6))
+    with autograd.record():
+        call(x)                                   # traced with batch statistics
+    if wrap == "trunk_then_hybridize":            # a sub-block: its network is hybridized again
+        freeze_batchnorm(net.trunk)
+        net.hybridize()
+    else:
+        freeze_batchnorm(net if wrap == "route" else call)
+    with autograd.record():
+        y = call(x)
+    frozen = _as_frozen_twin(bn)
+    with autograd.record():
+        expected = net.seg(frozen(net.trunk[0](x)))
+    np.testing.assert_allclose(y.asnumpy(), expected.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_frozen_gluoncv_model_finds_every_batchnorm():
     net = model_zoo.get_model("resnet18_v1b", pretrained=False)
     names = freeze_batchnorm(net)

@@ -5,6 +5,7 @@ import pytest
 from mxnet import autograd, gluon
 from numpy.testing import assert_allclose
 
+from gluonkit.nn import Branches
 from gluonkit.nn.shapecache import ShapeCache
 from gluonkit.params import select
 
@@ -83,6 +84,27 @@ def test_deferred_initialization_and_several_contexts(ctx_list):
     for out in outs[1:]:
         assert_allclose(out, outs[0], rtol=1e-6)
     assert len(cached.shapes) == 1          # one graph serves every context
+
+
+def test_a_route_of_branches_still_initializes_every_branch(tmp_path):
+    """The route runs as a traced graph here: its other branches are completed all the same."""
+    net = Branches()
+    with net.name_scope():
+        net.trunk = gluon.nn.Dense(6, activation="relu")
+        net.add("digit", gluon.nn.Dense(4))
+        net.add("parity", gluon.nn.Dense(2))
+    net.initialize()
+    cached = ShapeCache(net.route("digit"))
+    cached.hybridize()
+    x = mx.nd.random.uniform(shape=(3, 5))
+    digit = cached(x)
+    assert net.parity.weight.data().shape == (2, 6)       # initialized without running
+    h = np.maximum(x.asnumpy() @ net.trunk.weight.data().asnumpy().T
+                   + net.trunk.bias.data().asnumpy(), 0)
+    expected = h @ net.digit.weight.data().asnumpy().T + net.digit.bias.data().asnumpy()
+    assert_allclose(digit.asnumpy(), expected, rtol=1e-5, atol=1e-6)
+    net.save_parameters(str(tmp_path / "net.params"))
+    assert sorted(mx.nd.load(str(tmp_path / "net.params"))) == sorted(select(net))
 
 
 def test_parameters_save_and_load_under_the_networks_names(tmp_path):

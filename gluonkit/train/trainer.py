@@ -12,8 +12,8 @@ from .. import params as _structure
 from .._validate import is_int, positive_int
 from ._gradients import replicas, sum_of_squares, zero
 from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
-                            check_learning_rate, check_optimizer, check_policy, is_distributed,
-                            unique_params)
+                            check_learning_rate, check_optimizer, check_policy, check_update_on_kvstore,
+                            is_distributed, unique_params)
 from ._trainer_state import TrainerState
 
 __all__ = ["Trainer"]
@@ -93,7 +93,8 @@ class Trainer(TrainerState, gluon.Trainer):
     update_on_kvstore : bool, optional
         As for ``gluon.Trainer``. With a distributed kvstore updates run on the workers
         (the global sample count changes from update to update), so it cannot be True there;
-        nor with ``clip_global_norm`` (unset, it becomes False). When it is False the gradients
+        nor with ``clip_global_norm`` (unset, it becomes False); nor where no kvstore is
+        created (``kvstore=None``, or one context). When it is False the gradients
         are summed first and the non-finite check and the norm read one device's copy, in one
         pass; otherwise the check reads every device's copy before the kvstore updates.
     accumulate : int, default 1
@@ -137,6 +138,7 @@ class Trainer(TrainerState, gluon.Trainer):
         check_kvstore(kvstore)
         params, names = _named(params)
         params = unique_params(params)
+        check_update_on_kvstore(params, kvstore, update_on_kvstore)
         distributed, asynchronous = is_distributed(kvstore)
         if clip_global_norm is not None:
             check_clip_setting(params, kvstore, update_on_kvstore)
@@ -205,7 +207,7 @@ class Trainer(TrainerState, gluon.Trainer):
 
     @pending.setter
     def pending(self, window):
-        steps, count = window
+        steps, count = window if isinstance(window, (tuple, list)) and len(window) == 2 else (None, None)
         if not (is_int(steps) and 0 <= steps < self._accumulate
                 and isinstance(count, numbers.Real) and not isinstance(count, bool) and 0 <= count < math.inf):
             raise ValueError(f"pending must be (steps, count) with 0 <= steps < accumulate="

@@ -1,4 +1,5 @@
 """gluonkit.Trainer at the edges: shared parameters, grad_req changes, dropped windows, bad settings."""
+import re
 import warnings
 
 import mxnet as mx
@@ -154,6 +155,20 @@ def _grad_reqs(net):
     (lambda a, b: gluonkit.Trainer([], "sgd"), ValueError, "The Trainer got no parameters"),
     (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", kvstore="devcie", accumulate=2),
      ValueError, r"kvstore='devcie' is not a kvstore MXNet knows .*'local', 'device', .*'dist_sync'"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", kvstore=3, accumulate=2),
+     TypeError, r"kvstore must be a kvstore name, a KVStore or None, got 3"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", update_on_kvstore="yes", accumulate=2),
+     TypeError, r"update_on_kvstore must be True, False or None, got 'yes'"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), 3, accumulate=2),
+     TypeError, r"optimizer must be a name such as 'sgd' or an mx.optimizer.Optimizer, got 3"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgdd", accumulate=2),
+     ValueError, r"optimizer='sgdd' is not an optimizer MXNet knows; use one of .*'adam'.*'sgd'"),
+    # plain Gluon fails at the first step with AttributeError: 'NoneType' object has no attribute 'is_capable'
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", update_on_kvstore=True, accumulate=2),
+     ValueError, r"update_on_kvstore=True needs a kvstore, but kvstore='device' over 1 context creates none.*"
+                 r"leave update_on_kvstore unset"),
+    (lambda a, b: gluonkit.Trainer(b.collect_params(), "sgd", kvstore=None, update_on_kvstore=True, accumulate=2),
+     ValueError, r"update_on_kvstore=True needs a kvstore, but kvstore=None over 2 contexts creates none"),
 ])
 def test_bad_settings_are_refused_clearly_and_change_nothing(make, error, message):
     a, b = _dense(mx.cpu(0)), _dense([mx.cpu(0), mx.cpu(1)])
@@ -210,3 +225,17 @@ def test_after_a_checkpoint_is_loaded_a_dropped_window_returns_to_the_loaded_sta
         assert step(bad) is False
     for k, arrays in _running(net).items():
         assert_array_equal(arrays[0], loaded[k][0], err_msg=k)
+
+
+@pytest.mark.parametrize("window", [None, (0, 1, 2), (1,), "12", (1, "3"), (2, 5), (1, -1), (1, float("nan"))])
+def test_a_malformed_pending_window_is_refused_and_changes_nothing(window):
+    net = _dense()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, accumulate=2)
+    with autograd.record():
+        loss = net(nd.ones((3, 3))).sum()
+    loss.backward()
+    trainer.step(3)
+    with pytest.raises(ValueError, match=r"pending must be \(steps, count\) with 0 <= steps < accumulate=2 .*"
+                                         rf"got {re.escape(repr(window))}"):
+        trainer.pending = window
+    assert trainer.pending == (1, 3)

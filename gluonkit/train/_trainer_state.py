@@ -89,9 +89,11 @@ class TrainerState:
         """The optimizer states and the pending window, keyed by parameter name (picklable).
 
         Holds the optimizer (its hyper-parameters, learning-rate scheduler and update
-        counts), each parameter's optimizer state (momentum, ...), ``accumulate``, and the
+        counts), each parameter's optimizer state (momentum, ...), ``accumulate``, the
         pending accumulation window: its ``(steps, samples)`` and, when steps are pending,
-        each parameter's gradient on each device and whether a backward wrote it.
+        each parameter's gradient on each device and whether a backward wrote it; and the
+        dynamic loss scaler's state (its scale and clean windows counted) when one is
+        attached (``gluonkit.train.amp.init_trainer``), else None.
 
         Example::
 
@@ -113,7 +115,12 @@ class TrainerState:
         return {"format": self._STATE_FORMAT, "params": names, "optimizer": optimizer,
                 "states": {names[i]: state for i, state in states.items()},
                 "update_counts": counts, "accumulate": self._accumulate,
-                "pending": self.pending, "window": window}
+                "pending": self.pending, "window": window, "loss_scaler": self._scaler_state()}
+
+    def _scaler_state(self):
+        """The loss scaler's fields by name (gluonkit's and MXNet's scalers share them), or None."""
+        scaler = getattr(self, "_amp_loss_scaler", None)
+        return None if scaler is None else {name.lstrip("_"): value for name, value in vars(scaler).items()}
 
     def check_state_dict(self, state, names=None):
         """Raise ``ValueError`` (what differs, and the fix) if ``load_state_dict(state)`` would fail.
@@ -147,6 +154,7 @@ class TrainerState:
             raise ValueError(f"the state holds a partial accumulation window ({steps} of "
                              f"{state['accumulate']} micro-batches) but the trainer has accumulate="
                              f"{self._accumulate}; resume with accumulate={state['accumulate']}.")
+        self._check_scaler_state(state.get("loss_scaler"))   # absent from states saved before it was kept
         params = dict(zip(names, self._params))
         for name, saved_window in state["window"].items():
             param = params[name]
@@ -159,6 +167,18 @@ class TrainerState:
                                      f"{grad.shape} for {name}, which is {np.dtype(param.dtype)} of "
                                      f"shape {param.shape}; load a state of this network.")
 
+    def _check_scaler_state(self, saved):
+        if saved is None:
+            return
+        mine = self._scaler_state()
+        if mine is None:
+            raise ValueError(f"the state holds a dynamic loss scale ({saved.get('next_loss_scale')!r}) of a mixed "
+                             "precision run but no loss scaler is attached to this trainer; call "
+                             "gluonkit.train.amp.init_trainer(trainer) before loading the state.")
+        if set(saved) != set(mine):
+            raise ValueError(f"the state's loss scaler holds {sorted(saved)} but this trainer's holds "
+                             f"{sorted(mine)}; load a state saved by gluonkit.Trainer.state_dict().")
+
     def load_state_dict(self, state):
         """Restore ``state_dict()``'s optimizer states and replace the pending window with its own.
 
@@ -170,6 +190,11 @@ class TrainerState:
 
         With several devices and an update on the kvstore, load the network's parameters
         first: ``Parameter.set_data`` resets the kvstore, and its optimizer states with it.
+
+        A state with a loss scaler's state needs a scaler attached first
+        (``gluonkit.train.amp.init_trainer``); it takes the saved scale, so the resumed run
+        scales, drops and grows its windows as the original would have. A state without one
+        leaves the attached scaler as it is.
         """
         self._check_state(state, initialized=True)
         names = self._unique_names()
@@ -189,6 +214,11 @@ class TrainerState:
         for name, param in zip(names, self._params):
             if param.grad_req != "null" and param._data is not None:
                 self._restore_window(param, state["window"].get(name))
+        if state.get("loss_scaler") is not None:
+            scaler = self._amp_loss_scaler
+            for name, value in state["loss_scaler"].items():
+                setattr(scaler, "_" + name, value)
+            self._scale = self._amp_original_scale / scaler.loss_scale   # what the window was scaled by
         self.pending = tuple(state["pending"])
 
     @staticmethod

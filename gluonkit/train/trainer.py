@@ -261,8 +261,16 @@ class Trainer(TrainerState, gluon.Trainer):
         self._snapshot_statistics()
 
     def set_learning_rate(self, lr):
-        """Set a new learning rate; it must be a finite number >= 0."""
-        super().set_learning_rate(check_learning_rate(lr))
+        """Set a new learning rate; it must be a finite number >= 0, and the optimizer have no
+        ``lr_scheduler`` (``RuntimeError``; ``gluon.Trainer`` raises a ``UserWarning``)."""
+        lr = check_learning_rate(lr)
+        scheduler = self._optimizer.lr_scheduler
+        if scheduler is not None:
+            raise RuntimeError(f"set_learning_rate({lr!r}): the optimizer's lr_scheduler "
+                               f"({type(scheduler).__name__}) sets the learning rate at every update. Change "
+                               "the scheduler, or create the trainer without one and set the rate by hand "
+                               "or with gluonkit.callbacks.LRSchedule.")
+        super().set_learning_rate(lr)
 
     @property
     def rank(self):

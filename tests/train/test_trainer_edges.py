@@ -239,3 +239,17 @@ def test_a_malformed_pending_window_is_refused_and_changes_nothing(window):
                                          rf"got {re.escape(repr(window))}"):
         trainer.pending = window
     assert trainer.pending == (1, 3)
+
+
+def test_set_learning_rate_with_an_lr_scheduler_is_a_runtime_error_not_a_raised_warning():
+    """gluon.Trainer raises UserWarning (a warning class raised as an exception) here."""
+    net = _dense()
+    scheduler = mx.lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=0.1)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"lr_scheduler": scheduler})
+    with pytest.raises(RuntimeError, match=r"set_learning_rate\(0.5\).*lr_scheduler \(FactorScheduler\) sets the "
+                                           r"learning rate at every update.*gluonkit.callbacks.LRSchedule"):
+        trainer.set_learning_rate(0.5)
+    assert trainer.learning_rate == 0.1
+    plain = gluonkit.Trainer(_dense().collect_params(), "sgd", {"learning_rate": 0.1})
+    plain.set_learning_rate(0.5)
+    assert plain.learning_rate == 0.5

@@ -1,4 +1,6 @@
 """The Trainer's arguments: each checked before anything changes, with the value and the fix."""
+import math
+import numbers
 import os
 import sys
 
@@ -6,11 +8,11 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from .._validate import choice, finite_real, non_negative_int
+from .._validate import choice, finite_real, is_int, non_negative_int
 from ..params import first_names
 
 __all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
-           "check_learning_rate", "check_optimizer", "check_policy", "check_update_on_kvstore", "is_distributed",
+           "check_learning_rate", "check_pending", "check_optimizer", "check_policy", "check_update_on_kvstore", "is_distributed",
            "unique_params"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
@@ -165,6 +167,18 @@ def unique_params(params):
 def check_learning_rate(lr):
     """A finite learning rate >= 0 as a float."""
     return finite_real(lr, "learning_rate", minimum=0)
+
+
+def check_pending(window, accumulate):
+    """A pending window ``(steps, count)`` as ``(int, count)``: 0 <= steps < accumulate (any steps
+    when ``accumulate`` is None), a finite count >= 0."""
+    steps, count = window if isinstance(window, (tuple, list)) and len(window) == 2 else (None, None)
+    if not (is_int(steps) and 0 <= steps and (accumulate is None or steps < accumulate)
+            and isinstance(count, numbers.Real) and not isinstance(count, bool) and 0 <= count < math.inf):
+        bound = "" if accumulate is None else f" < accumulate={accumulate}"
+        raise ValueError(f"pending must be (steps, count) with 0 <= steps{bound} and a count >= 0, "
+                         f"got {window!r}.")
+    return int(steps), count
 
 
 def check_policy(policy):

@@ -13,6 +13,7 @@ from mxnet import gluon
 
 from .. import params as _structure
 from ._gradients import replicas, zero
+from ._trainer_args import check_pending
 
 __all__ = ["TrainerState"]
 
@@ -149,23 +150,42 @@ class TrainerState:
                 f"({_structure.brief_names(sorted(state['params']))}) but this trainer has {len(names)} "
                 f"({_structure.brief_names(sorted(names))}); build the trainer over the same parameters "
                 "and name them alike (Trainer(net, ...) or trainer.name_params(net)).")
-        steps, samples = state["pending"]
+        steps, _ = check_pending(state["pending"], accumulate=None)
         if steps and state["accumulate"] != self._accumulate:
             raise ValueError(f"the state holds a partial accumulation window ({steps} of "
                              f"{state['accumulate']} micro-batches) but the trainer has accumulate="
                              f"{self._accumulate}; resume with accumulate={state['accumulate']}.")
+        check_pending(state["pending"], self._accumulate)
         self._check_scaler_state(state.get("loss_scaler"))   # absent from states saved before it was kept
         params = dict(zip(names, self._params))
+        tables = [("states", state["states"]), ("window", state["window"])]
+        counts = state["update_counts"]
+        tables += [("update_counts", table) for table in (counts.values() if isinstance(counts, dict) else [counts])]
+        for key, table in tables:
+            if not isinstance(table, dict):
+                raise ValueError(f"the state's {key} must be a dict by parameter name, got {table!r}; pass "
+                                 "what Trainer.state_dict() returned.")
+            unknown = sorted(set(table) - set(names))
+            if unknown:
+                raise ValueError(f"the state's {key} names parameters this trainer does not have: "
+                                 f"{_structure.brief_names(unknown)}; pass what Trainer.state_dict() returned.")
+        for name, saved_state in state["states"].items():
+            _check_optimizer_state(name, saved_state, params[name])
         for name, saved_window in state["window"].items():
             param = params[name]
+            if not (isinstance(saved_window, dict) and isinstance(saved_window.get("grads"), list)
+                    and isinstance(saved_window.get("fresh"), list)):
+                raise ValueError(f"the state's window[{name!r}] must be a dict of 'grads' and 'fresh' lists; "
+                                 "pass what Trainer.state_dict() returned.")
             if initialized and param._data is None:
                 raise ValueError(f"the state's window holds a gradient of {name} but the parameter "
                                  "is not initialized yet; load the network's parameters first.")
             for grad in saved_window["grads"]:
-                if not _structure.shape_fits(param.shape, grad.shape) or grad.dtype != np.dtype(param.dtype):
-                    raise ValueError(f"the state's window holds a {grad.dtype} gradient of shape "
-                                     f"{grad.shape} for {name}, which is {np.dtype(param.dtype)} of "
-                                     f"shape {param.shape}; load a state of this network.")
+                if not (isinstance(grad, np.ndarray) and _structure.shape_fits(param.shape, grad.shape)
+                        and grad.dtype == np.dtype(param.dtype)):
+                    raise ValueError(f"the state's window holds a {getattr(grad, 'dtype', type(grad).__name__)} "
+                                     f"gradient of shape {getattr(grad, 'shape', None)} for {name}, which is "
+                                     f"{np.dtype(param.dtype)} of shape {param.shape}; load a state of this network.")
 
     def _check_scaler_state(self, saved):
         if saved is None:
@@ -238,3 +258,17 @@ class TrainerState:
             fresh = any(saved["fresh"])
         for array in replicas(param):
             array._fresh_grad = fresh
+
+
+def _check_optimizer_state(name, state, param):
+    """Every array of a parameter's optimizer state (momentum, Adam's moments, a float32 master
+    copy) has the parameter's shape in MXNet's optimizers: refuse one that does not fit."""
+    if isinstance(state, (tuple, list)):
+        for part in state:
+            _check_optimizer_state(name, part, param)
+    elif state is not None and not isinstance(state, mx.nd.NDArray):
+        raise ValueError(f"the state's optimizer state of {name} holds a {type(state).__name__}, not an "
+                         "NDArray; pass what Trainer.state_dict() returned.")
+    elif state is not None and not _structure.shape_fits(param.shape, state.shape):
+        raise ValueError(f"the state's optimizer state of {name} holds an NDArray of shape {state.shape} but "
+                         f"the parameter has shape {param.shape}; load a state of this network.")

@@ -1,6 +1,5 @@
 """Trainer: exact gradient accumulation, no stale gradients, deferred parameters skipped."""
 import math
-import numbers
 import os
 import warnings
 from collections import defaultdict
@@ -9,11 +8,11 @@ import mxnet as mx
 from mxnet import gluon
 
 from .. import params as _structure
-from .._validate import is_int, positive_int
+from .._validate import positive_int
 from ._gradients import replicas, sum_of_squares, zero
 from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
-                            check_learning_rate, check_optimizer, check_policy, check_update_on_kvstore,
-                            is_distributed, unique_params)
+                            check_learning_rate, check_optimizer, check_pending, check_policy,
+                            check_update_on_kvstore, is_distributed, unique_params)
 from ._trainer_state import TrainerState
 
 __all__ = ["Trainer"]
@@ -207,12 +206,8 @@ class Trainer(TrainerState, gluon.Trainer):
 
     @pending.setter
     def pending(self, window):
-        steps, count = window if isinstance(window, (tuple, list)) and len(window) == 2 else (None, None)
-        if not (is_int(steps) and 0 <= steps < self._accumulate
-                and isinstance(count, numbers.Real) and not isinstance(count, bool) and 0 <= count < math.inf):
-            raise ValueError(f"pending must be (steps, count) with 0 <= steps < accumulate="
-                             f"{self._accumulate} and a count >= 0, got {window!r}.")
-        self._pending_steps, self._pending_samples = int(steps), _read(count)
+        steps, count = check_pending(window, self._accumulate)
+        self._pending_steps, self._pending_samples = steps, _read(count)
         self._pending_arrays = []
         self._snapshot_statistics()
 

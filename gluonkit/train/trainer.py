@@ -168,7 +168,7 @@ class Trainer(TrainerState, gluon.Trainer):
         self._pending_steps = 0
         self._pending_samples = 0
         self._pending_arrays = []
-        self._statistics = None
+        self._statistics, self._uninitialized_statistics = None, ()
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -436,20 +436,24 @@ class Trainer(TrainerState, gluon.Trainer):
         Those are the non-differentiable parameters (frozen weights never change: not copied).
         Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler
         attached), so that the forward passes of a dropped window leave them as they were. The
-        arrays of one device and dtype are copied by one operator, into one flat array.
+        arrays of one device and dtype are copied by one operator, into one flat array. Those
+        still waiting for deferred initialization are noted instead: a dropped window that
+        initialized them sets them back to their initializer's values.
         """
         if self._on_nonfinite == "ignore" and getattr(self, "_amp_loss_scaler", None) is None:
-            self._statistics = None
+            self._statistics, self._uninitialized_statistics = None, ()
             return
         groups = defaultdict(list)   # (context, dtype) -> [(param, device index, array)]
-        for param in self._params:
-            if not param._differentiable and param._data is not None:
+        statistics = [param for param in self._params if not param._differentiable]
+        for param in statistics:
+            if param._data is not None:
                 for i, array in enumerate(param.list_data()):
                     if array.size:
                         groups[(array.context, array.dtype)].append((param, i, array))
         self._statistics = [([(param, i, array.shape) for param, i, array in members],
                              mx.nd.concat(*(array.reshape((-1,)) for _, _, array in members), dim=0))
                             for members in groups.values()]
+        self._uninitialized_statistics = [param for param in statistics if param._data is None]
 
     def _restore_statistics(self):
         for members, flat in self._statistics or ():
@@ -459,6 +463,11 @@ class Trainer(TrainerState, gluon.Trainer):
                 if param._data is not None:
                     flat[begin:end].reshape(shape).copyto(param.list_data()[i])
                 begin = end
+        for param in self._uninitialized_statistics:
+            # BatchNorm names its statistics' initializers ('zeros', 'ones'); as Parameter does
+            if param._data is not None and param.init is not None:
+                for array in param.list_data():
+                    mx.init.create(param.init)(mx.init.InitDesc(param.name, {"__init__": param.init}), array)
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.

@@ -119,6 +119,44 @@ def test_a_dropped_window_leaves_the_running_statistics_as_they_were(ctx_list, a
         assert np.isfinite(net(nd.ones((2, 3), ctx=ctx_list[0])).asnumpy()).all()
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_dropped_first_window_leaves_deferred_running_statistics_as_initialized(ctx_list, accumulate):
+    """The statistics were not initialized when the window began (nothing to copy): afterwards
+    the network equals a twin seeded alike and initialized by a forward that updates nothing."""
+    def deferred():
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(4), gluon.nn.BatchNorm(), gluon.nn.Dense(2))
+        net.initialize(mx.init.Xavier(), ctx=ctx_list)
+        return net
+
+    def micro_batch(x):
+        xs = gluonkit.split_and_load(nd.array(x), ctx_list)
+        with autograd.record():
+            losses = [net(a).sum() for a in xs]
+        autograd.backward(losses)
+        return trainer.step(x.shape[0])
+
+    rng = np.random.RandomState(3)
+    bad = rng.randn(accumulate, 4, 3).astype("float32")
+    bad[-1, 0, 0] = np.nan
+    net = deferred()
+    trainer = gluonkit.Trainer(net, "sgd", {"learning_rate": 0.1}, accumulate=accumulate, on_nonfinite="skip")
+    mx.random.seed(5)
+    with pytest.warns(UserWarning, match="Skipped an update"):
+        assert [micro_batch(x) for x in bad][-1] is False
+    twin = deferred()
+    mx.random.seed(5)
+    with autograd.predict_mode():
+        twin(nd.ones((1, 3), ctx=ctx_list[0]))
+    for k, param in select(twin).items():
+        for got, expected in zip(select(net)[k].list_data(), param.list_data()):
+            assert_array_equal(got.asnumpy(), expected.asnumpy(), err_msg=k)
+    for x in rng.randn(accumulate, 4, 3):
+        micro_batch(x)
+    with autograd.predict_mode():
+        assert np.isfinite(net(nd.ones((2, 3), ctx=ctx_list[0])).asnumpy()).all()
+
+
 def test_without_a_dropping_policy_nothing_is_copied_and_nan_statistics_stay():
     """'ignore' applies NaN as gluon.Trainer does (the documented contrast)."""
     net = _bn_net([mx.cpu(0)])

@@ -12,8 +12,8 @@ from .._validate import choice, finite_real, is_int, non_negative_int
 from ..params import first_names
 
 __all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
-           "check_learning_rate", "check_pending", "check_optimizer", "check_policy", "check_update_on_kvstore", "is_distributed",
-           "unique_params"]
+           "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",
+           "is_distributed", "unique_params"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
 _KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async")

@@ -157,18 +157,8 @@ class TrainerState:
                              f"{self._accumulate}; resume with accumulate={state['accumulate']}.")
         check_pending(state["pending"], self._accumulate)
         self._check_scaler_state(state.get("loss_scaler"))   # absent from states saved before it was kept
+        _check_tables(state, names)
         params = dict(zip(names, self._params))
-        tables = [("states", state["states"]), ("window", state["window"])]
-        counts = state["update_counts"]
-        tables += [("update_counts", table) for table in (counts.values() if isinstance(counts, dict) else [counts])]
-        for key, table in tables:
-            if not isinstance(table, dict):
-                raise ValueError(f"the state's {key} must be a dict by parameter name, got {table!r}; pass "
-                                 "what Trainer.state_dict() returned.")
-            unknown = sorted(set(table) - set(names))
-            if unknown:
-                raise ValueError(f"the state's {key} names parameters this trainer does not have: "
-                                 f"{_structure.brief_names(unknown)}; pass what Trainer.state_dict() returned.")
         for name, saved_state in state["states"].items():
             _check_optimizer_state(name, saved_state, params[name])
         for name, saved_window in state["window"].items():
@@ -258,6 +248,21 @@ class TrainerState:
             fresh = any(saved["fresh"])
         for array in replicas(param):
             array._fresh_grad = fresh
+
+
+def _check_tables(state, names):
+    """The state's per-parameter tables are dicts that name only ``names``."""
+    counts = state["update_counts"]
+    tables = [("states", state["states"]), ("window", state["window"])]
+    tables += [("update_counts", table) for table in (counts.values() if isinstance(counts, dict) else [counts])]
+    for key, table in tables:
+        if not isinstance(table, dict):
+            raise ValueError(f"the state's {key} must be a dict by parameter name, got {table!r}; pass "
+                             "what Trainer.state_dict() returned.")
+        unknown = sorted(set(table) - set(names))
+        if unknown:
+            raise ValueError(f"the state's {key} names parameters this trainer does not have: "
+                             f"{_structure.brief_names(unknown)}; pass what Trainer.state_dict() returned.")
 
 
 def _check_optimizer_state(name, state, param):

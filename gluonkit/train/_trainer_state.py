@@ -5,6 +5,7 @@ state it saves each fit in a module of their own.
 """
 import copy
 import pickle
+import warnings
 from collections.abc import Mapping
 
 import mxnet as mx
@@ -160,7 +161,7 @@ class TrainerState:
         _check_tables(state, names)
         params = dict(zip(names, self._params))
         for name, saved_state in state["states"].items():
-            _check_optimizer_state(name, saved_state, params[name])
+            _check_optimizer_state(name, saved_state, params[name], state["optimizer"], names.index(name))
         for name, saved_window in state["window"].items():
             param = params[name]
             if not (isinstance(saved_window, dict) and isinstance(saved_window.get("grads"), list)
@@ -265,15 +266,28 @@ def _check_tables(state, names):
                              f"{_structure.brief_names(unknown)}; pass what Trainer.state_dict() returned.")
 
 
-def _check_optimizer_state(name, state, param):
-    """Every array of a parameter's optimizer state (momentum, Adam's moments, a float32 master
-    copy) has the parameter's shape in MXNet's optimizers: refuse one that does not fit."""
+def _check_optimizer_state(name, saved, param, optimizer, index):
+    """Refuse a parameter's optimizer state laid out otherwise than ``optimizer`` creates it.
+
+    Array shapes are compared with a state created for the parameter (momentum and Adam's
+    moments have its shape, GroupAdaGrad keeps one value per row); not for a parameter whose
+    shape is not fully known yet (deferred initialization).
+    """
+    if param.shape is None or not all(d > 0 for d in param.shape):
+        return
+    with warnings.catch_warnings():   # SGD warns about float16 weights without multi_precision
+        warnings.simplefilter("ignore")
+        expected = optimizer.create_state_multi_precision(index, mx.nd.zeros(param.shape, dtype=param.dtype))
+    if _layout(saved) != _layout(expected):
+        raise ValueError(f"the state's optimizer state of {name} is laid out as {_layout(saved)} (array shapes) "
+                         f"where {type(optimizer).__name__} keeps {_layout(expected)} for a parameter of shape "
+                         f"{param.shape}; load a state of this network.")
+
+
+def _layout(state):
+    """An optimizer state's structure: the shapes of its NDArrays, nested as it nests them."""
     if isinstance(state, (tuple, list)):
-        for part in state:
-            _check_optimizer_state(name, part, param)
-    elif state is not None and not isinstance(state, mx.nd.NDArray):
-        raise ValueError(f"the state's optimizer state of {name} holds a {type(state).__name__}, not an "
-                         "NDArray; pass what Trainer.state_dict() returned.")
-    elif state is not None and not _structure.shape_fits(param.shape, state.shape):
-        raise ValueError(f"the state's optimizer state of {name} holds an NDArray of shape {state.shape} but "
-                         f"the parameter has shape {param.shape}; load a state of this network.")
+        return tuple(_layout(part) for part in state)
+    if state is None or isinstance(state, mx.nd.NDArray):
+        return None if state is None else state.shape
+    return type(state).__name__

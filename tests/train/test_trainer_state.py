@@ -199,9 +199,9 @@ def _with(state, change):
     ("window of an unknown parameter", r"window names parameters this trainer does not have: '9.weight'"),
     ("window without gradients", r"window\['0.weight'\] must be a dict of 'grads' and 'fresh'"),
     ("states not a dict", r"states must be a dict by parameter name, got None"),
-    ("optimizer state of another shape", r"optimizer state of 0.weight holds an NDArray of shape \(7, 7\) but the "
-                                         r"parameter has shape \(8, 4\)"),
-    ("optimizer state not an NDArray", r"optimizer state of 0.weight holds a ndarray, not an NDArray"),
+    ("optimizer state of another shape", r"optimizer state of 0.weight is laid out as \(7, 7\) \(array shapes\) "
+                                         r"where SGD keeps \(8, 4\) for a parameter of shape \(8, 4\)"),
+    ("optimizer state not an NDArray", r"optimizer state of 0.weight is laid out as ndarray .*where SGD keeps \(8, 4\)"),
 ])
 def test_a_corrupted_state_is_refused_clearly_and_changes_nothing(change, message):
     ctx = [mx.cpu()]
@@ -247,6 +247,31 @@ def test_a_state_of_a_network_of_other_shapes_is_refused_at_a_window_boundary():
     train(net, trainer, data, ctx)
     assert trainer.pending == (0, 0)
     other, other_trainer = wide(6)
-    with pytest.raises(ValueError, match=r"optimizer state of 0.bias holds an NDArray of shape \(8,\) but the "
-                                         r"parameter has shape \(6,\); load a state of this network"):
+    with pytest.raises(ValueError, match=r"optimizer state of 0.bias is laid out as \(\(8,\), \(8,\)\) \(array "
+                                         r"shapes\) where Adam keeps \(\(6,\), \(6,\)\) .*load a state of this network"):
         other_trainer.load_state_dict(trainer.state_dict())
+
+
+def test_optimizer_states_of_their_own_shapes_load():
+    """GroupAdaGrad keeps one value per row, (rows, 1): a state is checked against what its own
+    optimizer creates, not against the parameter's shape."""
+    ctx = [mx.cpu()]
+    data = batches([5, 3, 4, 6, 2])
+
+    def rows_only(seed):
+        mx.random.seed(seed)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(8, in_units=4, use_bias=False), gluon.nn.Dense(3, in_units=8, use_bias=False))
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+        return net, Trainer(net, "groupadagrad", {"learning_rate": 0.1}, accumulate=2)
+
+    net, trainer = rows_only(1)
+    train(net, trainer, data[:3], ctx)
+    state = trainer.state_dict()
+    assert [s.shape for s in state["states"].values()] == [(8, 1), (3, 1)]
+    other, other_trainer = rows_only(2)
+    copy_values(net, other)
+    other_trainer.load_state_dict(state)
+    train(net, trainer, data[3:], ctx)
+    train(other, other_trainer, data[3:], ctx)
+    assert_same(values(other), values(net))

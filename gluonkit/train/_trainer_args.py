@@ -1,15 +1,19 @@
 """The Trainer's arguments: each checked before anything changes, with the value and the fix."""
+import math
+import numbers
 import os
 import sys
 
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
-from .._validate import choice, finite_real, non_negative_int
+from .._validate import choice, finite_real, is_int, non_negative_int
 from ..params import first_names
 
 __all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
-           "check_learning_rate", "check_optimizer", "check_policy", "is_distributed", "unique_params"]
+           "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",
+           "is_distributed", "unique_params"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
 _KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async")
@@ -29,9 +33,12 @@ def check_count(count):
 
 
 def check_kvstore(kvstore):
-    """Refuse a kvstore name MXNet does not know (it would silently give 'local')."""
-    if not isinstance(kvstore, str):
+    """Refuse a kvstore name MXNet does not know (it would silently give 'local') or another type."""
+    if kvstore is None or isinstance(kvstore, mx.kv.KVStoreBase):
         return
+    if not isinstance(kvstore, str):
+        raise TypeError(f"kvstore must be a kvstore name, a KVStore or None, got {kvstore!r}; "
+                        "e.g. kvstore='device'.")
     known = _KVSTORES + tuple(sorted(mx.kv.KVStoreBase.kv_registry))
     if kvstore.lower() not in known:
         raise ValueError(f"kvstore={kvstore!r} is not a kvstore MXNet knows (it would silently use "
@@ -49,7 +56,15 @@ def check_launched(kvstore):
 
 
 def check_optimizer(optimizer, optimizer_params):
-    """An Optimizer instance alone, or a name with settings; a finite learning rate >= 0."""
+    """An Optimizer instance alone, or a name MXNet knows with settings; a finite learning rate >= 0."""
+    if isinstance(optimizer, str):
+        known = sorted(mx.optimizer.Optimizer.opt_registry)
+        if optimizer.lower() not in known:
+            raise ValueError(f"optimizer={optimizer!r} is not an optimizer MXNet knows; use one of "
+                             f"{', '.join(map(repr, known))}, or an mx.optimizer.Optimizer.")
+    elif not isinstance(optimizer, mx.optimizer.Optimizer):
+        raise TypeError(f"optimizer must be a name such as 'sgd' or an mx.optimizer.Optimizer, got "
+                        f"{optimizer!r}.")
     if isinstance(optimizer, mx.optimizer.Optimizer):
         if optimizer_params:
             raise ValueError(f"optimizer_params={optimizer_params!r} was given with an Optimizer "
@@ -77,15 +92,45 @@ def check_clip_setting(params, kvstore, update_on_kvstore):
         raise ValueError("update_on_kvstore=True cannot be used with clip_global_norm: the kvstore "
                          "would update before the summed gradient could be clipped. Leave "
                          "update_on_kvstore unset.")
-    params = list(params.values()) if isinstance(params, (dict, gluon.ParameterDict)) else params
-    sparse = [p.name for p in params if isinstance(p, gluon.Parameter) and p._stype != "default"]
+    params = _param_list(params)
+    sparse = [p.name for p in params if p._stype != "default"]
     if sparse:
         raise ValueError(f"clip_global_norm needs dense weights ({', '.join(sparse)} are sparse: "
                          "they are updated on the kvstore, before any clipping).")
-    contexts = params[0].list_ctx() if isinstance(params[0], gluon.Parameter) else []
+    contexts = params[0].list_ctx() if params else []
     if kvstore is None and len(contexts) > 1:
         raise ValueError(f"clip_global_norm needs the gradients summed over the {len(contexts)} "
                          "contexts, but kvstore=None never sums them; use kvstore='device'.")
+
+
+def check_update_on_kvstore(params, kvstore, update_on_kvstore):
+    """None or a bool; True only where MXNet creates a kvstore to update on.
+
+    MXNet creates none for ``kvstore=None``, nor for a local kvstore name over one context;
+    with dense weights and gradients ``gluon.Trainer`` then fails at the first step with an
+    ``AttributeError``.
+    """
+    if update_on_kvstore is None:
+        return
+    if not isinstance(update_on_kvstore, (bool, np.bool_)):
+        raise TypeError(f"update_on_kvstore must be True, False or None, got {update_on_kvstore!r}.")
+    params = _param_list(params)
+    if not update_on_kvstore or not params:
+        return
+    contexts = params[0].list_ctx()
+    dense = all(p._stype == "default" and p._grad_stype == "default" for p in params)
+    local = isinstance(kvstore, str) and "dist" not in kvstore.lower() and len(contexts) == 1
+    if dense and (kvstore is None or local):
+        plural = "context" if len(contexts) == 1 else "contexts"
+        raise ValueError(f"update_on_kvstore=True needs a kvstore, but kvstore={kvstore!r} over "
+                         f"{len(contexts)} {plural} creates none (the update runs on the device); "
+                         "leave update_on_kvstore unset, or pass a KVStore.")
+
+
+def _param_list(params):
+    """The Parameters among ``params`` (a dict or a list), in order."""
+    params = list(params.values()) if isinstance(params, (dict, gluon.ParameterDict)) else params
+    return [p for p in params if isinstance(p, gluon.Parameter)]
 
 
 def unique_params(params):
@@ -122,6 +167,18 @@ def unique_params(params):
 def check_learning_rate(lr):
     """A finite learning rate >= 0 as a float."""
     return finite_real(lr, "learning_rate", minimum=0)
+
+
+def check_pending(window, accumulate):
+    """A pending window ``(steps, count)`` as ``(int, count)``: 0 <= steps < accumulate (any steps
+    when ``accumulate`` is None), a finite count >= 0."""
+    steps, count = window if isinstance(window, (tuple, list)) and len(window) == 2 else (None, None)
+    if not (is_int(steps) and 0 <= steps and (accumulate is None or steps < accumulate)
+            and isinstance(count, numbers.Real) and not isinstance(count, bool) and 0 <= count < math.inf):
+        bound = "" if accumulate is None else f" < accumulate={accumulate}"
+        raise ValueError(f"pending must be (steps, count) with 0 <= steps{bound} and a count >= 0, "
+                         f"got {window!r}.")
+    return int(steps), count
 
 
 def check_policy(policy):

@@ -5,6 +5,7 @@ state it saves each fit in a module of their own.
 """
 import copy
 import pickle
+import warnings
 from collections.abc import Mapping
 
 import mxnet as mx
@@ -13,6 +14,7 @@ from mxnet import gluon
 
 from .. import params as _structure
 from ._gradients import replicas, zero
+from ._trainer_args import check_pending
 
 __all__ = ["TrainerState"]
 
@@ -89,9 +91,11 @@ class TrainerState:
         """The optimizer states and the pending window, keyed by parameter name (picklable).
 
         Holds the optimizer (its hyper-parameters, learning-rate scheduler and update
-        counts), each parameter's optimizer state (momentum, ...), ``accumulate``, and the
+        counts), each parameter's optimizer state (momentum, ...), ``accumulate``, the
         pending accumulation window: its ``(steps, samples)`` and, when steps are pending,
-        each parameter's gradient on each device and whether a backward wrote it.
+        each parameter's gradient on each device and whether a backward wrote it; and the
+        dynamic loss scaler's state (its scale and clean windows counted) when one is
+        attached (``gluonkit.train.amp.init_trainer``), else None.
 
         Example::
 
@@ -113,7 +117,12 @@ class TrainerState:
         return {"format": self._STATE_FORMAT, "params": names, "optimizer": optimizer,
                 "states": {names[i]: state for i, state in states.items()},
                 "update_counts": counts, "accumulate": self._accumulate,
-                "pending": self.pending, "window": window}
+                "pending": self.pending, "window": window, "loss_scaler": self._scaler_state()}
+
+    def _scaler_state(self):
+        """The loss scaler's fields by name (gluonkit's and MXNet's scalers share them), or None."""
+        scaler = getattr(self, "_amp_loss_scaler", None)
+        return None if scaler is None else {name.lstrip("_"): value for name, value in vars(scaler).items()}
 
     def check_state_dict(self, state, names=None):
         """Raise ``ValueError`` (what differs, and the fix) if ``load_state_dict(state)`` would fail.
@@ -142,22 +151,44 @@ class TrainerState:
                 f"({_structure.brief_names(sorted(state['params']))}) but this trainer has {len(names)} "
                 f"({_structure.brief_names(sorted(names))}); build the trainer over the same parameters "
                 "and name them alike (Trainer(net, ...) or trainer.name_params(net)).")
-        steps, samples = state["pending"]
+        steps, _ = check_pending(state["pending"], accumulate=None)
         if steps and state["accumulate"] != self._accumulate:
             raise ValueError(f"the state holds a partial accumulation window ({steps} of "
                              f"{state['accumulate']} micro-batches) but the trainer has accumulate="
                              f"{self._accumulate}; resume with accumulate={state['accumulate']}.")
+        check_pending(state["pending"], self._accumulate)
+        self._check_scaler_state(state.get("loss_scaler"))   # absent from states saved before it was kept
+        _check_tables(state, names)
         params = dict(zip(names, self._params))
+        for name, saved_state in state["states"].items():
+            _check_optimizer_state(name, saved_state, params[name], state["optimizer"], names.index(name))
         for name, saved_window in state["window"].items():
             param = params[name]
+            if not (isinstance(saved_window, dict) and isinstance(saved_window.get("grads"), list)
+                    and isinstance(saved_window.get("fresh"), list)):
+                raise ValueError(f"the state's window[{name!r}] must be a dict of 'grads' and 'fresh' lists; "
+                                 "pass what Trainer.state_dict() returned.")
             if initialized and param._data is None:
                 raise ValueError(f"the state's window holds a gradient of {name} but the parameter "
                                  "is not initialized yet; load the network's parameters first.")
             for grad in saved_window["grads"]:
-                if not _structure.shape_fits(param.shape, grad.shape) or grad.dtype != np.dtype(param.dtype):
-                    raise ValueError(f"the state's window holds a {grad.dtype} gradient of shape "
-                                     f"{grad.shape} for {name}, which is {np.dtype(param.dtype)} of "
-                                     f"shape {param.shape}; load a state of this network.")
+                if not (isinstance(grad, np.ndarray) and _structure.shape_fits(param.shape, grad.shape)
+                        and grad.dtype == np.dtype(param.dtype)):
+                    raise ValueError(f"the state's window holds a {getattr(grad, 'dtype', type(grad).__name__)} "
+                                     f"gradient of shape {getattr(grad, 'shape', None)} for {name}, which is "
+                                     f"{np.dtype(param.dtype)} of shape {param.shape}; load a state of this network.")
+
+    def _check_scaler_state(self, saved):
+        if saved is None:
+            return
+        mine = self._scaler_state()
+        if mine is None:
+            raise ValueError(f"the state holds a dynamic loss scale ({saved.get('next_loss_scale')!r}) of a mixed "
+                             "precision run but no loss scaler is attached to this trainer; call "
+                             "gluonkit.train.amp.init_trainer(trainer) before loading the state.")
+        if set(saved) != set(mine):
+            raise ValueError(f"the state's loss scaler holds {sorted(saved)} but this trainer's holds "
+                             f"{sorted(mine)}; load a state saved by gluonkit.Trainer.state_dict().")
 
     def load_state_dict(self, state):
         """Restore ``state_dict()``'s optimizer states and replace the pending window with its own.
@@ -170,6 +201,11 @@ class TrainerState:
 
         With several devices and an update on the kvstore, load the network's parameters
         first: ``Parameter.set_data`` resets the kvstore, and its optimizer states with it.
+
+        A state with a loss scaler's state needs a scaler attached first
+        (``gluonkit.train.amp.init_trainer``); it takes the saved scale, so the resumed run
+        scales, drops and grows its windows as the original would have. A state without one
+        leaves the attached scaler as it is.
         """
         self._check_state(state, initialized=True)
         names = self._unique_names()
@@ -189,6 +225,11 @@ class TrainerState:
         for name, param in zip(names, self._params):
             if param.grad_req != "null" and param._data is not None:
                 self._restore_window(param, state["window"].get(name))
+        if state.get("loss_scaler") is not None:
+            scaler = self._amp_loss_scaler
+            for name, value in state["loss_scaler"].items():
+                setattr(scaler, "_" + name, value)
+            self._scale = self._amp_original_scale / scaler.loss_scale   # what the window was scaled by
         self.pending = tuple(state["pending"])
 
     @staticmethod
@@ -208,3 +249,45 @@ class TrainerState:
             fresh = any(saved["fresh"])
         for array in replicas(param):
             array._fresh_grad = fresh
+
+
+def _check_tables(state, names):
+    """The state's per-parameter tables are dicts that name only ``names``."""
+    counts = state["update_counts"]
+    tables = [("states", state["states"]), ("window", state["window"])]
+    tables += [("update_counts", table) for table in (counts.values() if isinstance(counts, dict) else [counts])]
+    for key, table in tables:
+        if not isinstance(table, dict):
+            raise ValueError(f"the state's {key} must be a dict by parameter name, got {table!r}; pass "
+                             "what Trainer.state_dict() returned.")
+        unknown = sorted(set(table) - set(names))
+        if unknown:
+            raise ValueError(f"the state's {key} names parameters this trainer does not have: "
+                             f"{_structure.brief_names(unknown)}; pass what Trainer.state_dict() returned.")
+
+
+def _check_optimizer_state(name, saved, param, optimizer, index):
+    """Refuse a parameter's optimizer state laid out otherwise than ``optimizer`` creates it.
+
+    Array shapes are compared with a state created for the parameter (momentum and Adam's
+    moments have its shape, GroupAdaGrad keeps one value per row); not for a parameter whose
+    shape is not fully known yet (deferred initialization).
+    """
+    if param.shape is None or not all(d > 0 for d in param.shape):
+        return
+    with warnings.catch_warnings():   # SGD warns about float16 weights without multi_precision
+        warnings.simplefilter("ignore")
+        expected = optimizer.create_state_multi_precision(index, mx.nd.zeros(param.shape, dtype=param.dtype))
+    if _layout(saved) != _layout(expected):
+        raise ValueError(f"the state's optimizer state of {name} is laid out as {_layout(saved)} (array shapes) "
+                         f"where {type(optimizer).__name__} keeps {_layout(expected)} for a parameter of shape "
+                         f"{param.shape}; load a state of this network.")
+
+
+def _layout(state):
+    """An optimizer state's structure: the shapes of its NDArrays, nested as it nests them."""
+    if isinstance(state, (tuple, list)):
+        return tuple(_layout(part) for part in state)
+    if state is None or isinstance(state, mx.nd.NDArray):
+        return None if state is None else state.shape
+    return type(state).__name__

@@ -83,6 +83,8 @@ def init_trainer(trainer):
     and ``trainer`` unscales at the update. The scale stays the same within an accumulation
     window. A window whose gradients overflow (hold NaN or Inf) is dropped: parameters and
     optimizer states are left as they were, the gradients are zeroed and the scale is halved.
+    The scaler's state is part of ``trainer.state_dict()`` (and checkpoints): attach it
+    before loading one.
 
     Example::
 

@@ -62,7 +62,8 @@ def split_and_load(data, ctx_list, batch_axis=0, pad_value=None):
     Parameters
     ----------
     data : NDArray, numpy.ndarray, or list of them (one per sample)
-        The batch.
+        The batch. NumPy arrays keep their dtype, except float64 (NumPy's default), which
+        becomes float32 (MXNet's), as with ``gluon.utils.split_and_load``.
     ctx_list : list of Context
         The devices, in order. A single Context is accepted.
     batch_axis : int, default 0
@@ -137,7 +138,7 @@ def _pad(arrays, pad_value):
         raise ValueError(f"pad_value pads the first axis only, but the samples' shapes "
                          f"{[a.shape for a in arrays]} also differ in later axes; keep them as a "
                          "list (pad_value=None).")
-    return Pad(axis=0, pad_val=pad_value)([a.asnumpy() if isinstance(a, mx.nd.NDArray) else a
+    return Pad(axis=0, pad_val=pad_value)([a.asnumpy() if isinstance(a, mx.nd.NDArray) else a.astype(_dtype(a))
                                            for a in arrays])
 
 
@@ -149,7 +150,13 @@ def _slice(data, axis, begin, end):
     return data.slice_axis(axis=axis, begin=begin, end=end)
 
 
+def _dtype(array):
+    """The dtype a NumPy array gets on a device: its own, but NumPy's default float64 becomes
+    MXNet's float32, as ``gluon.utils.split_and_load`` makes it."""
+    return np.float32 if array.dtype == np.float64 else array.dtype
+
+
 def _load(data, ctx):
     if isinstance(data, np.ndarray):
-        return mx.nd.array(data, ctx=ctx, dtype=data.dtype)
+        return mx.nd.array(data, ctx=ctx, dtype=_dtype(data))
     return data.as_in_context(ctx)

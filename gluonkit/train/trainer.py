@@ -1,6 +1,5 @@
 """Trainer: exact gradient accumulation, no stale gradients, deferred parameters skipped."""
 import math
-import numbers
 import os
 import warnings
 from collections import defaultdict
@@ -9,11 +8,11 @@ import mxnet as mx
 from mxnet import gluon
 
 from .. import params as _structure
-from .._validate import is_int, positive_int
+from .._validate import positive_int
 from ._gradients import replicas, sum_of_squares, zero
 from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
-                            check_learning_rate, check_optimizer, check_policy, is_distributed,
-                            unique_params)
+                            check_learning_rate, check_optimizer, check_pending, check_policy,
+                            check_update_on_kvstore, is_distributed, unique_params)
 from ._trainer_state import TrainerState
 
 __all__ = ["Trainer"]
@@ -93,7 +92,8 @@ class Trainer(TrainerState, gluon.Trainer):
     update_on_kvstore : bool, optional
         As for ``gluon.Trainer``. With a distributed kvstore updates run on the workers
         (the global sample count changes from update to update), so it cannot be True there;
-        nor with ``clip_global_norm`` (unset, it becomes False). When it is False the gradients
+        nor with ``clip_global_norm`` (unset, it becomes False); nor where no kvstore is
+        created (``kvstore=None``, or one context). When it is False the gradients
         are summed first and the non-finite check and the norm read one device's copy, in one
         pass; otherwise the check reads every device's copy before the kvstore updates.
     accumulate : int, default 1
@@ -137,6 +137,7 @@ class Trainer(TrainerState, gluon.Trainer):
         check_kvstore(kvstore)
         params, names = _named(params)
         params = unique_params(params)
+        check_update_on_kvstore(params, kvstore, update_on_kvstore)
         distributed, asynchronous = is_distributed(kvstore)
         if clip_global_norm is not None:
             check_clip_setting(params, kvstore, update_on_kvstore)
@@ -167,7 +168,7 @@ class Trainer(TrainerState, gluon.Trainer):
         self._pending_steps = 0
         self._pending_samples = 0
         self._pending_arrays = []
-        self._statistics = None
+        self._statistics, self._uninitialized_statistics = None, ()
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -205,12 +206,8 @@ class Trainer(TrainerState, gluon.Trainer):
 
     @pending.setter
     def pending(self, window):
-        steps, count = window
-        if not (is_int(steps) and 0 <= steps < self._accumulate
-                and isinstance(count, numbers.Real) and not isinstance(count, bool) and 0 <= count < math.inf):
-            raise ValueError(f"pending must be (steps, count) with 0 <= steps < accumulate="
-                             f"{self._accumulate} and a count >= 0, got {window!r}.")
-        self._pending_steps, self._pending_samples = int(steps), _read(count)
+        steps, count = check_pending(window, self._accumulate)
+        self._pending_steps, self._pending_samples = steps, _read(count)
         self._pending_arrays = []
         self._snapshot_statistics()
 
@@ -259,8 +256,16 @@ class Trainer(TrainerState, gluon.Trainer):
         self._snapshot_statistics()
 
     def set_learning_rate(self, lr):
-        """Set a new learning rate; it must be a finite number >= 0."""
-        super().set_learning_rate(check_learning_rate(lr))
+        """Set a new learning rate; it must be a finite number >= 0, and the optimizer have no
+        ``lr_scheduler`` (``RuntimeError``; ``gluon.Trainer`` raises a ``UserWarning``)."""
+        lr = check_learning_rate(lr)
+        scheduler = self._optimizer.lr_scheduler
+        if scheduler is not None:
+            raise RuntimeError(f"set_learning_rate({lr!r}): the optimizer's lr_scheduler "
+                               f"({type(scheduler).__name__}) sets the learning rate at every update. Change "
+                               "the scheduler, or create the trainer without one and set the rate by hand "
+                               "or with gluonkit.callbacks.LRSchedule.")
+        super().set_learning_rate(lr)
 
     @property
     def rank(self):
@@ -431,20 +436,24 @@ class Trainer(TrainerState, gluon.Trainer):
         Those are the non-differentiable parameters (frozen weights never change: not copied).
         Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler
         attached), so that the forward passes of a dropped window leave them as they were. The
-        arrays of one device and dtype are copied by one operator, into one flat array.
+        arrays of one device and dtype are copied by one operator, into one flat array. Those
+        still waiting for deferred initialization are noted instead: a dropped window that
+        initialized them sets them back to their initializer's values.
         """
         if self._on_nonfinite == "ignore" and getattr(self, "_amp_loss_scaler", None) is None:
-            self._statistics = None
+            self._statistics, self._uninitialized_statistics = None, ()
             return
         groups = defaultdict(list)   # (context, dtype) -> [(param, device index, array)]
-        for param in self._params:
-            if not param._differentiable and param._data is not None:
+        statistics = [param for param in self._params if not param._differentiable]
+        for param in statistics:
+            if param._data is not None:
                 for i, array in enumerate(param.list_data()):
                     if array.size:
                         groups[(array.context, array.dtype)].append((param, i, array))
         self._statistics = [([(param, i, array.shape) for param, i, array in members],
                              mx.nd.concat(*(array.reshape((-1,)) for _, _, array in members), dim=0))
                             for members in groups.values()]
+        self._uninitialized_statistics = [param for param in statistics if param._data is None]
 
     def _restore_statistics(self):
         for members, flat in self._statistics or ():
@@ -454,6 +463,11 @@ class Trainer(TrainerState, gluon.Trainer):
                 if param._data is not None:
                     flat[begin:end].reshape(shape).copyto(param.list_data()[i])
                 begin = end
+        for param in self._uninitialized_statistics:
+            # BatchNorm names its statistics' initializers ('zeros', 'ones'); as Parameter does
+            if param._data is not None and param.init is not None:
+                for array in param.list_data():
+                    mx.init.create(param.init)(mx.init.InitDesc(param.name, {"__init__": param.init}), array)
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.

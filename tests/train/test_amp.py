@@ -8,7 +8,7 @@ import pytest
 from mxnet import autograd, gluon
 from mxnet.contrib.amp import amp as mx_amp
 
-from gluonkit import Trainer, fit
+from gluonkit import Checkpoint, Trainer, fit
 from gluonkit.train import amp
 
 RNG = np.random.RandomState(0)
@@ -208,3 +208,67 @@ def test_an_overflow_on_the_second_device_only_lowers_the_scale(amp_ready):
     for p, before in zip(net.collect_params().values(), start):
         np.testing.assert_array_equal(p.data(ctx[0]).asnumpy(), before)
         np.testing.assert_array_equal(p.data(ctx[1]).asnumpy(), before)
+
+
+@pytest.mark.parametrize("then", ["step", "flush"])
+def test_a_run_resumed_mid_window_keeps_the_loss_scale(amp_ready, tmp_path, then):
+    """Saved after an overflow halved the scale, with a micro-batch (scaled by the halved scale)
+    pending; a fresh scaler would scale the next micro-batch (and divide the update) by the
+    first scale, halving the saved micro-batch's share."""
+    def finish(net, loss, trainer):
+        return micro_step(net, loss, trainer, X[21:32], Y[21:32]) if then == "step" else trainer.flush()
+
+    net = make_net()
+    trainer, loss = scaled_trainer(net, accumulate=2)
+    micro_step(net, loss, trainer, X[:5], Y[:5])
+    micro_step(net, loss, trainer, overflowing(X[5:16]), Y[5:16])   # dropped: the scale halves
+    micro_step(net, loss, trainer, X[16:21], Y[16:21])
+    checkpoint = Checkpoint(str(tmp_path))
+    checkpoint.save(net, trainer, epoch=0)
+    scale = trainer._amp_loss_scaler.loss_scale
+    assert finish(net, loss, trainer)
+
+    resumed = make_net()
+    resumed_trainer, resumed_loss = scaled_trainer(resumed, accumulate=2)
+    checkpoint.load(resumed, resumed_trainer)
+    assert resumed_trainer._amp_loss_scaler.loss_scale == scale == 2.0 ** 15
+    assert finish(resumed, resumed_loss, resumed_trainer)
+    for got, want in zip(weights(resumed), weights(net)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert resumed_trainer.state_dict()["loss_scaler"] == trainer.state_dict()["loss_scaler"]
+
+
+def test_the_loss_scalers_counts_round_trip_so_it_grows_when_the_original_would(amp_ready):
+    net = make_net()
+    trainer, loss = scaled_trainer(net, accumulate=1)
+    micro_step(net, loss, trainer, overflowing(X[:8]), Y[:8])
+    for lo in range(8, 32, 8):
+        micro_step(net, loss, trainer, X[lo:lo + 8], Y[lo:lo + 8])
+    trainer.name_params(net)
+    state = trainer.state_dict()
+    other_net = make_net()
+    other, _ = scaled_trainer(other_net, accumulate=1)
+    other.name_params(other_net)
+    other.load_state_dict(state)
+    assert other.state_dict()["loss_scaler"] == state["loss_scaler"]
+    assert state["loss_scaler"]["unskipped"] == 3 and state["loss_scaler"]["next_loss_scale"] == 2.0 ** 15
+
+
+def test_a_loss_scale_needs_a_scaler_to_load_into_and_nothing_changes(amp_ready):
+    net = make_net()
+    trainer, loss = scaled_trainer(net, accumulate=2)
+    micro_step(net, loss, trainer, X[:5], Y[:5])
+    trainer.name_params(net)
+    state = trainer.state_dict()
+    plain = Trainer(make_net(), "sgd", dict(OPT), accumulate=2)
+    before = plain.state_dict()
+    with pytest.raises(ValueError, match=r"loss scale \(65536.0\).*gluonkit.train.amp.init_trainer\(trainer\) "
+                                         "before loading"):
+        plain.load_state_dict(state)
+    assert plain.pending == (0, 0) and plain.state_dict()["update_counts"] == before["update_counts"]
+    # a state without one (a run without mixed precision) leaves the attached scaler as it is
+    scaled_net = make_net()
+    scaled, _ = scaled_trainer(scaled_net, accumulate=2)
+    scaled.name_params(scaled_net)
+    scaled.load_state_dict(before)
+    assert scaled._amp_loss_scaler.loss_scale == 2.0 ** 16

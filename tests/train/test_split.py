@@ -114,3 +114,22 @@ def test_split_sizes_refuses_non_positive_sizes(batch, parts):
     from gluonkit.train.split import split_sizes
     with pytest.raises(ValueError, match="must be a positive integer"):
         split_sizes(batch, parts)
+
+
+def test_numpy_float64_arrives_as_float32_like_gluon_and_other_dtypes_are_kept():
+    """NumPy's default float64 fed as float64 to a float32 network fails inside MXNet."""
+    x = np.random.RandomState(0).randn(5, 3)
+    ctx_list = [mx.cpu(0), mx.cpu(1)]
+    net = mx.gluon.nn.Dense(2, in_units=3)
+    net.initialize(ctx=ctx_list)
+    ours = gluonkit.split_and_load(x, ctx_list)
+    theirs = mx.gluon.utils.split_and_load(x, ctx_list, even_split=False)
+    for mine, gluons in zip(ours, theirs):
+        assert mine.dtype == gluons.dtype == np.float32 and mine.context == gluons.context
+        assert_array_equal(net(mine).asnumpy(), net(gluons).asnumpy())
+    samples = gluonkit.split_and_load([x[:2], x[2:]], ctx_list)
+    padded = gluonkit.split_and_load([x[:2], x[2:]], ctx_list, pad_value=-1)
+    assert [a.dtype for part in samples for a in part] == [np.float32] * 2
+    assert [a.dtype for a in padded] == [np.float32] * 2
+    assert_array_equal(padded[1].asnumpy()[0], x[2:].astype("float32"))
+    assert gluonkit.split_and_load(np.arange(3, dtype="int64"), ctx_list)[0].dtype == np.int64

@@ -1,4 +1,5 @@
 """gluonkit.Trainer at the edges: shared parameters, grad_req changes, dropped windows, bad settings."""
+import re
 import warnings
 
 import mxnet as mx
@@ -118,6 +119,44 @@ def test_a_dropped_window_leaves_the_running_statistics_as_they_were(ctx_list, a
         assert np.isfinite(net(nd.ones((2, 3), ctx=ctx_list[0])).asnumpy()).all()
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_dropped_first_window_leaves_deferred_running_statistics_as_initialized(ctx_list, accumulate):
+    """The statistics were not initialized when the window began (nothing to copy): afterwards
+    the network equals a twin seeded alike and initialized by a forward that updates nothing."""
+    def deferred():
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(4), gluon.nn.BatchNorm(), gluon.nn.Dense(2))
+        net.initialize(mx.init.Xavier(), ctx=ctx_list)
+        return net
+
+    def micro_batch(x):
+        xs = gluonkit.split_and_load(nd.array(x), ctx_list)
+        with autograd.record():
+            losses = [net(a).sum() for a in xs]
+        autograd.backward(losses)
+        return trainer.step(x.shape[0])
+
+    rng = np.random.RandomState(3)
+    bad = rng.randn(accumulate, 4, 3).astype("float32")
+    bad[-1, 0, 0] = np.nan
+    net = deferred()
+    trainer = gluonkit.Trainer(net, "sgd", {"learning_rate": 0.1}, accumulate=accumulate, on_nonfinite="skip")
+    mx.random.seed(5)
+    with pytest.warns(UserWarning, match="Skipped an update"):
+        assert [micro_batch(x) for x in bad][-1] is False
+    twin = deferred()
+    mx.random.seed(5)
+    with autograd.predict_mode():
+        twin(nd.ones((1, 3), ctx=ctx_list[0]))
+    for k, param in select(twin).items():
+        for got, expected in zip(select(net)[k].list_data(), param.list_data()):
+            assert_array_equal(got.asnumpy(), expected.asnumpy(), err_msg=k)
+    for x in rng.randn(accumulate, 4, 3):
+        micro_batch(x)
+    with autograd.predict_mode():
+        assert np.isfinite(net(nd.ones((2, 3), ctx=ctx_list[0])).asnumpy()).all()
+
+
 def test_without_a_dropping_policy_nothing_is_copied_and_nan_statistics_stay():
     """'ignore' applies NaN as gluon.Trainer does (the documented contrast)."""
     net = _bn_net([mx.cpu(0)])
@@ -154,6 +193,20 @@ def _grad_reqs(net):
     (lambda a, b: gluonkit.Trainer([], "sgd"), ValueError, "The Trainer got no parameters"),
     (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", kvstore="devcie", accumulate=2),
      ValueError, r"kvstore='devcie' is not a kvstore MXNet knows .*'local', 'device', .*'dist_sync'"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", kvstore=3, accumulate=2),
+     TypeError, r"kvstore must be a kvstore name, a KVStore or None, got 3"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", update_on_kvstore="yes", accumulate=2),
+     TypeError, r"update_on_kvstore must be True, False or None, got 'yes'"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), 3, accumulate=2),
+     TypeError, r"optimizer must be a name such as 'sgd' or an mx.optimizer.Optimizer, got 3"),
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgdd", accumulate=2),
+     ValueError, r"optimizer='sgdd' is not an optimizer MXNet knows; use one of .*'adam'.*'sgd'"),
+    # plain Gluon fails at the first step with AttributeError: 'NoneType' object has no attribute 'is_capable'
+    (lambda a, b: gluonkit.Trainer(a.collect_params(), "sgd", update_on_kvstore=True, accumulate=2),
+     ValueError, r"update_on_kvstore=True needs a kvstore, but kvstore='device' over 1 context creates none.*"
+                 r"leave update_on_kvstore unset"),
+    (lambda a, b: gluonkit.Trainer(b.collect_params(), "sgd", kvstore=None, update_on_kvstore=True, accumulate=2),
+     ValueError, r"update_on_kvstore=True needs a kvstore, but kvstore=None over 2 contexts creates none"),
 ])
 def test_bad_settings_are_refused_clearly_and_change_nothing(make, error, message):
     a, b = _dense(mx.cpu(0)), _dense([mx.cpu(0), mx.cpu(1)])
@@ -210,3 +263,31 @@ def test_after_a_checkpoint_is_loaded_a_dropped_window_returns_to_the_loaded_sta
         assert step(bad) is False
     for k, arrays in _running(net).items():
         assert_array_equal(arrays[0], loaded[k][0], err_msg=k)
+
+
+@pytest.mark.parametrize("window", [None, (0, 1, 2), (1,), "12", (1, "3"), (2, 5), (1, -1), (1, float("nan"))])
+def test_a_malformed_pending_window_is_refused_and_changes_nothing(window):
+    net = _dense()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, accumulate=2)
+    with autograd.record():
+        loss = net(nd.ones((3, 3))).sum()
+    loss.backward()
+    trainer.step(3)
+    with pytest.raises(ValueError, match=r"pending must be \(steps, count\) with 0 <= steps < accumulate=2 .*"
+                                         rf"got {re.escape(repr(window))}"):
+        trainer.pending = window
+    assert trainer.pending == (1, 3)
+
+
+def test_set_learning_rate_with_an_lr_scheduler_is_a_runtime_error_not_a_raised_warning():
+    """gluon.Trainer raises UserWarning (a warning class raised as an exception) here."""
+    net = _dense()
+    scheduler = mx.lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=0.1)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"lr_scheduler": scheduler})
+    with pytest.raises(RuntimeError, match=r"set_learning_rate\(0.5\).*lr_scheduler \(FactorScheduler\) sets the "
+                                           r"learning rate at every update.*gluonkit.callbacks.LRSchedule"):
+        trainer.set_learning_rate(0.5)
+    assert trainer.learning_rate == 0.1
+    plain = gluonkit.Trainer(_dense().collect_params(), "sgd", {"learning_rate": 0.1})
+    plain.set_learning_rate(0.5)
+    assert plain.learning_rate == 0.5

@@ -1,7 +1,9 @@
 """Trainer.state_dict / load_state_dict: structural names, the pending window replaced, checks first."""
+import copy
 import warnings
 
 import mxnet as mx
+import numpy as np
 import pytest
 from mxnet import gluon
 
@@ -160,3 +162,116 @@ def test_unused_parameter_warning_uses_structural_names():
     texts = [str(w.message) for w in caught if "got no gradient" in str(w.message)]
     assert len(texts) == 1 and "aux.bias" in texts[0] and "aux.weight" in texts[0], texts
     assert net.aux.bias.name not in texts[0]
+
+
+def _with(state, change):
+    """A deep copy of ``state`` with one part corrupted."""
+    state = copy.deepcopy(state)
+    if change == "pending past the window":
+        state["pending"] = (3, 4)
+    elif change == "negative pending count":
+        state["pending"] = (1, -4)
+    elif change == "pending not a pair":
+        state["pending"] = "x"
+    elif change == "optimizer state of an unknown parameter":
+        state["states"]["9.weight"] = state["states"]["0.weight"]
+    elif change == "update count of an unknown parameter":
+        state["update_counts"][0]["9.weight"] = 1
+    elif change == "window of an unknown parameter":
+        state["window"]["9.weight"] = state["window"]["0.weight"]
+    elif change == "window without gradients":
+        del state["window"]["0.weight"]["grads"]
+    elif change == "states not a dict":
+        state["states"] = None
+    elif change == "optimizer state of another shape":
+        state["states"]["0.weight"] = mx.nd.zeros((7, 7))
+    elif change == "optimizer state not an NDArray":
+        state["states"]["0.weight"] = np.zeros((8, 4), dtype="float32")
+    return state
+
+
+@pytest.mark.parametrize("change, message", [
+    ("pending past the window", r"pending must be \(steps, count\) with 0 <= steps < accumulate=3 .*got \(3, 4\)"),
+    ("negative pending count", r"pending must be \(steps, count\) .*got \(1, -4\)"),
+    ("pending not a pair", r"pending must be \(steps, count\) .*got 'x'"),
+    ("optimizer state of an unknown parameter", r"states names parameters this trainer does not have: '9.weight'"),
+    ("update count of an unknown parameter", r"update_counts names parameters this trainer does not have: '9.weight'"),
+    ("window of an unknown parameter", r"window names parameters this trainer does not have: '9.weight'"),
+    ("window without gradients", r"window\['0.weight'\] must be a dict of 'grads' and 'fresh'"),
+    ("states not a dict", r"states must be a dict by parameter name, got None"),
+    ("optimizer state of another shape", r"optimizer state of 0.weight is laid out as \(7, 7\) \(array shapes\) "
+                                         r"where SGD keeps \(8, 4\) for a parameter of shape \(8, 4\)"),
+    ("optimizer state not an NDArray", r"optimizer state of 0.weight is laid out as ndarray .*where SGD keeps \(8, 4\)"),
+])
+def test_a_corrupted_state_is_refused_clearly_and_changes_nothing(change, message):
+    ctx = [mx.cpu()]
+    data = batches([5, 3, 4, 6])
+    hyper = {"learning_rate": 0.1, "momentum": 0.9}
+
+    def target():
+        net = build(ctx, 2)
+        trainer = Trainer(net, "sgd", dict(hyper), accumulate=3)
+        train(net, trainer, data[1:2], ctx)
+        return net, trainer
+
+    net = build(ctx, 1)
+    trainer = Trainer(net, "sgd", dict(hyper), accumulate=3)
+    train(net, trainer, data, ctx)                      # one update and a micro-batch pending
+    state = _with(trainer.state_dict(), change)
+    other, other_trainer = target()
+    with pytest.raises(ValueError, match=message):
+        other_trainer.check_state_dict(state)
+    with pytest.raises(ValueError, match=message):
+        other_trainer.load_state_dict(state)
+    twin, twin_trainer = target()
+    assert other_trainer.pending == twin_trainer.pending
+    train(other, other_trainer, data[2:], ctx)
+    train(twin, twin_trainer, data[2:], ctx)
+    assert_same(values(other), values(twin))
+
+
+def test_a_state_of_a_network_of_other_shapes_is_refused_at_a_window_boundary():
+    """No gradient pending to compare: the optimizer states' shapes tell (MXNet would fail at the
+    next update, after the states were replaced)."""
+    ctx = [mx.cpu()]
+    data = batches([5, 3])
+
+    def wide(hidden):
+        mx.random.seed(0)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(hidden, in_units=4), gluon.nn.Dense(3, in_units=hidden))
+        net.initialize(ctx=ctx)
+        return net, Trainer(net, "adam", {"learning_rate": 0.01}, accumulate=2)
+
+    net, trainer = wide(8)
+    train(net, trainer, data, ctx)
+    assert trainer.pending == (0, 0)
+    other, other_trainer = wide(6)
+    with pytest.raises(ValueError, match=r"optimizer state of 0.bias is laid out as \(\(8,\), \(8,\)\) \(array "
+                                         r"shapes\) where Adam keeps \(\(6,\), \(6,\)\) .*load a state of this network"):
+        other_trainer.load_state_dict(trainer.state_dict())
+
+
+def test_optimizer_states_of_their_own_shapes_load():
+    """GroupAdaGrad keeps one value per row, (rows, 1): a state is checked against what its own
+    optimizer creates, not against the parameter's shape."""
+    ctx = [mx.cpu()]
+    data = batches([5, 3, 4, 6, 2])
+
+    def rows_only(seed):
+        mx.random.seed(seed)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(8, in_units=4, use_bias=False), gluon.nn.Dense(3, in_units=8, use_bias=False))
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+        return net, Trainer(net, "groupadagrad", {"learning_rate": 0.1}, accumulate=2)
+
+    net, trainer = rows_only(1)
+    train(net, trainer, data[:3], ctx)
+    state = trainer.state_dict()
+    assert [s.shape for s in state["states"].values()] == [(8, 1), (3, 1)]
+    other, other_trainer = rows_only(2)
+    copy_values(net, other)
+    other_trainer.load_state_dict(state)
+    train(net, trainer, data[3:], ctx)
+    train(other, other_trainer, data[3:], ctx)
+    assert_same(values(other), values(net))

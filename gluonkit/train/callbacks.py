@@ -1,5 +1,6 @@
 """Callbacks for ``fit``: checkpoints, early stopping, learning-rate schedules, logs and plots."""
 import csv
+import errno
 import io
 import json
 import logging
@@ -15,6 +16,23 @@ __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "Histor
            "PlotCurves"]
 
 log = logging.getLogger("gluonkit")
+
+
+def _writable_directory(directory, writer):
+    """Create ``directory`` if missing; an ``OSError`` naming it if ``writer`` cannot write there.
+
+    Writers check this when training begins: a bad path fails before the first batch, not
+    when the first epoch's results are written.
+    """
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:   # a file in the path, no permission, a read-only filesystem
+        code = errno.ENOTDIR if err.errno == errno.EEXIST else err.errno   # the path is a file
+        raise OSError(code, f"{writer} cannot create the directory {directory!r} "
+                            f"({os.strerror(code)}); pass a directory you can write to.") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{writer} cannot write into {directory!r}; pass a "
+                                            "directory you can write to.")
 
 
 class Callback:
@@ -123,6 +141,8 @@ class ModelCheckpoint(Callback):
 
     def on_train_begin(self, state):
         self._saved_at = None
+        if state.is_main_process:
+            _writable_directory(self.checkpoint.directory, "ModelCheckpoint")
         if self._monitor:
             self._monitor.best = None
         if not self.resume:
@@ -291,6 +311,9 @@ class HistoryLogger(Callback):
             text = buf.getvalue()
         atomic_text(self.path, text)
 
+    def on_train_begin(self, state):
+        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "HistoryLogger")
+
     def on_epoch_end(self, state):
         self._write(state.history)
 
@@ -342,8 +365,10 @@ class PlotCurves(Callback):
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, exist_ok=True)
         atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
+
+    def on_train_begin(self, state):
+        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "PlotCurves")
 
     def on_epoch_end(self, state):
         self._plot(state.history)

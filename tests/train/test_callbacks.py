@@ -196,3 +196,31 @@ def test_plot_curves_png_has_a_panel_per_quantity_and_keeps_the_backend(tmp_path
     image = matplotlib.image.imread(tmp_path / "curves.png")
     assert image.shape[:2] == (round(3.2 * 90), 3 * 4 * 90)     # loss, accuracy, lr
     assert matplotlib.get_backend() == backend
+
+
+class Batches(Callback):
+    """Count the batches trained."""
+
+    def __init__(self):
+        self.count = 0
+
+    def on_batch_end(self, state):
+        self.count += 1
+
+
+@pytest.mark.parametrize("make", [lambda p: ModelCheckpoint(p / "checkpoints"),
+                                  lambda p: HistoryLogger(p / "history.csv"),
+                                  lambda p: PlotCurves(p / "curves.png")],
+                         ids=["ModelCheckpoint", "HistoryLogger", "PlotCurves"])
+def test_a_destination_that_cannot_be_a_directory_is_refused_before_training(tmp_path, make):
+    (tmp_path / "taken").write_text("a file where a directory should go")
+    net = make_net()
+    before = params_of(net)
+    batches = Batches()
+    with pytest.raises(NotADirectoryError, match="taken.*pass a directory"):
+        fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+            make_loader(), epochs=1, progress=False, callbacks=[batches, make(tmp_path / "taken")])
+    assert batches.count == 0
+    for k, v in params_of(net).items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]

@@ -157,13 +157,18 @@ def _check_count(count, index):
     return int(count)
 
 
+def _per_device(value):
+    """Outputs or labels as a list over the devices: a bare NDArray is one device's."""
+    return [value] if isinstance(value, mx.nd.NDArray) else value
+
+
 def _unpack_step(result, index):
     """(losses, count, outputs, labels) from what a batch_fn returned."""
     if not isinstance(result, (tuple, list)) or len(result) not in (2, 4):
         raise TypeError(f"batch_fn must return (losses, count) or (losses, count, outputs, labels), "
                         f"got {type(result).__name__} for batch {index}.")
     losses, count = _check_arrays(result[0], "losses", index), _check_count(result[1], index)
-    outputs, labels = (result[2], result[3]) if len(result) == 4 else (None, None)
+    outputs, labels = (_per_device(result[2]), _per_device(result[3])) if len(result) == 4 else (None, None)
     return losses, count, outputs, labels
 
 
@@ -209,7 +214,7 @@ def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
             if not isinstance(result, (tuple, list)) or len(result) != 2:
                 raise TypeError(f"eval_fn must return (outputs, labels), lists over the devices; "
                                 f"got {type(result).__name__} for batch {index}.")
-            outputs, ys = result
+            outputs, ys = _per_device(result[0]), _per_device(result[1])
             count = _batch_length(batch)
         else:
             x, y = _unpack(batch, index, name)
@@ -243,7 +248,8 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
         Also report the mean per-sample loss under 'loss'.
     eval_fn : callable, optional
         ``eval_fn(net, batch, ctx_list) -> (outputs, labels)``, lists with one entry per
-        device (an array, or a tuple of arrays), for batches that are not (data, label).
+        device (an array, or a tuple of arrays; a bare array is one device's), for batches
+        that are not (data, label).
 
     Returns
     -------

@@ -1,6 +1,7 @@
 """fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
 import contextlib
 import logging
+import math
 import signal
 import threading
 import time
@@ -304,6 +305,18 @@ def _stop_on_signals(state):
             signal.signal(sig, signal.SIG_DFL if old is None else old)
 
 
+def _append_row(history, logs):
+    """Add an epoch's row to the history, NaN where a key is missing: a key new in this row
+    (val_data given on a resume) gets NaN for the earlier epochs, so every list keeps one
+    entry per epoch, aligned with 'epoch'."""
+    rows = len(history.get("epoch", ()))
+    for key, values in history.items():
+        if key not in logs:
+            values.append(math.nan)
+    for key, value in logs.items():
+        history.setdefault(key, [math.nan] * rows).append(value)
+
+
 def _run_epoch(state, train_data, val_data, val_metrics, progress):
     skip, rng_after_skip = state._begin_epoch()
     _call(state._callbacks, "on_epoch_begin", state)
@@ -361,8 +374,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
         logs["nonfinite_skips"] = state.trainer.nonfinite_skips - skips_before
     logs.update(lr=state.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
                 time=time.perf_counter() - tic)
-    for key, value in logs.items():
-        state.history.setdefault(key, []).append(value)
+    _append_row(state.history, logs)
     if state.is_main_process:
         log.info("epoch %d/%d: %s", state.epoch + 1, state.epochs,
                  ", ".join(f"{k} {v:.4g}" for k, v in logs.items() if k != "epoch"))
@@ -445,7 +457,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         ``trainer.global_norm``, if the trainer has it), each metric, 'val_loss' and
         'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
         gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
-        'samples_per_sec', 'time' (seconds, validation included).
+        'samples_per_sec', 'time' (seconds, validation included); one entry per epoch in
+        every list, NaN for an epoch without that key (trained before a resume added
+        val_data).
 
     Example::
 

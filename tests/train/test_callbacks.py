@@ -224,3 +224,30 @@ def test_a_destination_that_cannot_be_a_directory_is_refused_before_training(tmp
     for k, v in params_of(net).items():
         np.testing.assert_array_equal(v, before[k], err_msg=k)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_a_resume_that_adds_validation_keeps_one_entry_per_epoch(tmp_path):
+    """Epochs trained before val_data was given have NaN under the val_ keys: every list of
+    the history, history.csv and the plot keep one entry per epoch, aligned with 'epoch'."""
+    def run(epochs, val_data, directory, writers=()):
+        net = make_net()
+        trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+        return fit(net, LOSS, trainer, make_loader(), epochs=epochs, val_data=val_data,
+                   metrics="acc", progress=False,
+                   callbacks=[ModelCheckpoint(directory, resume=True), *writers])
+
+    straight = run(4, make_loader(16), tmp_path / "straight")
+    run(2, None, tmp_path / "resumed")
+    history = run(4, make_loader(16), tmp_path / "resumed",
+                  [HistoryLogger(tmp_path / "h.csv"), PlotCurves(tmp_path / "curves.png")])
+    assert {len(v) for v in history.values()} == {4}
+    assert history["epoch"] == [1, 2, 3, 4]
+    assert history["loss"] == straight["loss"]
+    assert np.isnan(history["val_loss"][:2]).all() and np.isnan(history["val_accuracy"][:2]).all()
+    assert history["val_loss"][2:] == straight["val_loss"][2:]
+    assert history["val_accuracy"][2:] == straight["val_accuracy"][2:]
+    with open(tmp_path / "h.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4]
+    assert [float(r["val_loss"]) for r in rows][2:] == straight["val_loss"][2:]
+    assert (tmp_path / "curves.png").exists()

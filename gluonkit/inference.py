@@ -1,5 +1,6 @@
 """Run a model written by :func:`gluonkit.export.export_model` on image files or arrays."""
 import os
+import re
 import warnings
 
 import mxnet as mx
@@ -29,11 +30,21 @@ class Model:
 
 
 def load_model(prefix, ctx=None):
-    """Load ``PREFIX-symbol.json``, its parameters and ``PREFIX.json`` as a :class:`Model`."""
+    """Load ``PREFIX-symbol.json``, its parameters and ``PREFIX.json`` as a :class:`Model`.
+
+    The files are found by ``prefix``, as MXNet's checkpoints are, so an export copied under
+    another prefix loads (``PREFIX-NNNN.params`` takes the number it was exported with).
+    """
+    prefix = os.fspath(prefix)
     metadata = read_metadata(prefix)
     ctx = ctx or mx.cpu()
-    directory = os.path.dirname(os.path.abspath(prefix))
-    files = {k: os.path.join(directory, v) for k, v in metadata["files"].items()}
+    number = re.search(r"-(\d+)\.params$", metadata["files"]["params"])
+    files = {"symbol": f"{prefix}-symbol.json",
+             "params": f"{prefix}-{number.group(1) if number else '0000'}.params"}
+    for path in files.values():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path} does not exist; an exported model is three files: "
+                                    f"{prefix}-symbol.json, {prefix}-NNNN.params and {prefix}.json.")
     with warnings.catch_warnings():   # MXNet notes that the input's type is not known yet
         warnings.filterwarnings("ignore", message="Cannot decide type")
         net = gluon.SymbolBlock.imports(files["symbol"], [metadata["input"]["name"]],

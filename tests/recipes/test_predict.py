@@ -105,3 +105,16 @@ def test_multitask_model_predicts_every_head(tmp_path):
     assert list(result["outputs"]) == ["digit", "parity", "aux"]
     assert result["outputs"]["parity"][0]["class"] in ("even", "odd")
     assert predict_cmd.format_results([result])[0].startswith("0: digit: ")
+
+
+def test_an_export_copied_under_another_prefix_loads_from_its_own_files(trained, tmp_path):
+    """Copied as MXNet checkpoints are (digits-symbol.json, digits-0000.params, digits.json),
+    the model loads from the copy's files, not from the names it was exported under."""
+    out, _, images, _ = trained
+    for name in ("model-symbol.json", "model-0000.params", "model.json"):
+        (tmp_path / name.replace("model", "digits")).write_bytes((out / name).read_bytes())
+    expected = gluonkit.predict(str(out / "model"), [str(images)], top_k=3)
+    assert gluonkit.predict(str(tmp_path / "digits"), [str(images)], top_k=3) == expected
+    (tmp_path / "digits-0000.params").unlink()
+    with pytest.raises(FileNotFoundError, match="digits-0000.params"):
+        gluonkit.load_model(str(tmp_path / "digits"))

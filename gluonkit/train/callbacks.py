@@ -141,6 +141,10 @@ class ModelCheckpoint(Callback):
 
     def on_train_begin(self, state):
         self._saved_at = None
+        if not hasattr(state.trainer, "state_dict"):
+            raise TypeError(f"ModelCheckpoint: trainer must be a gluonkit.Trainer (a drop-in for "
+                            f"gluon.Trainer whose state_dict() a checkpoint stores), got "
+                            f"{type(state.trainer).__name__}.")
         if state.is_main_process:
             _writable_directory(self.checkpoint.directory, "ModelCheckpoint")
         if self._monitor:

@@ -251,3 +251,12 @@ def test_a_resume_that_adds_validation_keeps_one_entry_per_epoch(tmp_path):
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4]
     assert [float(r["val_loss"]) for r in rows][2:] == straight["val_loss"][2:]
     assert (tmp_path / "curves.png").exists()
+
+
+def test_model_checkpoint_refuses_a_plain_gluon_trainer_before_training(tmp_path):
+    net = make_net()
+    batches = Batches()
+    with pytest.raises(TypeError, match="trainer must be a gluonkit.Trainer.*got Trainer"):
+        fit(net, LOSS, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+            make_loader(), epochs=1, progress=False, callbacks=[batches, ModelCheckpoint(tmp_path)])
+    assert batches.count == 0

@@ -429,7 +429,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         Usually a ``gluonkit.Trainer``, over (some of) the network's parameters.
     train_data : iterable of (data, label), or of any batch ``batch_fn`` takes
         Re-iterable once per epoch, e.g. a ``gluon.data.DataLoader``; for exact resumption
-        its order must depend only on the NumPy/Python generators (``shuffle=True`` does).
+        its order must depend only on the NumPy/Python generators (``shuffle=True`` does);
+        the samples ``last_batch='rollover'`` carries into the next epoch are saved too.
     epochs : int
         Epochs to reach (a resumed run continues up to it).
     ctx : Context or list of Context, optional

@@ -43,6 +43,10 @@ def make_metrics(metrics):
         else:
             raise TypeError(f"metrics must hold metric names or mx.metric.EvalMetric objects, "
                             f"got {metric!r}.")
+        if isinstance(made[-1], mx.metric.Loss):
+            raise ValueError(f"metric {metric!r} is an mx.metric.Loss, which averages what it is "
+                             "given, and metrics are given the network's outputs; the mean loss is "
+                             "the history's 'loss' already (evaluate(..., loss=...)): drop it.")
     return made
 
 

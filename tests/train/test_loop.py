@@ -456,3 +456,20 @@ def test_metrics_that_cannot_be_made_by_name_or_take_the_labels_say_why():
                                          r"with outputs of shape \[\(8, 3\)\]"):
         fit(net, gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False), sgd(net),
             loader(x, onehot), epochs=1, metrics="ce", progress=False)
+
+
+@pytest.mark.parametrize("metric", ["loss", mx.metric.Loss(), mx.metric.Loss("xent")],
+                         ids=["name", "object", "renamed"])
+def test_a_loss_metric_is_refused_instead_of_averaging_the_outputs(metric):
+    """mx.metric.Loss averages whatever it is given; fit gives metrics the outputs (logits),
+    and 'loss' replaced the history's mean loss with the mean logit."""
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    before = params_of(net)
+    with pytest.raises(ValueError, match=r"mx.metric.Loss.*history's 'loss'.*drop"):
+        fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics=["acc", metric], progress=False)
+    with pytest.raises(ValueError, match=r"mx.metric.Loss.*drop"):
+        evaluate(net, loader(x, y), metrics=metric, loss=LOSS)
+    assert_params(params_of(net), before)
+    history = fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics="acc", progress=False)
+    assert history["loss"][0] > 0.5        # a cross-entropy of 3 classes, not a mean logit

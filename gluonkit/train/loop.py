@@ -118,14 +118,19 @@ def _compiled(loss):
     return graph
 
 
+def _per_sample_losses(loss, outputs, ys):
+    """``loss`` on each device's outputs; ValueError if it returns a mean, not one per sample."""
+    losses = [loss(out, y) for out, y in zip(outputs, ys)]
+    for y, value in zip(ys, losses):
+        if value.ndim == 0 or value.shape[0] != y.shape[0]:
+            raise ValueError(f"loss returned shape {value.shape} for {y.shape[0]} samples; it must "
+                             "return one value per sample (gluon.loss losses do), not a mean.")
+    return losses
+
+
 def _forward_losses(net, loss, xs, ys):
     outputs = [net(x) for x in xs]
-    losses = [loss(out, y) for out, y in zip(outputs, ys)]
-    for x, value in zip(xs, losses):
-        if value.ndim == 0 or value.shape[0] != x.shape[0]:
-            raise ValueError(f"loss returned shape {value.shape} for {x.shape[0]} samples; it must "
-                             "return one value per sample (gluon.loss losses do), not a mean.")
-    return outputs, losses
+    return outputs, _per_sample_losses(loss, outputs, ys)
 
 
 def _batch_length(batch):
@@ -217,12 +222,13 @@ def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
                                 f"got {type(result).__name__} for batch {index}.")
             outputs, ys = _per_device(result[0]), _per_device(result[1])
             count = _batch_length(batch)
+            losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
         else:
             x, y = _unpack(batch, index, name)
             xs, ys = split_and_load(_as_dtype(x, dtype), ctx), split_and_load(y, ctx)
             outputs = [net(part) for part in xs]
             count = x.shape[0]
-        losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
+            losses = None if loss is None else _per_sample_losses(loss, outputs, ys)
         tally.add(ys, outputs, losses, count)
     logs = tally.values(loss=loss is not None)
     if not tally.samples:

@@ -473,3 +473,13 @@ def test_a_loss_metric_is_refused_instead_of_averaging_the_outputs(metric):
     assert_params(params_of(net), before)
     history = fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics="acc", progress=False)
     assert history["loss"][0] > 0.5        # a cross-entropy of 3 classes, not a mean logit
+
+
+def test_evaluate_refuses_a_loss_that_returns_a_mean():
+    """A mean over the batch, summed and divided by the samples, would be the loss / batch size."""
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    per_sample = LOSS(net(mx.nd.array(x)), mx.nd.array(y)).asnumpy()
+    assert evaluate(net, loader(x, y), loss=LOSS)["loss"] == pytest.approx(per_sample.mean(), rel=1e-6)
+    with pytest.raises(ValueError, match=r"loss returned shape \(1,\) for 8 samples.*not a mean"):
+        evaluate(net, loader(x, y), loss=lambda out, label: LOSS(out, label).mean())

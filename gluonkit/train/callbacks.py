@@ -9,7 +9,7 @@ import numbers
 import os
 
 from .._atomic import atomic_text, atomic_write
-from .._validate import non_negative_int, positive_int
+from .._validate import finite_real, non_negative_int, positive_int
 from .checkpoint import Checkpoint
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
@@ -82,11 +82,15 @@ class _Monitor:
     """Tracks the best value of one key of the epoch logs."""
 
     def __init__(self, monitor, mode, min_delta=0.0):
+        if not isinstance(monitor, str):
+            raise TypeError(f"monitor must be a key of the epoch logs, e.g. 'val_loss' or "
+                            f"'val_accuracy', got {monitor!r}.")
+        min_delta = abs(finite_real(min_delta, "min_delta", "the least change that counts"))
         if mode == "auto":
             mode = "min" if "loss" in monitor else "max"
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min', 'max' or 'auto', got {mode!r}.")
-        self.monitor, self.mode, self.min_delta = monitor, mode, abs(min_delta)
+        self.monitor, self.mode, self.min_delta = monitor, mode, min_delta
         self.best = None
 
     def improved(self, logs):
@@ -244,12 +248,14 @@ class LRSchedule(Callback):
 
     def __init__(self, scheduler, warmup_steps=0, warmup_begin_lr=0.0):
         warmup_steps = non_negative_int(warmup_steps, "warmup_steps")
-        if not (isinstance(scheduler, numbers.Real) or callable(scheduler)):
+        if isinstance(scheduler, numbers.Real):
+            scheduler = finite_real(scheduler, "scheduler", "a constant learning rate", minimum=0.0)
+        elif not callable(scheduler):
             raise TypeError(f"scheduler must be a learning rate or a callable of the update count "
                             f"(an mx.lr_scheduler or gluoncv.utils.LRScheduler), got {scheduler!r}.")
         self.scheduler = scheduler
         self.warmup_steps = warmup_steps
-        self.warmup_begin_lr = float(warmup_begin_lr)
+        self.warmup_begin_lr = finite_real(warmup_begin_lr, "warmup_begin_lr", minimum=0.0)
         self._target = self._scheduled(0)
 
     def _scheduled(self, t):

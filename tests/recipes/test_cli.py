@@ -124,7 +124,8 @@ def test_an_out_through_a_file_is_refused_by_the_parser(tmp_path, capsys, name):
     with pytest.raises(SystemExit) as stop:
         recipe(name).parse_args(["--out", str(tmp_path / "taken" / "run")])
     assert stop.value.code == 2
-    assert f"--out {tmp_path / 'taken' / 'run'}: {tmp_path / 'taken'} is a file" in capsys.readouterr().err
+    taken = tmp_path / "taken"
+    assert f"--out {taken / 'run'}: {taken} is a file" in capsys.readouterr().err
     assert os.listdir(tmp_path) == ["taken"]
 
 
@@ -132,4 +133,5 @@ def test_an_out_through_a_file_is_refused_by_the_parser(tmp_path, capsys, name):
 def test_export_without_a_checkpoint_is_one_line(tmp_path, name):
     with pytest.raises(SystemExit) as stop:
         recipe(name).main(["--export", "--out", str(tmp_path)])
-    assert stop.value.code == f"gluonkit-{name}: no checkpoint in {tmp_path / 'checkpoints'} to export; train first (same --out)."
+    assert stop.value.code == (f"gluonkit-{name}: no checkpoint in {tmp_path / 'checkpoints'} "
+                               "to export; train first (same --out).")

@@ -260,3 +260,19 @@ def test_model_checkpoint_refuses_a_plain_gluon_trainer_before_training(tmp_path
         fit(net, LOSS, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
             make_loader(), epochs=1, progress=False, callbacks=[batches, ModelCheckpoint(tmp_path)])
     assert batches.count == 0
+
+
+def test_callback_arguments_are_checked_when_made():
+    cases = [
+        (lambda: EarlyStopping(monitor=None), TypeError, "monitor must be a key of the epoch logs"),
+        (lambda: ModelCheckpoint("ckpt", monitor=3), TypeError, "monitor must be a key.*got 3"),
+        (lambda: EarlyStopping(min_delta=math.nan), ValueError, "min_delta .*finite number, got nan"),
+        (lambda: EarlyStopping(min_delta="0.1"), ValueError, "min_delta .*got '0.1'"),
+        (lambda: LRSchedule(-0.1), ValueError,
+         r"scheduler \(a constant learning rate\) must be a finite number >= 0"),
+        (lambda: LRSchedule(math.inf), ValueError, "finite number >= 0.*inf"),
+        (lambda: LRSchedule(0.1, warmup_begin_lr=math.nan), ValueError, "warmup_begin_lr .*nan"),
+    ]
+    for make, error, message in cases:
+        with pytest.raises(error, match=message):
+            make()

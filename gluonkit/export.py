@@ -77,7 +77,7 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         The trained network, initialized (hybridized or not; a ``ShapeCache`` too). Where a
         parameter has copies on several devices, the file holds their mean (BatchNorm running
         statistics differ per device; the weights are equal), as ``save_parameters`` does.
-    prefix : str
+    prefix : str or path-like
         Path prefix of the files, e.g. ``'runs/classify/model'``.
     input_shape : tuple of int
         One sample's shape, e.g. ``(3, 224, 224)``: the network is run on a batch of one of
@@ -105,6 +105,10 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise TypeError(f"export_model needs a HybridBlock (a graph can be traced from it), "
                         f"got {type(net).__name__}.")
     epoch = non_negative_int(epoch, "epoch")
+    prefix = os.fspath(prefix)
+    if not os.path.basename(prefix):
+        raise ValueError(f"prefix {prefix!r} names a directory; pass a path prefix for the files, "
+                         f"e.g. {os.path.join(prefix, 'model')!r}.")
     if not isinstance(input_shape, (tuple, list)) or not all(is_int(n) for n in input_shape):
         raise TypeError(f"input_shape must be one sample's shape as a tuple of ints, e.g. "
                         f"(3, 224, 224), got {input_shape!r}.")

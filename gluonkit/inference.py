@@ -139,7 +139,7 @@ def predict(model, images, top_k=5, ctx=None):
         An export prefix (``'runs/classify/model'``) or a loaded :class:`Model`.
     images : str, path-like, array, or list of them
         Image files or directories (walked for image files), or HWC (or HW) uint8 arrays,
-        one image each.
+        one image each, RGB as ``mx.image.imread`` decodes (not OpenCV's BGR).
     top_k : int
         How many classes to report per image and output.
 

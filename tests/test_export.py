@@ -107,9 +107,11 @@ def test_bad_arguments_write_nothing(tmp_path):
         gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), outputs={"a": None, "b": None})
     with pytest.raises(TypeError):
         gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), note=object())
+    with pytest.raises(ValueError, match=r"prefix .* names a directory.*model'"):
+        gluonkit.export_model(net, str(tmp_path) + os.sep, (3, 8, 8))   # would write '.json'
     with pytest.raises(TypeError, match="needs a HybridBlock"):
         gluonkit.export_model(gluon.nn.Sequential(), str(tmp_path / "model"), (3, 8, 8))
-    assert not os.path.exists(tmp_path / "model-symbol.json")
+    assert os.listdir(tmp_path) == []
     with pytest.raises(FileNotFoundError, match="pass the prefix given to export_model"):
         gluonkit.export.read_metadata(str(tmp_path / "model"))
 

@@ -39,7 +39,7 @@ def _stage(path, write):
             os.fsync(f.fileno())
     except BaseException as err:
         os.remove(tmp)
-        if isinstance(err, mx.base.MXNetError):   # MXNet's writer reports a failed write so
+        if isinstance(err, mx.base.MXNetError):   # how mx.nd.save reports a failed write
             raise OSError(f"cannot write {path}: {str(err).strip().splitlines()[-1]}; check the "
                           "free space and permissions of its directory.") from None
         raise

@@ -15,9 +15,9 @@ import sys
 from .. import _validate
 
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
-           "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads", "save_args", "seed_all",
-           "add_device_options", "add_output_options", "check_out", "check_output_options", "output_callbacks",
-           "finish_init", "export_best", "run_command"]
+           "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
+           "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
+           "check_output_options", "output_callbacks", "finish_init", "export_best", "run_command"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC = "GLUONKIT_THREADS_SET"

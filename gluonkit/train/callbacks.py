@@ -78,6 +78,10 @@ class Callback:
         """Restore what ``state_dict`` returned."""
 
 
+#: Parts of the names of quantities that are better lower: losses and MXNet's error metrics.
+_LOWER_IS_BETTER = ("loss", "err", "mae", "mse", "cross-entropy", "perplexity")
+
+
 class _Monitor:
     """Tracks the best value of one key of the epoch logs."""
 
@@ -87,7 +91,7 @@ class _Monitor:
                             f"'val_accuracy', got {monitor!r}.")
         min_delta = abs(finite_real(min_delta, "min_delta", "the least change that counts"))
         if mode == "auto":
-            mode = "min" if "loss" in monitor else "max"
+            mode = "min" if any(part in monitor.lower() for part in _LOWER_IS_BETTER) else "max"
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min', 'max' or 'auto', got {mode!r}.")
         self.monitor, self.mode, self.min_delta = monitor, mode, min_delta
@@ -125,7 +129,8 @@ class ModelCheckpoint(Callback):
     monitor : str, optional
         A key of the epoch logs, e.g. 'val_accuracy'; an improvement saves ``best.ckpt``.
     mode : {'auto', 'min', 'max'}
-        'auto': 'min' for keys containing 'loss', else 'max'.
+        'auto': 'min' for losses and errors (keys containing 'loss', 'err', 'mae', 'mse',
+        'cross-entropy' or 'perplexity'), else 'max'.
     resume : bool, default False
         Load the latest checkpoint at the start of training.
 

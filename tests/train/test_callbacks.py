@@ -276,3 +276,32 @@ def test_callback_arguments_are_checked_when_made():
     for make, error, message in cases:
         with pytest.raises(error, match=message):
             make()
+
+
+class Logged(Callback):
+    """Put ``values[epoch]`` into the epoch logs under ``key``."""
+
+    def __init__(self, key, values):
+        self.key, self.values = key, values
+
+    def on_epoch_end(self, state):
+        state.logs[self.key] = self.values[state.epoch]
+
+
+@pytest.mark.parametrize("key, lower_is_better", [
+    ("val_loss", True), ("val_mae", True), ("val_rmse", True), ("val_mse", True),
+    ("val_cross-entropy", True), ("val_perplexity", True), ("val_error", True),
+    ("val_accuracy", False), ("val_top_k_accuracy_5", False), ("val_mIoU", False),
+    ("val_mAP", False), ("val_f1", False)])
+def test_auto_mode_knows_which_metrics_are_errors(tmp_path, key, lower_is_better):
+    """'auto' minimizes losses and errors (MAE, RMSE, cross-entropy, ...), maximizes scores:
+    with an error metric improving every epoch, 'max' would keep the worst epoch as best."""
+    values = [0.9, 0.7, 0.5, 0.3, 0.2] if lower_is_better else [0.2, 0.3, 0.5, 0.7, 0.9]
+    net = make_net()
+    ckpt = Checkpoint(tmp_path, keep=10)
+    history = fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+                  make_loader(), epochs=5, progress=False,
+                  callbacks=[Logged(key, values), EarlyStopping(key, patience=1),
+                             ModelCheckpoint(ckpt, monitor=key)])
+    assert history["epoch"] == [1, 2, 3, 4, 5]                 # improved every epoch: no stop
+    assert ckpt.load(make_net(seed=7), best=True)["epoch"] == 5

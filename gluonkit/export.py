@@ -15,8 +15,8 @@ import os
 
 import mxnet as mx
 
-from ._atomic import atomic_text, fsync_directory, scratch_file
-from ._validate import non_negative_int
+from ._atomic import fsync_directory, scratch_file
+from ._validate import is_int, non_negative_int
 from .nn._views import flatten
 
 __all__ = ["export_model", "read_metadata", "FORMAT"]
@@ -26,18 +26,32 @@ FORMAT = 1
 _DATA = "data"
 
 
-def _write_params(path, arrays):
-    """``mx.nd.save`` to a scratch file beside ``path``, then renamed (MXNet writes by name)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp, f = scratch_file(directory, os.path.basename(path))
+def _stage(path, write):
+    """A scratch file beside ``path`` holding what ``write(scratch_path)`` wrote, fsynced.
+
+    A failed write (a full disk) removes the scratch file and raises ``OSError`` naming
+    ``path``; ``path`` itself is not touched.
+    """
+    tmp, f = scratch_file(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
     f.close()
     try:
-        mx.nd.save(tmp, arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    fsync_directory(directory)
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+    except BaseException as err:
+        os.remove(tmp)
+        if isinstance(err, mx.base.MXNetError):   # how mx.nd.save reports a failed write
+            raise OSError(f"cannot write {path}: {str(err).strip().splitlines()[-1]}; check the "
+                          "free space and permissions of its directory.") from None
+        raise
+    return tmp
+
+
+def _write_text(text):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    return write
 
 
 def _outputs(outputs, count):
@@ -64,7 +78,7 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         The trained network, initialized (hybridized or not; a ``ShapeCache`` too). Where a
         parameter has copies on several devices, the file holds their mean (BatchNorm running
         statistics differ per device; the weights are equal), as ``save_parameters`` does.
-    prefix : str
+    prefix : str or path-like
         Path prefix of the files, e.g. ``'runs/classify/model'``.
     input_shape : tuple of int
         One sample's shape, e.g. ``(3, 224, 224)``: the network is run on a batch of one of
@@ -93,13 +107,25 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise TypeError(f"export_model needs a HybridBlock (a graph can be traced from it), "
                         f"got {type(net).__name__}.")
     epoch = non_negative_int(epoch, "epoch")
+    prefix = os.fspath(prefix)
+    if not os.path.basename(prefix):
+        raise ValueError(f"prefix {prefix!r} names a directory; pass a path prefix for the files, "
+                         f"e.g. {os.path.join(prefix, 'model')!r}.")
+    if not isinstance(input_shape, (tuple, list)) or not all(is_int(n) for n in input_shape):
+        raise TypeError(f"input_shape must be one sample's shape as a tuple of ints, e.g. "
+                        f"(3, 224, 224), got {input_shape!r}.")
     shape = tuple(int(n) for n in input_shape)
     if not shape or min(shape) < 1:
         raise ValueError(f"input_shape must be one sample's shape of positive sizes, e.g. "
                          f"(3, 224, 224), got {input_shape!r}.")
     params = net.collect_params()
     ctx = params.list_ctx()[0] if params else mx.cpu()
-    probe = net(mx.nd.zeros((1,) + shape, ctx=ctx))        # fails early on a wrong shape
+    try:
+        probe = net(mx.nd.zeros((1,) + shape, ctx=ctx))    # fails early on a wrong shape
+    except mx.base.MXNetError as err:
+        raise ValueError(f"the network cannot run on a sample of input_shape {shape} "
+                         f"({str(err).strip().splitlines()[-1]}); pass the shape of one sample "
+                         "it takes, without the batch axis.") from None
     count = len(flatten(probe))          # nested outputs (nested Branches) in order, as the graph
     metadata = {"format": FORMAT, "input": {"name": _DATA, "shape": list(shape)},
                 "outputs": _outputs(outputs, count), "preprocessing": preprocessing, **extra}
@@ -125,10 +151,20 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     files = {"symbol": f"{prefix}-symbol.json", "params": f"{prefix}-{epoch:04d}.params",
              "metadata": f"{prefix}.json"}
-    atomic_text(files["symbol"], symbol.tojson())
-    _write_params(files["params"], arrays)
     metadata["files"] = {k: os.path.basename(v) for k, v in files.items()}
-    atomic_text(files["metadata"], json.dumps(metadata, indent=1) + "\n")
+    writers = {"params": lambda tmp: mx.nd.save(tmp, arrays), "symbol": _write_text(symbol.tojson()),
+               "metadata": _write_text(json.dumps(metadata, indent=1) + "\n")}
+    staged = {}
+    try:   # all three written before any replaces its predecessor: never a mix of two exports
+        for key, write in writers.items():
+            staged[key] = _stage(files[key], write)
+        for key, tmp in staged.items():
+            os.replace(tmp, files[key])
+    finally:
+        for tmp in staged.values():
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    fsync_directory(os.path.dirname(os.path.abspath(prefix)))
     return dict(metadata, files=files)
 
 

@@ -1,5 +1,6 @@
 """Run a model written by :func:`gluonkit.export.export_model` on image files or arrays."""
 import os
+import re
 import warnings
 
 import mxnet as mx
@@ -29,11 +30,21 @@ class Model:
 
 
 def load_model(prefix, ctx=None):
-    """Load ``PREFIX-symbol.json``, its parameters and ``PREFIX.json`` as a :class:`Model`."""
+    """Load ``PREFIX-symbol.json``, its parameters and ``PREFIX.json`` as a :class:`Model`.
+
+    The files are found by ``prefix``, as MXNet's checkpoints are, so an export copied under
+    another prefix loads (``PREFIX-NNNN.params`` takes the number it was exported with).
+    """
+    prefix = os.fspath(prefix)
     metadata = read_metadata(prefix)
     ctx = ctx or mx.cpu()
-    directory = os.path.dirname(os.path.abspath(prefix))
-    files = {k: os.path.join(directory, v) for k, v in metadata["files"].items()}
+    number = re.search(r"-(\d+)\.params$", metadata["files"]["params"])
+    files = {"symbol": f"{prefix}-symbol.json",
+             "params": f"{prefix}-{number.group(1) if number else '0000'}.params"}
+    for path in files.values():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path} does not exist; an exported model is three files: "
+                                    f"{prefix}-symbol.json, {prefix}-NNNN.params and {prefix}.json.")
     with warnings.catch_warnings():   # MXNet notes that the input's type is not known yet
         warnings.filterwarnings("ignore", message="Cannot decide type")
         net = gluon.SymbolBlock.imports(files["symbol"], [metadata["input"]["name"]],
@@ -50,19 +61,36 @@ def shrink_to(image, max_size):
     return mx.image.imresize(image, max(1, round(width * scale)), max(1, round(height * scale)))
 
 
+def _pixels(image, channels):
+    """An HW or HWC array of 8-bit pixels as an HWC uint8 NDArray; ValueError for anything else
+    (a float image in [0, 1] cast to uint8 would be all zeros)."""
+    values = image.asnumpy() if isinstance(image, mx.nd.NDArray) else np.asarray(image)
+    if values.ndim == 2:
+        values = values[:, :, None]
+    if values.ndim != 3 or values.shape[2] != channels:
+        raise ValueError(f"the model takes one image per array, HWC with {channels} channel(s), "
+                         f"got an array of shape {values.shape}; pass several images as a list.")
+    integral = np.issubdtype(values.dtype, np.integer)
+    if values.dtype != np.uint8 and not (integral and 0 <= values.min() and values.max() <= 255):
+        raise ValueError(f"images given as arrays must hold 8-bit pixels (uint8, 0 to 255, as a "
+                         f"decoded image file), got dtype {values.dtype} with values from "
+                         f"{values.min()} to {values.max()}; for floats in [0, 1] pass "
+                         "(x * 255).round().astype('uint8').")
+    return mx.nd.array(values, dtype="uint8")
+
+
 def preprocess(image, preprocessing):
     """One image (a file path, or an HWC uint8 array) as the network's input (CHW float32),
     following the ``preprocessing`` dict saved with the model."""
     channels = preprocessing["channels"]
     if isinstance(image, str):
-        image = mx.image.imread(image, flag=1 if channels == 3 else 0)
+        try:
+            image = mx.image.imread(image, flag=1 if channels == 3 else 0)
+        except mx.base.MXNetError:
+            raise ValueError(f"{image} cannot be decoded as an image; pass image files "
+                             f"({', '.join(_IMAGE_SUFFIXES)}).") from None
     else:
-        image = mx.nd.array(image, dtype="uint8") if isinstance(image, np.ndarray) else image
-        if image.ndim == 2:
-            image = image.expand_dims(axis=2)
-        if image.shape[2] != channels:
-            raise ValueError(f"the model takes images of {channels} channel(s) (HWC), got an "
-                             f"array of shape {image.shape}.")
+        image = _pixels(image, channels)
     if preprocessing.get("resize"):
         height, width = preprocessing["resize"]
         image = mx.image.imresize(image, width, height)
@@ -107,10 +135,11 @@ def predict(model, images, top_k=5, ctx=None):
 
     Parameters
     ----------
-    model : str or Model
+    model : str, path-like or Model
         An export prefix (``'runs/classify/model'``) or a loaded :class:`Model`.
-    images : str, array, or list of them
-        Image files or directories (walked for image files), or HWC uint8 arrays.
+    images : str, path-like, array, or list of them
+        Image files or directories (walked for image files), or HWC (or HW) uint8 arrays,
+        one image each, RGB as ``mx.image.imread`` decodes (not OpenCV's BGR).
     top_k : int
         How many classes to report per image and output.
 
@@ -129,8 +158,9 @@ def predict(model, images, top_k=5, ctx=None):
     top_k = positive_int(top_k, "top_k")
     if not isinstance(model, Model):
         model = load_model(model, ctx)
-    if isinstance(images, (str, np.ndarray, mx.nd.NDArray)):
+    if isinstance(images, (str, os.PathLike, np.ndarray, mx.nd.NDArray)):
         images = [images]
+    images = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in images]
     paths = [p for p in images if isinstance(p, str)]
     if paths and len(paths) != len(images):
         raise TypeError("images must be all paths or all arrays, not a mix.")

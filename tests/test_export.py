@@ -11,6 +11,7 @@ import pytest
 from mxnet import gluon
 
 import gluonkit
+from conftest import CLONE_ENV
 from gluonkit.recipes.models import small_cnn
 from gluonkit.recipes.multitask import MultiTaskNet
 
@@ -119,12 +120,48 @@ def test_bad_arguments_write_nothing(tmp_path):
     net.initialize()
     with pytest.raises(ValueError, match="input_shape must be"):
         gluonkit.export_model(net, str(tmp_path / "model"), (3, 0, 8))
+    with pytest.raises(TypeError, match="input_shape must be .* tuple of ints.* got 8"):
+        gluonkit.export_model(net, str(tmp_path / "model"), 8)
+    net(mx.nd.zeros((1, 3, 8, 8)))                                      # it takes 3 channels
+    with pytest.raises(ValueError, match=r"cannot run on a sample of input_shape \(1, 8, 8\)"):
+        gluonkit.export_model(net, str(tmp_path / "model"), (1, 8, 8))
     with pytest.raises(ValueError, match="names 2 output.*has 1"):
         gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), outputs={"a": None, "b": None})
     with pytest.raises(TypeError):
         gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), note=object())
+    with pytest.raises(ValueError, match=r"prefix .* names a directory.*model'"):
+        gluonkit.export_model(net, str(tmp_path) + os.sep, (3, 8, 8))   # would write '.json'
     with pytest.raises(TypeError, match="needs a HybridBlock"):
         gluonkit.export_model(gluon.nn.Sequential(), str(tmp_path / "model"), (3, 8, 8))
-    assert not os.path.exists(tmp_path / "model-symbol.json")
+    assert os.listdir(tmp_path) == []
     with pytest.raises(FileNotFoundError, match="pass the prefix given to export_model"):
         gluonkit.export.read_metadata(str(tmp_path / "model"))
+
+
+def test_a_full_disk_leaves_the_previous_export_whole(tmp_path):
+    """A re-export that runs out of space (a file-size limit, as a full disk) changes none of
+    the three files: a serving process never sees the new graph with the old parameters."""
+    net = small_cnn(3)
+    net.initialize(mx.init.Xavier())
+    prefix = str(tmp_path / "model")
+    gluonkit.export_model(net, prefix, (3, 8, 8), outputs=list("abc"))
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    assert len(before["model-symbol.json"]) < 100_000 < len(before["model-0000.params"])
+    script = ("import resource, signal, sys\n"
+              "import mxnet as mx\n"
+              "import gluonkit\n"
+              "from gluonkit.recipes.models import small_cnn\n"
+              "net = small_cnn(5)\n"
+              "net.initialize(mx.init.Xavier())\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
+              "try:\n"
+              "    gluonkit.export_model(net, sys.argv[1], (3, 8, 8), outputs=list('vwxyz'))\n"
+              "except OSError as err:\n"
+              "    print('OSError', err)\n")
+    done = subprocess.run([sys.executable, "-c", script, prefix], capture_output=True, text=True,
+                          timeout=300, env=CLONE_ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "OSError" in done.stdout and "model-0000.params" in done.stdout, done.stdout
+    after = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    assert after == before

@@ -15,9 +15,9 @@ import sys
 from .. import _validate
 
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
-           "non_negative_int", "one_of", "sizes_type", "apply_threads", "save_args", "seed_all",
-           "add_device_options", "add_output_options", "check_output_options", "output_callbacks",
-           "finish_init", "export_best", "run_command"]
+           "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
+           "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
+           "check_output_options", "output_callbacks", "finish_init", "export_best", "run_command"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC = "GLUONKIT_THREADS_SET"
@@ -145,6 +145,18 @@ def non_negative_int(text):
     return _checked(_validate.non_negative_int, text, "the value")
 
 
+def non_negative_float(text):
+    """argparse type: a finite number >= 0 (a learning rate, momentum, weight decay, epochs)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    try:
+        return _validate.finite_real(value, "the value", minimum=0.0)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def one_of(*choices):
     """argparse type: one of ``choices`` (checked for --config values too, unlike ``choices=``)."""
     def parse(text):
@@ -235,11 +247,27 @@ def add_output_options(parser, default_out):
     return output
 
 
+def check_out(parser, out):
+    """``parser.error`` if the directory ``out`` cannot be created or written, before any
+    training (the nearest existing part of the path must be a writable directory)."""
+    if not out:
+        return
+    existing = os.path.abspath(out)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        parser.error(f"--out {out}: {existing} is a file, not a directory; pass another --out.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        parser.error(f"--out {out}: cannot write into {existing}; pass another --out.")
+
+
 def check_output_options(parser, args):
-    """``parser.error`` if ``--resume`` or ``--export`` is given without an ``--out``."""
+    """``parser.error`` if ``--resume`` or ``--export`` is given without an ``--out``, or if
+    ``--out`` cannot be written (:func:`check_out`)."""
     if (args.resume or args.export) and not args.out:
         parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
                      "--out; pass --out DIR.")
+    check_out(parser, args.out)
 
 
 def output_callbacks(out, monitor, resume):
@@ -286,7 +314,8 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
 
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
-    ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130."""
+    ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130, a
+    missing file with one line naming it (status 1)."""
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -294,3 +323,5 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
+    except FileNotFoundError as err:   # a checkpoint or data set that is not there: one line
+        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

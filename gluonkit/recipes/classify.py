@@ -85,9 +85,9 @@ def _build_parser():
     train.add_argument("--accumulate", type=_cli.positive_int, default=1,
                        help="batches per update (the update equals one batch of them all)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, adam, ...")
-    train.add_argument("--lr", type=float, default=0.1, help="learning rate")
-    train.add_argument("--momentum", type=float, default=0.9, help="for sgd and nag")
-    train.add_argument("--wd", type=float, default=1e-4, help="weight decay")
+    train.add_argument("--lr", type=_cli.non_negative_float, default=0.1, help="learning rate")
+    train.add_argument("--momentum", type=_cli.non_negative_float, default=0.9, help="for sgd and nag")
+    train.add_argument("--wd", type=_cli.non_negative_float, default=1e-4, help="weight decay")
     train.add_argument("--no-wd-on-bias", action="store_true",
                        help="no weight decay on biases and BatchNorm's beta and gamma")
     train.add_argument("--label-smoothing", type=float, default=0.0, metavar="EPS",
@@ -96,7 +96,7 @@ def _build_parser():
     train.add_argument("--lr-schedule", type=_cli.one_of(*_SCHEDULES), default="cosine",
                        help="GluonCV schedule over the updates after the warm-up: "
                             + ", ".join(_SCHEDULES))
-    train.add_argument("--warmup-epochs", type=float, default=1.0,
+    train.add_argument("--warmup-epochs", type=_cli.non_negative_float, default=1.0,
                        help="linear learning-rate warm-up, per update")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
     train.add_argument("--amp", action="store_true",

@@ -17,7 +17,6 @@ Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume con
 import logging
 import math
 import os
-import sys
 import time
 import xml.etree.ElementTree as ET
 
@@ -44,6 +43,7 @@ _MODULE = "gluonkit.recipes.detect"
 
 def _build_parser():
     parser = _cli.build_parser("Train a GluonCV detector with gluonkit (embedded shapes by default).",
+                               prog="gluonkit-detect",
                                formatter_class=__import__("argparse").ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default="shapes",
@@ -84,10 +84,10 @@ def _build_parser():
     train.add_argument("--accumulate", type=_cli.positive_int, default=1,
                        help="batches per update (the update equals one batch of them all)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
-    train.add_argument("--lr", type=float, default=0.01, help="learning rate")
-    train.add_argument("--momentum", type=float, default=0.9, help="for sgd and nag")
-    train.add_argument("--wd", type=float, default=5e-4, help="weight decay")
-    train.add_argument("--warmup-epochs", type=float, default=1.0,
+    train.add_argument("--lr", type=_cli.non_negative_float, default=0.01, help="learning rate")
+    train.add_argument("--momentum", type=_cli.non_negative_float, default=0.9, help="for sgd and nag")
+    train.add_argument("--wd", type=_cli.non_negative_float, default=5e-4, help="weight decay")
+    train.add_argument("--warmup-epochs", type=_cli.non_negative_float, default=1.0,
                        help="linear learning-rate warm-up, then a cosine decay to 0")
     train.add_argument("--clip-global-norm", type=float, metavar="NORM",
                        help="clip the update's whole gradient to this norm")
@@ -111,6 +111,7 @@ def parse_args(argv=None):
     args = _cli.parse_with_config(parser, argv)
     if args.resume and not args.out:
         parser.error("--resume continues from the checkpoints in --out; pass --out DIR.")
+    _cli.check_out(parser, args.out)
     if args.multiscale and args.image_size == 0:
         parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")
     if args.clip_global_norm is not None and not args.clip_global_norm > 0:
@@ -385,13 +386,7 @@ def main(argv=None):
     Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
     passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
     """
-    if argv is None:
-        _cli.apply_threads(_MODULE)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    try:
-        train(parse_args(argv))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    _cli.run_command(_MODULE, parse_args, train, argv)
 
 
 if __name__ == "__main__":

@@ -167,9 +167,9 @@ def _build_parser():
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=_cli.non_negative_int, default=10,
                        help="epochs to train (to reach, with --resume); 0 evaluates and exports")
-    train.add_argument("--lr", type=float, default=0.1)
-    train.add_argument("--momentum", type=float, default=0.9)
-    train.add_argument("--wd", type=float, default=1e-4)
+    train.add_argument("--lr", type=_cli.non_negative_float, default=0.1)
+    train.add_argument("--momentum", type=_cli.non_negative_float, default=0.9)
+    train.add_argument("--wd", type=_cli.non_negative_float, default=1e-4)
     train.add_argument("--aux-every", type=_cli.positive_int, default=3,
                        help="train the auxiliary head on every N-th batch only")
     train.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0",

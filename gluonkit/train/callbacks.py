@@ -1,5 +1,6 @@
 """Callbacks for ``fit``: checkpoints, early stopping, learning-rate schedules, logs and plots."""
 import csv
+import errno
 import io
 import json
 import logging
@@ -8,13 +9,30 @@ import numbers
 import os
 
 from .._atomic import atomic_text, atomic_write
-from .._validate import non_negative_int, positive_int
+from .._validate import finite_real, non_negative_int, positive_int
 from .checkpoint import Checkpoint
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
            "PlotCurves"]
 
 log = logging.getLogger("gluonkit")
+
+
+def _writable_directory(directory, writer):
+    """Create ``directory`` if missing; an ``OSError`` naming it if ``writer`` cannot write there.
+
+    Writers check this when training begins: a bad path fails before the first batch, not
+    when the first epoch's results are written.
+    """
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:   # a file in the path, no permission, a read-only filesystem
+        code = errno.ENOTDIR if err.errno == errno.EEXIST else err.errno   # the path is a file
+        raise OSError(code, f"{writer} cannot create the directory {directory!r} "
+                            f"({os.strerror(code)}); pass a directory you can write to.") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{writer} cannot write into {directory!r}; pass a "
+                                            "directory you can write to.")
 
 
 class Callback:
@@ -60,15 +78,23 @@ class Callback:
         """Restore what ``state_dict`` returned."""
 
 
+#: Parts of the names of quantities that are better lower: losses and MXNet's error metrics.
+_LOWER_IS_BETTER = ("loss", "err", "mae", "mse", "cross-entropy", "perplexity")
+
+
 class _Monitor:
     """Tracks the best value of one key of the epoch logs."""
 
     def __init__(self, monitor, mode, min_delta=0.0):
+        if not isinstance(monitor, str):
+            raise TypeError(f"monitor must be a key of the epoch logs, e.g. 'val_loss' or "
+                            f"'val_accuracy', got {monitor!r}.")
+        min_delta = abs(finite_real(min_delta, "min_delta", "the least change that counts"))
         if mode == "auto":
-            mode = "min" if "loss" in monitor else "max"
+            mode = "min" if any(part in monitor.lower() for part in _LOWER_IS_BETTER) else "max"
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min', 'max' or 'auto', got {mode!r}.")
-        self.monitor, self.mode, self.min_delta = monitor, mode, abs(min_delta)
+        self.monitor, self.mode, self.min_delta = monitor, mode, min_delta
         self.best = None
 
     def improved(self, logs):
@@ -103,7 +129,8 @@ class ModelCheckpoint(Callback):
     monitor : str, optional
         A key of the epoch logs, e.g. 'val_accuracy'; an improvement saves ``best.ckpt``.
     mode : {'auto', 'min', 'max'}
-        'auto': 'min' for keys containing 'loss', else 'max'.
+        'auto': 'min' for losses and errors (keys containing 'loss', 'err', 'mae', 'mse',
+        'cross-entropy' or 'perplexity'), else 'max'.
     resume : bool, default False
         Load the latest checkpoint at the start of training.
 
@@ -123,6 +150,12 @@ class ModelCheckpoint(Callback):
 
     def on_train_begin(self, state):
         self._saved_at = None
+        if not hasattr(state.trainer, "state_dict"):
+            raise TypeError(f"ModelCheckpoint: trainer must be a gluonkit.Trainer (a drop-in for "
+                            f"gluon.Trainer whose state_dict() a checkpoint stores), got "
+                            f"{type(state.trainer).__name__}.")
+        if state.is_main_process:
+            _writable_directory(self.checkpoint.directory, "ModelCheckpoint")
         if self._monitor:
             self._monitor.best = None
         if not self.resume:
@@ -220,12 +253,14 @@ class LRSchedule(Callback):
 
     def __init__(self, scheduler, warmup_steps=0, warmup_begin_lr=0.0):
         warmup_steps = non_negative_int(warmup_steps, "warmup_steps")
-        if not (isinstance(scheduler, numbers.Real) or callable(scheduler)):
+        if isinstance(scheduler, numbers.Real):
+            scheduler = finite_real(scheduler, "scheduler", "a constant learning rate", minimum=0.0)
+        elif not callable(scheduler):
             raise TypeError(f"scheduler must be a learning rate or a callable of the update count "
                             f"(an mx.lr_scheduler or gluoncv.utils.LRScheduler), got {scheduler!r}.")
         self.scheduler = scheduler
         self.warmup_steps = warmup_steps
-        self.warmup_begin_lr = float(warmup_begin_lr)
+        self.warmup_begin_lr = finite_real(warmup_begin_lr, "warmup_begin_lr", minimum=0.0)
         self._target = self._scheduled(0)
 
     def _scheduled(self, t):
@@ -291,6 +326,9 @@ class HistoryLogger(Callback):
             text = buf.getvalue()
         atomic_text(self.path, text)
 
+    def on_train_begin(self, state):
+        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "HistoryLogger")
+
     def on_epoch_end(self, state):
         self._write(state.history)
 
@@ -342,8 +380,10 @@ class PlotCurves(Callback):
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         directory = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(directory, exist_ok=True)
         atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
+
+    def on_train_begin(self, state):
+        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "PlotCurves")
 
     def on_epoch_end(self, state):
         self._plot(state.history)

@@ -1,6 +1,7 @@
 """fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
 import contextlib
 import logging
+import math
 import signal
 import threading
 import time
@@ -118,14 +119,19 @@ def _compiled(loss):
     return graph
 
 
+def _per_sample_losses(loss, outputs, ys):
+    """``loss`` on each device's outputs; ValueError if it returns a mean, not one per sample."""
+    losses = [loss(out, y) for out, y in zip(outputs, ys)]
+    for y, value in zip(ys, losses):
+        if value.ndim == 0 or value.shape[0] != y.shape[0]:
+            raise ValueError(f"loss returned shape {value.shape} for {y.shape[0]} samples; it must "
+                             "return one value per sample (gluon.loss losses do), not a mean.")
+    return losses
+
+
 def _forward_losses(net, loss, xs, ys):
     outputs = [net(x) for x in xs]
-    losses = [loss(out, y) for out, y in zip(outputs, ys)]
-    for x, value in zip(xs, losses):
-        if value.ndim == 0 or value.shape[0] != x.shape[0]:
-            raise ValueError(f"loss returned shape {value.shape} for {x.shape[0]} samples; it must "
-                             "return one value per sample (gluon.loss losses do), not a mean.")
-    return outputs, losses
+    return outputs, _per_sample_losses(loss, outputs, ys)
 
 
 def _batch_length(batch):
@@ -158,13 +164,18 @@ def _check_count(count, index):
     return int(count)
 
 
+def _per_device(value):
+    """Outputs or labels as a list over the devices: a bare NDArray is one device's."""
+    return [value] if isinstance(value, mx.nd.NDArray) else value
+
+
 def _unpack_step(result, index):
     """(losses, count, outputs, labels) from what a batch_fn returned."""
     if not isinstance(result, (tuple, list)) or len(result) not in (2, 4):
         raise TypeError(f"batch_fn must return (losses, count) or (losses, count, outputs, labels), "
                         f"got {type(result).__name__} for batch {index}.")
     losses, count = _check_arrays(result[0], "losses", index), _check_count(result[1], index)
-    outputs, labels = (result[2], result[3]) if len(result) == 4 else (None, None)
+    outputs, labels = (_per_device(result[2]), _per_device(result[3])) if len(result) == 4 else (None, None)
     return losses, count, outputs, labels
 
 
@@ -215,14 +226,15 @@ def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
             if not isinstance(result, (tuple, list)) or len(result) != 2:
                 raise TypeError(f"eval_fn must return (outputs, labels), lists over the devices; "
                                 f"got {type(result).__name__} for batch {index}.")
-            outputs, ys = result
+            outputs, ys = _per_device(result[0]), _per_device(result[1])
             count = _batch_length(batch)
+            losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
         else:
             x, y = _unpack(batch, index, name)
             xs, ys = split_and_load(_as_dtype(x, dtype), ctx), split_and_load(y, ctx)
             outputs = [net(part) for part in xs]
             count = x.shape[0]
-        losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
+            losses = None if loss is None else _per_sample_losses(loss, outputs, ys)
         tally.add(ys, outputs, losses, count)
     logs = tally.values(loss=loss is not None)
     if not tally.samples:
@@ -249,7 +261,8 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
         Also report the mean per-sample loss under 'loss'.
     eval_fn : callable, optional
         ``eval_fn(net, batch, ctx_list) -> (outputs, labels)``, lists with one entry per
-        device (an array, or a tuple of arrays), for batches that are not (data, label).
+        device (an array, or a tuple of arrays; a bare array is one device's), for batches
+        that are not (data, label).
 
     Returns
     -------
@@ -302,6 +315,18 @@ def _stop_on_signals(state):
     finally:
         for sig, old in previous.items():
             signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
+def _append_row(history, logs):
+    """Add an epoch's row to the history, NaN where a key is missing: a key new in this row
+    (val_data given on a resume) gets NaN for the earlier epochs, so every list keeps one
+    entry per epoch, aligned with 'epoch'."""
+    rows = len(history.get("epoch", ()))
+    for key, values in history.items():
+        if key not in logs:
+            values.append(math.nan)
+    for key, value in logs.items():
+        history.setdefault(key, [math.nan] * rows).append(value)
 
 
 def _run_epoch(state, train_data, val_data, val_metrics, progress):
@@ -361,8 +386,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
         logs["nonfinite_skips"] = state.trainer.nonfinite_skips - skips_before
     logs.update(lr=state.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
                 time=time.perf_counter() - tic)
-    for key, value in logs.items():
-        state.history.setdefault(key, []).append(value)
+    _append_row(state.history, logs)
     if state.is_main_process:
         log.info("epoch %d/%d: %s", state.epoch + 1, state.epochs,
                  ", ".join(f"{k} {v:.4g}" for k, v in logs.items() if k != "epoch"))
@@ -417,7 +441,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         Usually a ``gluonkit.Trainer``, over (some of) the network's parameters.
     train_data : iterable of (data, label), or of any batch ``batch_fn`` takes
         Re-iterable once per epoch, e.g. a ``gluon.data.DataLoader``; for exact resumption
-        its order must depend only on the NumPy/Python generators (``shuffle=True`` does).
+        its order must depend only on the NumPy/Python generators (``shuffle=True`` does);
+        the samples ``last_batch='rollover'`` carries into the next epoch are saved too.
     epochs : int
         Epochs to reach (a resumed run continues up to it).
     ctx : Context or list of Context, optional
@@ -445,7 +470,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         ``trainer.global_norm``, if the trainer has it), each metric, 'val_loss' and
         'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
         gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
-        'samples_per_sec', 'time' (seconds, validation included).
+        'samples_per_sec', 'time' (seconds, validation included); one entry per epoch in
+        every list, NaN for an epoch without that key (trained before a resume added
+        val_data).
 
     Example::
 

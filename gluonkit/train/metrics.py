@@ -12,6 +12,7 @@ Two rules decide what a metric's ``update`` receives, for every device's outputs
   and labels are tuples of arrays, and field i becomes the list of every device's i-th array.
 """
 import copy
+import difflib
 import inspect
 
 import mxnet as mx
@@ -36,18 +37,35 @@ def make_metrics(metrics):
     made = []
     for metric in metrics:
         if isinstance(metric, str):
-            try:
-                made.append(mx.metric.create(metric))
-            except (AssertionError, ValueError) as err:  # mxnet asserts on unknown names
-                raise ValueError(f"Unknown metric {metric!r}; use a name mx.metric.create knows "
-                                 "('acc', 'top_k_accuracy', 'ce', 'mae', 'f1', ...) or an "
-                                 "mx.metric.EvalMetric instance.") from err
+            made.append(_from_name(metric))
         elif _is_metric(metric):
             made.append(_fresh(metric))
         else:
             raise TypeError(f"metrics must hold metric names or mx.metric.EvalMetric objects, "
                             f"got {metric!r}.")
+        if isinstance(made[-1], mx.metric.Loss):
+            raise ValueError(f"metric {metric!r} is an mx.metric.Loss, which averages what it is "
+                             "given, and metrics are given the network's outputs; the mean loss is "
+                             "the history's 'loss' already (evaluate(..., loss=...)): drop it.")
     return made
+
+
+def _from_name(name):
+    """``mx.metric.create(name)``; ValueError for a name it does not know (with the closest
+    one), or one whose metric needs arguments (``'top_k_accuracy'``, ``'perplexity'``)."""
+    known = sorted(mx.registry.get_registry(mx.metric.EvalMetric))
+    if name.lower() not in known:
+        close = difflib.get_close_matches(name.lower(), known, n=1)
+        raise ValueError(f"Unknown metric {name!r}" + (f"; did you mean {close[0]!r}?" if close else ".")
+                         + " Use a name mx.metric.create knows ('acc', 'ce', 'f1', 'mae', 'mse', "
+                         "'rmse', ...) or an mx.metric.EvalMetric instance.")
+    try:
+        return mx.metric.create(name)
+    except Exception as err:   # its constructor needs arguments: mxnet asserts or TypeError
+        raise ValueError(f"metric {name!r} cannot be made from its name alone "
+                         f"({type(err).__name__}: {err}); pass an instance with its arguments, "
+                         "e.g. mx.metric.TopKAccuracy(top_k=5) or "
+                         "mx.metric.Perplexity(ignore_label=None).") from err
 
 
 def _fresh(metric):
@@ -108,11 +126,19 @@ class MetricFeeder:
         """Update every metric with one batch (lists over devices)."""
         for metric, (_, most) in zip(self.metrics, self._arity):
             if most > 2:
-                metric.update(*_fields(outputs, "outputs"), *_fields(labels, "labels"))
+                args = (*_fields(outputs, "outputs"), *_fields(labels, "labels"))
             elif isinstance(metric, _CLASS_METRICS):
-                metric.update([_class_indices(y, p) for y, p in zip(labels, outputs)], outputs)
+                args = ([_class_indices(y, p) for y, p in zip(labels, outputs)], outputs)
             else:
-                metric.update(labels, outputs)
+                args = (labels, outputs)
+            try:
+                metric.update(*args)
+            except (AssertionError, ValueError, IndexError) as err:   # mxnet's metrics assert
+                raise ValueError(
+                    f"{type(metric).__name__} cannot take labels of shape {_shapes(labels)} with "
+                    f"outputs of shape {_shapes(outputs)} ({type(err).__name__}: {err}); pass a "
+                    "metric made for these labels (mx.metric's CrossEntropy, F1 and MCC take "
+                    "class indices, F1 and MCC two classes) or metrics=None.") from err
 
 
 def metric_values(metric):
@@ -133,6 +159,11 @@ def metric_values(metric):
     if len(parts) != len(values):
         parts = [f"{parts[0]}_{i}" for i in range(len(values))]
     return dict(zip(parts, values))
+
+
+def _shapes(parts):
+    """The shapes of per-device arrays (or of tuples of them), for messages."""
+    return [tuple(p.shape) if hasattr(p, "shape") else _shapes(p) for p in parts]
 
 
 def _class_indices(label, pred):

@@ -3,6 +3,7 @@ import copy
 
 import mxnet as mx
 import numpy as np
+from mxnet import gluon
 
 from .metrics import MetricFeeder, metric_values
 from .rng import get_rng_state, reseed_mxnet, set_rng_state
@@ -118,6 +119,20 @@ class Tally:
         return logs
 
 
+class _Rollover:
+    """The state of a ``gluon.data.BatchSampler(last_batch='rollover')``: the samples it
+    carries into its next epoch (MXNet 1.9.1 keeps them in ``_prev``)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def state_dict(self):
+        return {"rollover": list(self.sampler._prev)}
+
+    def load_state_dict(self, state):
+        self.sampler._prev = list(state["rollover"])
+
+
 class FitState:
     """What ``fit`` is doing; every callback hook receives it.
 
@@ -183,9 +198,15 @@ class FitState:
 
     @property
     def _sampler(self):
-        """The loader's batch sampler if it can save its state (gluonkit's samplers can)."""
+        """The loader's batch sampler if it has a state to save (gluonkit's samplers, gluon's
+        ``last_batch='rollover'``), with ``state_dict`` / ``load_state_dict``; else None."""
         sampler = getattr(self.train_data, "batch_sampler", None)
-        return sampler if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict") else None
+        if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict"):
+            return sampler
+        sampler = getattr(self.train_data, "_batch_sampler", sampler)   # gluon.data.DataLoader's
+        if isinstance(sampler, gluon.data.BatchSampler) and sampler._last_batch == "rollover":
+            return _Rollover(sampler)
+        return None
 
     def snapshot(self):
         """Everything ``restore`` needs to continue exactly from here (picklable).

@@ -94,3 +94,44 @@ def test_a_command_restarts_once_with_the_thread_settings(tmp_path):
     done = subprocess.run([sys.executable, "-c", code + "\nprint('same process')"],
                           capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
     assert done.stdout.split() == ["same", "process"]
+
+
+RECIPES = ["classify", "multitask", "detect"]
+
+
+def recipe(name):
+    from importlib import import_module
+    return import_module(f"gluonkit.recipes.{name}")
+
+
+@pytest.mark.parametrize("name, option, value", [
+    (name, option, value) for name in RECIPES
+    for option, value in [("--lr", "-1"), ("--lr", "nan"), ("--momentum", "inf"), ("--wd", "-0.1"),
+                          ("--warmup-epochs", "-2")]
+    if not (name == "multitask" and option == "--warmup-epochs")])   # multitask has no warm-up
+def test_bad_rates_are_refused_by_the_parser(capsys, name, option, value):
+    with pytest.raises(SystemExit) as stop:
+        recipe(name).parse_args([option, value])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"gluonkit-{name}: error: argument {option}" in err
+    assert f"must be a finite number >= 0.0, got {float(value)!r}" in err
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_an_out_through_a_file_is_refused_by_the_parser(tmp_path, capsys, name):
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(SystemExit) as stop:
+        recipe(name).parse_args(["--out", str(tmp_path / "taken" / "run")])
+    assert stop.value.code == 2
+    taken = tmp_path / "taken"
+    assert f"--out {taken / 'run'}: {taken} is a file" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["taken"]
+
+
+@pytest.mark.parametrize("name", ["classify", "multitask"])
+def test_export_without_a_checkpoint_is_one_line(tmp_path, name):
+    with pytest.raises(SystemExit) as stop:
+        recipe(name).main(["--export", "--out", str(tmp_path)])
+    assert stop.value.code == (f"gluonkit-{name}: no checkpoint in {tmp_path / 'checkpoints'} "
+                               "to export; train first (same --out).")

@@ -54,6 +54,18 @@ def test_predict_from_python_equals_the_trained_network(trained):
     # arrays work too (HWC), and give the same answers
     arrays = gluonkit.predict(str(out / "model"), list(pixels[:, :, :, None]), top_k=3)
     assert [a["top"] for a in arrays] == [r["top"] for r in results]
+    wide = gluonkit.predict(out / "model", list(pixels.astype(np.int64)), top_k=3)   # path-like too
+    assert [a["top"] for a in wide] == [r["top"] for r in results]
+    assert gluonkit.predict(str(out / "model"), images / "0.png", top_k=3)[0]["top"] == results[0]["top"]
+
+
+def test_arrays_that_are_not_8_bit_pixels_are_refused(trained):
+    out, _, _, pixels = trained
+    for bad, dtype in ((pixels / 255.0, "float64"), (pixels.astype(np.int32) * 2, "int32")):
+        with pytest.raises(ValueError, match=f"uint8.*dtype {dtype}.*astype"):
+            gluonkit.predict(str(out / "model"), list(bad))   # floats were read as 0: all blank
+    with pytest.raises(ValueError, match=r"one image per array.*\(6, 8, 8, 1\).*list"):
+        gluonkit.predict(str(out / "model"), pixels[..., None])
 
 
 def test_command_prints_text_and_json(trained, capsys):
@@ -73,7 +85,9 @@ def test_command_errors_are_one_line(trained, tmp_path):
     out, _, _, _ = trained
     for argv, message in ((["--model", str(out / "model"), str(tmp_path / "nothing.png")],
                            "no such image file or directory"),
-                          (["--model", str(tmp_path / "model"), str(out)], "does not exist")):
+                          (["--model", str(tmp_path / "model"), str(out)], "does not exist"),
+                          (["--model", str(out / "model"), str(out / "args.json")],
+                           "args.json cannot be decoded as an image")):
         done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.predict", *argv],
                               capture_output=True, text=True, timeout=120,
                               env=dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE"))
@@ -91,3 +105,16 @@ def test_multitask_model_predicts_every_head(tmp_path):
     assert list(result["outputs"]) == ["digit", "parity", "aux"]
     assert result["outputs"]["parity"][0]["class"] in ("even", "odd")
     assert predict_cmd.format_results([result])[0].startswith("0: digit: ")
+
+
+def test_an_export_copied_under_another_prefix_loads_from_its_own_files(trained, tmp_path):
+    """Copied as MXNet checkpoints are (digits-symbol.json, digits-0000.params, digits.json),
+    the model loads from the copy's files, not from the names it was exported under."""
+    out, _, images, _ = trained
+    for name in ("model-symbol.json", "model-0000.params", "model.json"):
+        (tmp_path / name.replace("model", "digits")).write_bytes((out / name).read_bytes())
+    expected = gluonkit.predict(str(out / "model"), [str(images)], top_k=3)
+    assert gluonkit.predict(str(tmp_path / "digits"), [str(images)], top_k=3) == expected
+    (tmp_path / "digits-0000.params").unlink()
+    with pytest.raises(FileNotFoundError, match="digits-0000.params"):
+        gluonkit.load_model(str(tmp_path / "digits"))

@@ -374,3 +374,32 @@ def test_a_micro_batch_without_positives_is_part_of_its_window():
         trainer.flush()
     for a, b in zip(ref.collect_params().values(), net.collect_params().values()):
         np.testing.assert_allclose(b.data(TWO[0]).asnumpy(), a.data(TWO[0]).asnumpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_one_device_may_return_arrays_instead_of_lists():
+    """On one device a batch_fn or eval_fn may return its outputs and labels as bare arrays
+    (as a hand-written loop has them), not lists over the devices: the same numbers."""
+    def bare_batch_fn(net, batch, ctx_list):
+        losses, count, outputs, labels = dense_batch_fn(net, batch, ctx_list)
+        return losses[0], count, outputs[0], labels[0]
+
+    def eval_fn(net, batch, ctx_list, bare):
+        outputs, labels = dense_batch_fn(net, batch, ctx_list)[2:]
+        return (outputs[0], labels[0]) if bare else (outputs, labels)
+
+    histories = []
+    for bare in (False, True):
+        np.random.seed(0)
+        net = dense_net([mx.cpu()])
+        trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+        history = gluonkit.fit(net, None, trainer, dense_loader(), epochs=2, metrics=["acc", "mae"],
+                               batch_fn=bare_batch_fn if bare else dense_batch_fn,
+                               val_data=dense_loader(16), progress=False,
+                               eval_fn=lambda n, b, c, bare=bare: eval_fn(n, b, c, bare))
+        histories.append({k: v for k, v in history.items() if k not in ("time", "samples_per_sec")})
+        scores = []
+        for fn in (lambda n, b, c, bare=bare: eval_fn(n, b, c, bare), None):
+            np.random.seed(1)                                    # the same shuffled order
+            scores.append(gluonkit.evaluate(net, dense_loader(16), metrics=["acc", "mae"], eval_fn=fn))
+        assert scores[0] == scores[1]
+    assert histories[1] == histories[0]

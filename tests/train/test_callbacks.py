@@ -196,3 +196,112 @@ def test_plot_curves_png_has_a_panel_per_quantity_and_keeps_the_backend(tmp_path
     image = matplotlib.image.imread(tmp_path / "curves.png")
     assert image.shape[:2] == (round(3.2 * 90), 3 * 4 * 90)     # loss, accuracy, lr
     assert matplotlib.get_backend() == backend
+
+
+class Batches(Callback):
+    """Count the batches trained."""
+
+    def __init__(self):
+        self.count = 0
+
+    def on_batch_end(self, state):
+        self.count += 1
+
+
+@pytest.mark.parametrize("make", [lambda p: ModelCheckpoint(p / "checkpoints"),
+                                  lambda p: HistoryLogger(p / "history.csv"),
+                                  lambda p: PlotCurves(p / "curves.png")],
+                         ids=["ModelCheckpoint", "HistoryLogger", "PlotCurves"])
+def test_a_destination_that_cannot_be_a_directory_is_refused_before_training(tmp_path, make):
+    (tmp_path / "taken").write_text("a file where a directory should go")
+    net = make_net()
+    before = params_of(net)
+    batches = Batches()
+    with pytest.raises(NotADirectoryError, match="taken.*pass a directory"):
+        fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+            make_loader(), epochs=1, progress=False, callbacks=[batches, make(tmp_path / "taken")])
+    assert batches.count == 0
+    for k, v in params_of(net).items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_a_resume_that_adds_validation_keeps_one_entry_per_epoch(tmp_path):
+    """Epochs trained before val_data was given have NaN under the val_ keys: every list of
+    the history, history.csv and the plot keep one entry per epoch, aligned with 'epoch'."""
+    def run(epochs, val_data, directory, writers=()):
+        net = make_net()
+        trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+        return fit(net, LOSS, trainer, make_loader(), epochs=epochs, val_data=val_data,
+                   metrics="acc", progress=False,
+                   callbacks=[ModelCheckpoint(directory, resume=True), *writers])
+
+    straight = run(4, make_loader(16), tmp_path / "straight")
+    run(2, None, tmp_path / "resumed")
+    history = run(4, make_loader(16), tmp_path / "resumed",
+                  [HistoryLogger(tmp_path / "h.csv"), PlotCurves(tmp_path / "curves.png")])
+    assert {len(v) for v in history.values()} == {4}
+    assert history["epoch"] == [1, 2, 3, 4]
+    assert history["loss"] == straight["loss"]
+    assert np.isnan(history["val_loss"][:2]).all() and np.isnan(history["val_accuracy"][:2]).all()
+    assert history["val_loss"][2:] == straight["val_loss"][2:]
+    assert history["val_accuracy"][2:] == straight["val_accuracy"][2:]
+    with open(tmp_path / "h.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4]
+    assert [float(r["val_loss"]) for r in rows][2:] == straight["val_loss"][2:]
+    assert (tmp_path / "curves.png").exists()
+
+
+def test_model_checkpoint_refuses_a_plain_gluon_trainer_before_training(tmp_path):
+    net = make_net()
+    batches = Batches()
+    with pytest.raises(TypeError, match="trainer must be a gluonkit.Trainer.*got Trainer"):
+        fit(net, LOSS, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+            make_loader(), epochs=1, progress=False, callbacks=[batches, ModelCheckpoint(tmp_path)])
+    assert batches.count == 0
+
+
+def test_callback_arguments_are_checked_when_made():
+    cases = [
+        (lambda: EarlyStopping(monitor=None), TypeError, "monitor must be a key of the epoch logs"),
+        (lambda: ModelCheckpoint("ckpt", monitor=3), TypeError, "monitor must be a key.*got 3"),
+        (lambda: EarlyStopping(min_delta=math.nan), ValueError, "min_delta .*finite number, got nan"),
+        (lambda: EarlyStopping(min_delta="0.1"), ValueError, "min_delta .*got '0.1'"),
+        (lambda: LRSchedule(-0.1), ValueError,
+         r"scheduler \(a constant learning rate\) must be a finite number >= 0"),
+        (lambda: LRSchedule(math.inf), ValueError, "finite number >= 0.*inf"),
+        (lambda: LRSchedule(0.1, warmup_begin_lr=math.nan), ValueError, "warmup_begin_lr .*nan"),
+    ]
+    for make, error, message in cases:
+        with pytest.raises(error, match=message):
+            make()
+
+
+class Logged(Callback):
+    """Put ``values[epoch]`` into the epoch logs under ``key``."""
+
+    def __init__(self, key, values):
+        self.key, self.values = key, values
+
+    def on_epoch_end(self, state):
+        state.logs[self.key] = self.values[state.epoch]
+
+
+@pytest.mark.parametrize("key, lower_is_better", [
+    ("val_loss", True), ("val_mae", True), ("val_rmse", True), ("val_mse", True),
+    ("val_cross-entropy", True), ("val_perplexity", True), ("val_error", True),
+    ("val_accuracy", False), ("val_top_k_accuracy_5", False), ("val_mIoU", False),
+    ("val_mAP", False), ("val_f1", False)])
+def test_auto_mode_knows_which_metrics_are_errors(tmp_path, key, lower_is_better):
+    """'auto' minimizes losses and errors (MAE, RMSE, cross-entropy, ...), maximizes scores:
+    with an error metric improving every epoch, 'max' would keep the worst epoch as best."""
+    values = [0.9, 0.7, 0.5, 0.3, 0.2] if lower_is_better else [0.2, 0.3, 0.5, 0.7, 0.9]
+    net = make_net()
+    ckpt = Checkpoint(tmp_path, keep=10)
+    history = fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+                  make_loader(), epochs=5, progress=False,
+                  callbacks=[Logged(key, values), EarlyStopping(key, patience=1),
+                             ModelCheckpoint(ckpt, monitor=key)])
+    assert history["epoch"] == [1, 2, 3, 4, 5]                 # improved every epoch: no stop
+    assert ckpt.load(make_net(seed=7), best=True)["epoch"] == 5

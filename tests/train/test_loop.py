@@ -438,3 +438,48 @@ def test_issue_14_fit_arguments_are_checked():
     assert history["epoch"] == [1] and not np.array_equal(params_of(net)["0.weight"], before["0.weight"])
     with pytest.raises(TypeError, match="callbacks must be a list"):
         fit(net, LOSS, sgd(net), loader(x, y), epochs=1, callbacks=3, progress=False)
+
+
+def test_metrics_that_cannot_be_made_by_name_or_take_the_labels_say_why():
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    before = params_of(net)
+    for name, fix in (("top_k_accuracy", r"mx.metric.TopKAccuracy\(top_k=5\)"),
+                      ("perplexity", r"mx.metric.Perplexity\(ignore_label=None\)")):
+        with pytest.raises(ValueError, match=f"{name!r} cannot be made from its name alone.*{fix}"):
+            fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics=name, progress=False)
+    with pytest.raises(ValueError, match="Unknown metric 'acuracy'; did you mean 'accuracy'"):
+        fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics="acuracy", progress=False)
+    assert_params(params_of(net), before)
+    onehot = np.eye(3, dtype="float32")[y]   # CrossEntropy takes class indices (MXNet asserts)
+    with pytest.raises(ValueError, match=r"CrossEntropy cannot take labels of shape \[\(8, 3\)\] "
+                                         r"with outputs of shape \[\(8, 3\)\]"):
+        fit(net, gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False), sgd(net),
+            loader(x, onehot), epochs=1, metrics="ce", progress=False)
+
+
+@pytest.mark.parametrize("metric", ["loss", mx.metric.Loss(), mx.metric.Loss("xent")],
+                         ids=["name", "object", "renamed"])
+def test_a_loss_metric_is_refused_instead_of_averaging_the_outputs(metric):
+    """mx.metric.Loss averages whatever it is given; fit gives metrics the outputs (logits),
+    and 'loss' replaced the history's mean loss with the mean logit."""
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    before = params_of(net)
+    with pytest.raises(ValueError, match=r"mx.metric.Loss.*history's 'loss'.*drop"):
+        fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics=["acc", metric], progress=False)
+    with pytest.raises(ValueError, match=r"mx.metric.Loss.*drop"):
+        evaluate(net, loader(x, y), metrics=metric, loss=LOSS)
+    assert_params(params_of(net), before)
+    history = fit(net, LOSS, sgd(net), loader(x, y), epochs=1, metrics="acc", progress=False)
+    assert history["loss"][0] > 0.5        # a cross-entropy of 3 classes, not a mean logit
+
+
+def test_evaluate_refuses_a_loss_that_returns_a_mean():
+    """A mean over the batch, summed and divided by the samples, would be the loss / batch size."""
+    x, y = make_data(16)
+    net = make_net([mx.cpu()])
+    per_sample = LOSS(net(mx.nd.array(x)), mx.nd.array(y)).asnumpy()
+    assert evaluate(net, loader(x, y), loss=LOSS)["loss"] == pytest.approx(per_sample.mean(), rel=1e-6)
+    with pytest.raises(ValueError, match=r"loss returned shape \(1,\) for 8 samples.*not a mean"):
+        evaluate(net, loader(x, y), loss=lambda out, label: LOSS(out, label).mean())

@@ -2,7 +2,8 @@
 
 Every check returns the value converted to a plain Python type (so ``np.int64(3)`` becomes
 ``3``) or raises an exception whose message names the argument, the value received and
-what is expected. Booleans are never accepted as numbers.
+what is expected: ``TypeError`` for a value of the wrong type (booleans are never accepted
+as numbers), ``ValueError`` for one out of range.
 
 Example::
 
@@ -27,27 +28,31 @@ def _what(name, meaning):
     return f"{name} ({meaning})" if meaning else name
 
 
-def positive_int(value, name, meaning=None):
-    """``value`` as an int >= 1, else ``ValueError``."""
-    if not is_int(value) or value < 1:
-        raise ValueError(f"{_what(name, meaning)} must be a positive integer, got {value!r}.")
+def _int(value, name, meaning, least, expected):
+    if not is_int(value) or value < least:
+        error = ValueError if is_int(value) else TypeError
+        raise error(f"{_what(name, meaning)} must be {expected}, got {value!r}.")
     return int(value)
+
+
+def positive_int(value, name, meaning=None):
+    """``value`` as an int >= 1; ``TypeError`` if it is no integer, ``ValueError`` if below 1."""
+    return _int(value, name, meaning, 1, "a positive integer")
 
 
 def non_negative_int(value, name, meaning=None):
-    """``value`` as an int >= 0, else ``ValueError``."""
-    if not is_int(value) or value < 0:
-        raise ValueError(f"{_what(name, meaning)} must be an integer >= 0, got {value!r}.")
-    return int(value)
+    """``value`` as an int >= 0; ``TypeError`` if it is no integer, ``ValueError`` if negative."""
+    return _int(value, name, meaning, 0, "an integer >= 0")
 
 
 def finite_real(value, name, meaning=None, *, minimum=None):
-    """``value`` as a finite float (``>= minimum`` if given), else ``ValueError``."""
-    bad = (isinstance(value, bool) or not isinstance(value, numbers.Real)
-           or not math.isfinite(value) or (minimum is not None and value < minimum))
-    if bad:
+    """``value`` as a finite float (``>= minimum`` if given); ``TypeError`` if it is no real
+    number, ``ValueError`` if it is NaN, infinite or below ``minimum``."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not real or not math.isfinite(value) or (minimum is not None and value < minimum):
         bound = f" >= {minimum}" if minimum is not None else ""
-        raise ValueError(f"{_what(name, meaning)} must be a finite number{bound}, got {value!r}.")
+        raise (ValueError if real else TypeError)(
+            f"{_what(name, meaning)} must be a finite number{bound}, got {value!r}.")
     return float(value)
 
 

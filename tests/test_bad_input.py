@@ -108,7 +108,7 @@ CASES = [
     ("negative batch size", lambda t: _trainer().step(-1),
      ValueError, "got -1", "the number of samples"),
     ("fractional batch size", lambda t: _trainer().step(2.5),
-     ValueError, "got 2.5", "integer >= 0"),
+     TypeError, "got 2.5", "integer >= 0"),
     ("step before any backward", lambda t: _trainer().step(4),
      RuntimeError, "no backward() ran", "Call loss.backward() inside autograd.record()"),
     ("NaN learning rate", lambda t: gluonkit.Trainer(_net().collect_params(), "sgd", {"learning_rate": float("nan")}),

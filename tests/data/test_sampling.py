@@ -27,11 +27,13 @@ def test_state_dict_continues_with_the_saved_epoch(kind):
     assert other.state_dict() == original.state_dict() == {"seed": 3, "epoch": 2}
 
 
-@pytest.mark.parametrize("state", [None, {"seed": 3}, {"seed": None, "epoch": 0},
-                                   {"seed": -1, "epoch": 0}, {"seed": 3, "epoch": 1.5}])
-def test_a_bad_state_is_refused_and_changes_nothing(state):
+@pytest.mark.parametrize("state, error", [(None, ValueError), ({"seed": 3}, ValueError),
+                                          ({"seed": None, "epoch": 0}, ValueError),
+                                          ({"seed": -1, "epoch": 0}, ValueError),
+                                          ({"seed": 3, "epoch": 1.5}, TypeError)])
+def test_a_bad_state_is_refused_and_changes_nothing(state, error):
     sampler = SAMPLERS["bucket"](5)
-    with pytest.raises(ValueError):
+    with pytest.raises(error):
         sampler.load_state_dict(state)
     assert sampler.state_dict() == {"seed": 5, "epoch": 0}
 

@@ -267,7 +267,7 @@ def test_callback_arguments_are_checked_when_made():
         (lambda: EarlyStopping(monitor=None), TypeError, "monitor must be a key of the epoch logs"),
         (lambda: ModelCheckpoint("ckpt", monitor=3), TypeError, "monitor must be a key.*got 3"),
         (lambda: EarlyStopping(min_delta=math.nan), ValueError, "min_delta .*finite number, got nan"),
-        (lambda: EarlyStopping(min_delta="0.1"), ValueError, "min_delta .*got '0.1'"),
+        (lambda: EarlyStopping(min_delta="0.1"), TypeError, "min_delta .*got '0.1'"),
         (lambda: LRSchedule(-0.1), ValueError,
          r"scheduler \(a constant learning rate\) must be a finite number >= 0"),
         (lambda: LRSchedule(math.inf), ValueError, "finite number >= 0.*inf"),

@@ -346,8 +346,8 @@ def test_input_errors():
     net = make_net([mx.cpu()])
     trainer = sgd(net)
     data = loader(x, y)
-    for epochs in (-1, 1.5, "2", True):
-        with pytest.raises(ValueError, match=r"epochs .*must be an integer >= 0"):
+    for epochs, error in ((-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)):
+        with pytest.raises(error, match=r"epochs .*must be an integer >= 0"):
             fit(net, LOSS, trainer, data, epochs=epochs, progress=False)
     with pytest.raises(ValueError, match="train_data yielded no batches in epoch 1"):
         fit(net, LOSS, trainer, [], epochs=1, progress=False)

@@ -109,10 +109,11 @@ def test_issue_14_bad_inputs_are_named(args, error, match):
         gluonkit.split_and_load(*args)
 
 
-@pytest.mark.parametrize("batch,parts", [(0, 2), (-3, 2), (4, 0), (2.5, 2)])
-def test_split_sizes_refuses_non_positive_sizes(batch, parts):
+@pytest.mark.parametrize("batch, parts, error", [(0, 2, ValueError), (-3, 2, ValueError), (4, 0, ValueError),
+                                                 (2.5, 2, TypeError)])
+def test_split_sizes_refuses_non_positive_sizes(batch, parts, error):
     from gluonkit.train.split import split_sizes
-    with pytest.raises(ValueError, match="must be a positive integer"):
+    with pytest.raises(error, match="must be a positive integer"):
         split_sizes(batch, parts)
 
 

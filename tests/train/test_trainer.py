@@ -334,23 +334,25 @@ def test_accumulate_switches_to_add_and_zeroes_after_each_update():
         assert_array_equal(p.grad().asnumpy(), 0)
 
 
-@pytest.mark.parametrize("batch_size", [-3, 2.5, "8", True, None])
-def test_step_rejects_a_count_that_is_not_an_integer_of_at_least_zero(batch_size):
+@pytest.mark.parametrize("batch_size, error", [(-3, ValueError), (2.5, TypeError), ("8", TypeError),
+                                               (True, TypeError), (None, TypeError)])
+def test_step_rejects_a_count_that_is_not_an_integer_of_at_least_zero(batch_size, error):
     net = _mlp()
     net.initialize()
     trainer = gluonkit.Trainer(net.collect_params(), "sgd")
-    with pytest.raises(ValueError, match=rf"batch_size \(.*\) must be an integer >= 0, got {batch_size!r}"):
+    with pytest.raises(error, match=rf"batch_size \(.*\) must be an integer >= 0, got {batch_size!r}"):
         trainer.step(batch_size)
     with pytest.raises(ValueError, match=r"must hold one element .* got shape \(2,\)"):
         trainer.step(nd.array([1, 2]))
     assert trainer.pending == (0, 0)
 
 
-@pytest.mark.parametrize("accumulate", [0, -1, 1.5, True])
-def test_accumulate_must_be_a_positive_integer(accumulate):
+@pytest.mark.parametrize("accumulate, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
+                                               (True, TypeError)])
+def test_accumulate_must_be_a_positive_integer(accumulate, error):
     net = _mlp()
     net.initialize()
-    with pytest.raises(ValueError, match=rf"accumulate \(.*\) must be a positive integer, got {accumulate!r}"):
+    with pytest.raises(error, match=rf"accumulate \(.*\) must be a positive integer, got {accumulate!r}"):
         gluonkit.Trainer(net.collect_params(), "sgd", accumulate=accumulate)
 
 
@@ -478,13 +480,14 @@ def test_ignore_applies_nonfinite_updates_like_gluon():
     assert np.isnan(b.data().asnumpy()).all() and np.isfinite(a.data().asnumpy()).all()
 
 
-@pytest.mark.parametrize("lr", [float("nan"), float("inf"), -0.1, "0.1"])
-def test_learning_rate_must_be_finite_and_non_negative(lr):
+@pytest.mark.parametrize("lr, error", [(float("nan"), ValueError), (float("inf"), ValueError),
+                                       (-0.1, ValueError), ("0.1", TypeError)])
+def test_learning_rate_must_be_finite_and_non_negative(lr, error):
     a, b = _two_parameters([mx.cpu(0)])
-    with pytest.raises(ValueError, match=f"learning_rate must be a finite number >= 0, got {lr!r}"):
+    with pytest.raises(error, match=f"learning_rate must be a finite number >= 0, got {lr!r}"):
         gluonkit.Trainer([a, b], "sgd", {"learning_rate": lr})
     trainer = gluonkit.Trainer([a, b], "sgd", {"learning_rate": 0.1})
-    with pytest.raises(ValueError, match="learning_rate must be a finite number"):
+    with pytest.raises(error, match="learning_rate must be a finite number"):
         trainer.set_learning_rate(lr)
     assert trainer.learning_rate == 0.1
 

@@ -295,6 +295,8 @@ class HistoryLogger(Callback):
     """Write the history (one row per epoch) to a CSV or JSON file after every epoch.
 
     The format follows the suffix: ``.csv`` or ``.json``. The file is replaced atomically.
+    A value missing for an epoch (NaN, e.g. before validation was added on resuming) is
+    ``nan`` in CSV and ``null`` in JSON, which strict JSON readers accept.
 
     Example::
 
@@ -317,7 +319,9 @@ class HistoryLogger(Callback):
             return
         self._rows = rows
         if self.format == "json":
-            text = json.dumps(history, indent=1)
+            text = json.dumps({key: [None if isinstance(v, float) and not math.isfinite(v) else v
+                                     for v in values] for key, values in history.items()},
+                              indent=1, allow_nan=False)
         else:
             buf = io.StringIO()
             writer = csv.writer(buf, lineterminator="\n")

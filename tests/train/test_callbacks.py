@@ -187,6 +187,20 @@ def test_history_logger_writes_csv_and_json_equal_to_the_history(tmp_path):
         HistoryLogger(tmp_path / "h.txt")
 
 
+def test_history_logger_writes_missing_values_as_json_null(tmp_path):
+    class State:
+        history = {"epoch": [1, 2, 3], "val_loss": [math.nan, 0.5, math.inf]}
+
+    logger = HistoryLogger(tmp_path / "h.json")
+    logger.on_epoch_end(State())
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    written = json.loads((tmp_path / "h.json").read_text(), parse_constant=refuse)
+    assert written == {"epoch": [1, 2, 3], "val_loss": [None, 0.5, None]}
+
+
 def test_plot_curves_png_has_a_panel_per_quantity_and_keeps_the_backend(tmp_path):
     backend = matplotlib.get_backend()
     net = make_net()

@@ -13,6 +13,7 @@ import os
 import sys
 
 from .. import _validate
+from ..train.checkpoint import CheckpointError
 
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
@@ -315,7 +316,7 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130, a
-    missing file with one line naming it (status 1)."""
+    missing file or a checkpoint that cannot be resumed with one line naming it (status 1)."""
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -323,5 +324,5 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
-    except FileNotFoundError as err:   # a checkpoint or data set that is not there: one line
+    except (FileNotFoundError, CheckpointError) as err:   # a file not there or not fitting: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

@@ -17,7 +17,8 @@ from .._atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
 from .._validate import non_negative_int, positive_int
 from .rng import get_rng_state, set_rng_state
 
-__all__ = ["Checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError"]
+
 
 _FORMAT = "gluonkit-checkpoint"
 _VERSION = 2
@@ -26,6 +27,11 @@ _BEST = "best.ckpt"
 _RESERVED = ("epoch", "step")
 _DIGEST = 64          # hex characters of the SHA-256 kept in the archive's comment
 _DATE = (1980, 1, 1, 0, 0, 0)   # fixed member times: a file depends on its contents only
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be loaded here: damaged, of another format or version, or
+    saved from another network or trainer. The message names the file and what to do."""
 
 
 def _npz_bytes(arrays):
@@ -281,7 +287,7 @@ class Checkpoint:
         try:
             user = {key: pickle.loads(blob) for key, blob in saved["user"].items()}
         except Exception as err:   # e.g. a class that no longer exists
-            raise ValueError(f"Checkpoint {path!r} holds state that cannot be unpickled here "
+            raise CheckpointError(f"Checkpoint {path!r} holds state that cannot be unpickled here "
                              f"({type(err).__name__}: {err}).") from err
 
         self._apply(net, plan)
@@ -307,11 +313,11 @@ class Checkpoint:
             if meta.get("format") != _FORMAT:
                 raise ValueError(f"its format is {meta.get('format')!r}")
         except Exception as err:   # zipfile, json and pickle raise many types on damaged bytes
-            raise ValueError(f"Checkpoint {path!r} is corrupted or truncated, or not a checkpoint "
+            raise CheckpointError(f"Checkpoint {path!r} is corrupted or truncated, or not a checkpoint "
                              f"({type(err).__name__}: {err}); load another one with "
                              "load(..., path=...) or delete it.") from err
         if meta.get("version") != _VERSION:
-            raise ValueError(f"{path!r} is a gluonkit checkpoint of version {meta.get('version')!r}; "
+            raise CheckpointError(f"{path!r} is a gluonkit checkpoint of version {meta.get('version')!r}; "
                              f"this gluonkit reads version {_VERSION}. Load it with the gluonkit "
                              "that wrote it.")
         return meta, members, saved
@@ -339,7 +345,7 @@ class Checkpoint:
                 problems.append(f"{name} has dtype {dtype} in the checkpoint but "
                                 f"{np.dtype(p.dtype).name} in the network")
         if problems:
-            raise ValueError(f"Checkpoint {path!r} does not match the network: " + "; ".join(problems)
+            raise CheckpointError(f"Checkpoint {path!r} does not match the network: " + "; ".join(problems)
                              + ". Build the network the checkpoint was saved from.")
         arrays = _npz_arrays(members["params.npz"])
         plan = {}
@@ -353,19 +359,19 @@ class Checkpoint:
     def _trainer_state(path, members, net, trainer):
         """The trainer's saved state, checked against ``trainer``."""
         if "trainer.pkl" not in members:
-            raise ValueError(f"Checkpoint {path!r} was saved without a trainer; "
+            raise CheckpointError(f"Checkpoint {path!r} was saved without a trainer; "
                              "load it with trainer=None.")
         if not hasattr(trainer, "load_state_dict"):
             raise TypeError(f"trainer must be a gluonkit.Trainer, got {type(trainer).__name__}.")
         try:
             state = pickle.loads(members["trainer.pkl"])
         except Exception as err:   # e.g. an optimizer class that is not defined here
-            raise ValueError(f"Checkpoint {path!r} holds trainer states that cannot be unpickled "
+            raise CheckpointError(f"Checkpoint {path!r} holds trainer states that cannot be unpickled "
                              f"here ({type(err).__name__}: {err}).") from err
         try:
             trainer.check_state_dict(state, names=net)
         except ValueError as err:
-            raise ValueError(f"Checkpoint {path!r} does not fit the trainer: {err}") from None
+            raise CheckpointError(f"Checkpoint {path!r} does not fit the trainer: {err}") from None
         return state
 
     @staticmethod

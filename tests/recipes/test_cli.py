@@ -135,3 +135,16 @@ def test_export_without_a_checkpoint_is_one_line(tmp_path, name):
         recipe(name).main(["--export", "--out", str(tmp_path)])
     assert stop.value.code == (f"gluonkit-{name}: no checkpoint in {tmp_path / 'checkpoints'} "
                                "to export; train first (same --out).")
+
+
+def test_resuming_from_a_checkpoint_of_another_network_is_one_line(tmp_path):
+    classify = recipe("classify")
+    tiny = ["--limit", "32", "--batch-size", "16", "--out", str(tmp_path)]
+    classify.main(tiny + ["--epochs", "1"])
+    saved = sorted(os.listdir(tmp_path / "checkpoints"))
+    with pytest.raises(SystemExit) as stop:
+        classify.main(tiny + ["--epochs", "2", "--resume", "--model", "cifar_resnet20_v1"])
+    message = str(stop.value.code)
+    assert message.startswith("gluonkit-classify: Checkpoint ") and "does not match the network" in message
+    assert "\n" not in message
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == saved   # nothing written over

@@ -98,12 +98,14 @@ class _LossGraph(gluon.HybridBlock):
     """A loss of ``mxnet.gluon.loss`` run as one cached graph with static memory.
 
     Imperatively such a loss is a few operators, each a host round trip and a node for
-    backward to visit; hybridized it is one. The caller's loss block is left as it was (it
-    becomes this block's child, traced inside its graph).
+    backward to visit; hybridized it is one. The caller's loss block is left as it was: it
+    becomes this block's child only after this block is hybridized (``hybridize`` would pass
+    to it), and is traced inside this block's graph.
     """
 
     def __init__(self, loss):
         super().__init__()
+        self.hybridize(static_alloc=True)
         self.loss = loss
 
     def hybrid_forward(self, F, output, label):
@@ -114,9 +116,7 @@ def _compiled(loss):
     """A built-in gluon loss as a ``_LossGraph``; any other loss (or None) as it is."""
     if loss is None or type(loss).__module__ != gluon.loss.__name__:
         return loss
-    graph = _LossGraph(loss)
-    graph.hybridize(static_alloc=True)
-    return graph
+    return _LossGraph(loss)
 
 
 def _per_sample_losses(loss, outputs, ys):
@@ -144,7 +144,7 @@ def _batch_length(batch):
 
 
 def _check_arrays(value, what, index):
-    items = [value] if isinstance(value, mx.nd.NDArray) else value
+    items = _per_device(value)
     if not isinstance(items, (list, tuple)) or not items or not all(
             isinstance(v, mx.nd.NDArray) for v in items):
         raise TypeError(f"batch_fn returned {what} {value!r} for batch {index}; return a non-empty "

@@ -83,20 +83,21 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     assert result.returncode == 2 and "needs --hostfile" in result.stderr
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"env": ["1BAD=x"]}, "--env takes NAME=VALUE or NAME, got '1BAD=x'"),
-    ({"env_worker": ["GLUONKIT_SURELY_UNSET"]}, "GLUONKIT_SURELY_UNSET is not set on this machine; give "
-                                                "GLUONKIT_SURELY_UNSET=VALUE"),
-    ({"sync_dst_dir": "copy"}, "sync_dst_dir='copy' needs launcher='ssh'"),
-    ({"launcher": "ssh", "hostfile": "{hosts}"}, "line 2: 'node:port' is not a host"),
-    ({"timeout": 0}, "timeout must be a positive number of seconds, got 0"),
-    ({"timeout": True}, "timeout (seconds) must be a finite number, got True"),
+@pytest.mark.parametrize("options, error, message", [
+    ({"env": ["1BAD=x"]}, ValueError, "--env takes NAME=VALUE or NAME, got '1BAD=x'"),
+    ({"env_worker": ["GLUONKIT_SURELY_UNSET"]}, ValueError,
+     "GLUONKIT_SURELY_UNSET is not set on this machine; give GLUONKIT_SURELY_UNSET=VALUE"),
+    ({"sync_dst_dir": "copy"}, ValueError, "sync_dst_dir='copy' needs launcher='ssh'"),
+    ({"launcher": "ssh", "hostfile": "{hosts}"}, ValueError, "line 2: 'node:port' is not a host"),
+    ({"timeout": 0}, ValueError, "timeout must be a positive number of seconds, got 0"),
+    ({"timeout": True}, TypeError, "timeout (seconds) must be a finite number, got True"),
 ])
-def test_bad_environment_options_and_host_files_are_refused_before_starting_anything(tmp_path, options, message):
+def test_bad_environment_options_and_host_files_are_refused_before_starting_anything(tmp_path, options, error,
+                                                                                    message):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("node1\nnode:port\n")
     options = {k: v.format(hosts=hosts) if isinstance(v, str) else v for k, v in options.items()}
-    with pytest.raises(TypeError if options.get("timeout") is True else ValueError) as info:
+    with pytest.raises(error) as info:
         launch(["no-such-program-gluonkit"], 1, **options)
     assert message in str(info.value)
 

@@ -246,7 +246,7 @@ def test_a_state_of_a_network_of_other_shapes_is_refused_at_a_window_boundary():
     net, trainer = wide(8)
     train(net, trainer, data, ctx)
     assert trainer.pending == (0, 0)
-    other, other_trainer = wide(6)
+    _, other_trainer = wide(6)
     with pytest.raises(ValueError, match=r"optimizer state of 0.bias is laid out as \(\(8,\), \(8,\)\) \(array "
                                          r"shapes\) where Adam keeps \(\(6,\), \(6,\)\) .*load a state of this network"):
         other_trainer.load_state_dict(trainer.state_dict())

@@ -69,11 +69,11 @@ MEMORY = 1.1                  # peak RSS of the accumulated run over the small b
 def _config(contestant, net, devices, kvstore, size, device, seed):
     """The ``_contestants`` config of one contestant: ``size`` is (batch per device, batches
     per epoch on one device); on several devices an epoch has the same number of samples."""
-    _, tool, accumulate, *static = CONTESTANTS[contestant]
+    _, tool, accumulate, *flags = CONTESTANTS[contestant]   # flags: (static,) where given
     batch, steps = size
     return {"tool": tool, "net": net, "devices": devices, "device": device, "kvstore": kvstore,
             "batch": batch * devices // accumulate, "steps": max(1, steps // devices) * accumulate,
-            "accumulate": accumulate, "on_nonfinite": "ignore", "seed": seed, "static": bool(static)}
+            "accumulate": accumulate, "on_nonfinite": "ignore", "seed": seed, "static": any(flags)}
 
 
 def _name(contestant, devices, kvstore):

@@ -5,8 +5,8 @@ A crash (or a full disk) mid-write leaves the previous file intact and no partia
 import os
 import uuid
 
-__all__ = ["TMP_PREFIX", "scratch_file", "atomic_write", "atomic_create", "atomic_text",
-           "fsync_directory"]
+__all__ = ["TMP_PREFIX", "scratch_file", "atomic_write", "atomic_replace", "atomic_create",
+           "atomic_text", "fsync_directory"]
 
 TMP_PREFIX = ".tmp-"
 
@@ -36,12 +36,22 @@ def _written(directory, name, write):
 
 def atomic_write(directory, name, write):
     """Call ``write(file)`` on a temporary file in ``directory``, fsync, then rename to ``name``."""
-    tmp = _written(directory, name, write)
+    atomic_replace(directory, {name: write})
+
+
+def atomic_replace(directory, writers):
+    """Like ``atomic_write`` for several files, ``writers`` {name: write}: every file is written
+    and fsynced before any is renamed, so a failed write replaces none of them."""
+    staged = {}
     try:
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        os.remove(tmp)
-        raise
+        for name, write in writers.items():
+            staged[name] = _written(directory, name, write)
+        for name, tmp in staged.items():
+            os.replace(tmp, os.path.join(directory, name))
+    finally:
+        for tmp in staged.values():
+            if os.path.exists(tmp):
+                os.remove(tmp)
     fsync_directory(directory)
 
 

@@ -15,7 +15,7 @@ import os
 
 import mxnet as mx
 
-from ._atomic import fsync_directory, scratch_file
+from ._atomic import atomic_replace
 from ._validate import is_int, non_negative_int
 from .nn._views import flatten
 
@@ -26,31 +26,17 @@ FORMAT = 1
 _DATA = "data"
 
 
-def _stage(path, write):
-    """A scratch file beside ``path`` holding what ``write(scratch_path)`` wrote, fsynced.
+def _saved(arrays, path):
+    """A writer of ``arrays`` in MXNet's format (``mx.nd.save`` takes a path: the open file's).
 
-    A failed write (a full disk) removes the scratch file and raises ``OSError`` naming
-    ``path``; ``path`` itself is not touched.
+    A failed write (a full disk) raises ``OSError`` naming ``path``.
     """
-    tmp, f = scratch_file(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
-    f.close()
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-    except BaseException as err:
-        os.remove(tmp)
-        if isinstance(err, mx.base.MXNetError):   # how mx.nd.save reports a failed write
+    def write(f):
+        try:
+            mx.nd.save(f.name, arrays)
+        except mx.base.MXNetError as err:   # how mx.nd.save reports a failed write
             raise OSError(f"cannot write {path}: {str(err).strip().splitlines()[-1]}; check the "
                           "free space and permissions of its directory.") from None
-        raise
-    return tmp
-
-
-def _write_text(text):
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
     return write
 
 
@@ -151,20 +137,13 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     files = {"symbol": f"{prefix}-symbol.json", "params": f"{prefix}-{epoch:04d}.params",
              "metadata": f"{prefix}.json"}
-    metadata["files"] = {k: os.path.basename(v) for k, v in files.items()}
-    writers = {"params": lambda tmp: mx.nd.save(tmp, arrays), "symbol": _write_text(symbol.tojson()),
-               "metadata": _write_text(json.dumps(metadata, indent=1) + "\n")}
-    staged = {}
-    try:   # all three written before any replaces its predecessor: never a mix of two exports
-        for key, write in writers.items():
-            staged[key] = _stage(files[key], write)
-        for key, tmp in staged.items():
-            os.replace(tmp, files[key])
-    finally:
-        for tmp in staged.values():
-            if os.path.exists(tmp):
-                os.remove(tmp)
-    fsync_directory(os.path.dirname(os.path.abspath(prefix)))
+    names = metadata["files"] = {k: os.path.basename(v) for k, v in files.items()}
+    text = {"symbol": symbol.tojson(), "metadata": json.dumps(metadata, indent=1) + "\n"}
+    # all three written before any replaces its predecessor: never a mix of two exports
+    atomic_replace(os.path.dirname(os.path.abspath(prefix)), {
+        names["params"]: _saved(arrays, files["params"]),
+        names["symbol"]: lambda f: f.write(text["symbol"].encode()),
+        names["metadata"]: lambda f: f.write(text["metadata"].encode())})
     return dict(metadata, files=files)
 
 

@@ -128,34 +128,29 @@ def ctx_type(text):
     return text
 
 
-def _checked(check, text, name):
+def _checked(check, text, convert=int, expected="an integer"):
+    """``check(convert(text), 'the value')``, its error (or a failed conversion) as argparse's."""
     try:
-        return check(int(text), name)
+        return check(convert(text), "the value")
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err) if "must be" in str(err)
-                                         else f"expected an integer, got {text!r}") from None
+                                         else f"expected {expected}, got {text!r}") from None
 
 
 def positive_int(text):
     """argparse type: an integer >= 1."""
-    return _checked(_validate.positive_int, text, "the value")
+    return _checked(_validate.positive_int, text)
 
 
 def non_negative_int(text):
     """argparse type: an integer >= 0."""
-    return _checked(_validate.non_negative_int, text, "the value")
+    return _checked(_validate.non_negative_int, text)
 
 
 def non_negative_float(text):
     """argparse type: a finite number >= 0 (a learning rate, momentum, weight decay, epochs)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    try:
-        return _validate.finite_real(value, "the value", minimum=0.0)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    return _checked(lambda value, name: _validate.finite_real(value, name, minimum=0.0), text,
+                    convert=float, expected="a number")
 
 
 def one_of(*choices):

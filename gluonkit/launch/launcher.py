@@ -235,27 +235,27 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     elif launcher == "local":
         workdir = os.path.abspath(workdir)
     started = time.monotonic()
-    if sync_dst_dir:
-        _sync(hosts, sync_dst_dir, ssh_config, timeout)
-    port, port_lock = reserve_port()
-    say(f"scheduler at {host_ip}:{port}")
-    common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_WORKER": str(num_workers),
-              "DMLC_NUM_SERVER": str(num_servers), "DMLC_JOB_CLUSTER": launcher}
-    if launcher == "local":
-        common["DMLC_INTERFACE"] = "lo"
+    port, port_lock = reserve_port()   # first: a refused lock directory leaves the hosts untouched
     wake, roles = queue.Queue(), []
-    source = inspect.getsource(wrapper)
     try:
+        if sync_dst_dir:
+            _sync(hosts, sync_dst_dir, ssh_config, timeout)
+        say(f"scheduler at {host_ip}:{port}")
+        common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_WORKER": str(num_workers),
+                  "DMLC_NUM_SERVER": str(num_servers), "DMLC_JOB_CLUSTER": launcher}
+        if launcher == "local":
+            common["DMLC_INTERFACE"] = "lo"
+        source = inspect.getsource(wrapper)
         plan = [("scheduler", "scheduler", None, None)] + _plan(num_workers, num_servers, hosts)
         for name, kind, task_id, host in plan:
             role_env = dict(common, DMLC_ROLE=kind, DMLC_NODE_HOST=host.address if host else host_ip,
                             **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra[kind])
             spec = {"env": role_env, "workdir": workdir, "command": list(command)}
-            if host:
+            if host:  # -I: the wrapper imports nothing from the directory it runs in (or lies in)
                 spec["env"] = {**remote_env(os.environ), **role_env}
-                argv = ssh_command(host, [sys.executable, "-I", "-c", source], ssh_config)  # -I: no module of the cwd
+                argv = ssh_command(host, [sys.executable, "-I", "-c", source], ssh_config)
             else:
-                argv = [sys.executable, "-I", wrapper.__file__]  # -I: none of its neighbours on the path
+                argv = [sys.executable, "-I", wrapper.__file__]
             roles.append(_Role(name, kind, host, argv, spec, wake))
         return _supervise(roles, wake, num_workers, started, timeout)
     finally:

@@ -4,9 +4,10 @@ The dmlc tracker probes a port and closes it before the scheduler binds it, so t
 started together can take the same one. Here each port is also locked (``flock``) through a
 file named after it, for as long as the job holds the file open. The lock files live in a
 directory private to the user (mode 0700): ``$XDG_RUNTIME_DIR/gluonkit-launch`` where that
-is set, else ``gluonkit-launch-UID`` in the temporary directory (``TMPDIR``). Nobody else
-can place files or links there; a directory of that name that is not the user's own,
-private one is refused, naming it. Each file is opened without following a link.
+names a directory of the user's, else ``gluonkit-launch-UID`` in the temporary directory
+(``TMPDIR``). Nobody else can place files or links there; a directory of that name that is
+not the user's own, private one is refused, naming it. Each file is opened without
+following a link.
 """
 import errno
 import fcntl
@@ -27,8 +28,8 @@ def lock_directory():
     Raises ``RuntimeError`` naming it if it is a link, not a directory, not the user's, or
     open to others.
     """
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.geteuid():
         path = os.path.join(runtime, "gluonkit-launch")
     else:
         path = os.path.join(tempfile.gettempdir(), f"gluonkit-launch-{os.geteuid()}")
@@ -36,6 +37,9 @@ def lock_directory():
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
+    except OSError as err:
+        raise RuntimeError(f"The launcher cannot make its port lock directory {path} ({err.strerror}); "
+                           "set TMPDIR to a directory only you can write.") from None
     info = os.lstat(path)
     problem = ("is a link" if stat.S_ISLNK(info.st_mode) else
                "is not a directory" if not stat.S_ISDIR(info.st_mode) else

@@ -4,6 +4,7 @@ import os
 import shlex
 import stat
 import sys
+import tempfile
 
 import pytest
 
@@ -116,6 +117,18 @@ def test_rsync_and_its_ssh_end_their_options_before_the_host(tmp_path, recorded,
         target = argv[-1].rpartition(":/srv/copy")[0].strip("[]")
         assert argv[argv.index("-e") + 2:] == ["--", os.path.join(str(tmp_path), ""), argv[-1]]
         assert rsh == ["ssh"] + _options(target)   # rsync runs: this, then the host, then its own server
+
+
+def test_a_refused_lock_directory_stops_the_launch_before_rsync_copies_anything(tmp_path, recorded, monkeypatch):
+    path = tmp_path / "hosts.txt"
+    path.write_text(HOSTFILE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    os.symlink(tmp_path, tmp_path / f"gluonkit-launch-{os.geteuid()}")
+    with pytest.raises(RuntimeError, match="port locks need a private directory, but .* is a link"):
+        launch(["true"], 2, 1, launcher="ssh", hostfile=str(path), host_ip="127.0.0.1", sync_dst_dir="/srv/copy")
+    assert recorded("rsync") == [] and recorded("ssh") == []
 
 
 @pytest.mark.parametrize("entry, why", [

@@ -88,3 +88,13 @@ def test_a_lock_directory_of_another_user_is_refused(temp_dir):
     with pytest.raises(RuntimeError, match=f"{path} belongs to user id 12345; remove it"):
         reserve_port()
     assert os.listdir(path) == []
+
+
+def test_locks_go_to_the_users_runtime_directory_where_there_is_one(temp_dir, tmp_path, monkeypatch):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    port, lock = reserve_port()
+    lock.close()
+    assert os.listdir(runtime / "gluonkit-launch") == [f"port-{port}.lock"] and os.listdir(temp_dir) == []
+    assert stat.S_IMODE(os.stat(runtime / "gluonkit-launch").st_mode) == 0o700

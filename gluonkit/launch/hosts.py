@@ -21,6 +21,7 @@ Host.__str__ = lambda h: (f"{h.user}@" if h.user else "") + f"{h.address}:{h.por
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]*"   # a user or host name: never an option
 _LINE = re.compile(rf"(?:(?P<user>{_NAME})@)?(?:\[(?P<v6>[0-9A-Fa-f:.]+(?:%{_NAME})?)\]|(?P<host>{_NAME}))"
                    r"(?::(?P<port>[0-9]+))?")
+_MAX_LINE = 1000   # characters: a host file line is short; a longer one is not a host file
 _ODD = re.compile(r"[^A-Za-z0-9._\-:@\[\]%]")    # whitespace, shell metacharacters, anything else
 _FORMS = ("write host, host:port or user@host:port (names of letters, digits, '.', '_' and '-', not starting "
           "with '-'; port 1-65535)")
@@ -41,20 +42,34 @@ def _why_not(text):
     return "it has none of the forms"
 
 
+def _lines(path):
+    """(number, line) of each line of ``path``; ``ValueError`` for a file that is not short lines of text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(iter(lambda: f.readline(_MAX_LINE + 1), ""), 1):
+                if len(line) > _MAX_LINE:
+                    raise ValueError(f"{path}, line {number} is longer than {_MAX_LINE} characters; write one "
+                                     "host per line.")
+                yield number, line
+    except UnicodeDecodeError:
+        raise ValueError(f"The host file {path!r} is not UTF-8 text; write one host per line.") from None
+    except OSError as err:
+        raise ValueError(f"Cannot read the host file {path!r}: {err.strerror}.") from None
+
+
 def read_hostfile(path):
     """The hosts of ``path`` as a list of :class:`Host`; ``ValueError`` names the file, line and entry."""
     hosts = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            match = _LINE.fullmatch(text)
-            port = int(match.group("port") or 22) if match else 0
-            if not match or not 0 < port < 65536:
-                why = _why_not(text) if not match else "the port is out of range"
-                raise ValueError(f"{path}, line {number}: {text!r} is not a host ({why}); {_FORMS}.")
-            hosts.append(Host(match.group("user"), match.group("v6") or match.group("host"), port))
+    for number, line in _lines(path):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        match = _LINE.fullmatch(text)
+        port = int(match.group("port") or 22) if match else 0
+        if not match or not 0 < port < 65536:
+            why = _why_not(text) if not match else "the port is out of range"
+            raise ValueError(f"{path}, line {number}: {text!r} is not a host ({why}); {_FORMS}.")
+        hosts.append(Host(match.group("user"), match.group("v6") or match.group("host"), port))
     if not hosts:
         raise ValueError(f"The host file {path!r} names no host; write one host per line.")
     return hosts

@@ -197,13 +197,15 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     launcher : {'local', 'ssh'}
         ``ssh`` runs servers and workers in turn on the hosts of ``hostfile``.
     hostfile : str, optional
-        ``host``, ``host:port`` or ``user@host:port`` per line; ``#`` comments.
+        ``host``, ``host:port`` or ``user@host:port`` per line; ``#`` comments. Checked when
+        read (:func:`~gluonkit.launch.hosts.read_hostfile`): nothing in it reaches ssh as an option.
     timeout : float, optional
         Seconds after which every process is ended and the launch fails.
     host_ip : str, optional
         The scheduler's address: 127.0.0.1 for ``local``, found by the dmlc tracker for ``ssh``.
     env, env_worker, env_server : list of str
         ``NAME=VALUE``, or ``NAME`` for this machine's value, for every role, the workers, the servers.
+        The values reach the roles on their wrappers' stdin, never on a command line.
     workdir : str, optional
         Where the roles run (default: the current directory).
     sync_dst_dir : str, optional
@@ -215,6 +217,13 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     -------
     int
         0 on success, 1 if a role failed, 124 on timeout.
+
+    Raises
+    ------
+    ValueError
+        A bad option or host file, before anything starts.
+    RuntimeError
+        No port, a port lock directory that is not private, or a failed ``sync_dst_dir`` copy.
 
     Example::
 

@@ -37,6 +37,18 @@ def test_bad_hostfiles_name_the_line_and_the_forms(tmp_path, text, fix):
     assert fix in str(info.value)
 
 
+@pytest.mark.parametrize("content, message", [
+    (b"node1\nn\xe9ud2\n", "is not UTF-8 text; write one host per line"),
+    (b"node1\n" + b"x" * 5000 + b"\n", ", line 2 is longer than 1000 characters"),
+])
+def test_host_files_that_are_not_short_text_lines_are_refused_naming_them(tmp_path, content, message):
+    path = tmp_path / "hosts.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        hosts.read_hostfile(str(path))
+    assert str(path) in str(info.value) and message in str(info.value)
+
+
 def test_remote_command_keeps_every_argument_exactly():
     argv = ["python", "train.py", "", "two words", "it's", '$HOME "x"', "a;b"]
     command = hosts.ssh_command(Host("u", "h", 2222), argv)

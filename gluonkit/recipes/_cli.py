@@ -141,8 +141,10 @@ def parse_with_config(parser, argv=None, fixed=()):
             label = f"--out {out}:"
             values = {key: value for key, value in _read_config(path, parser, label).items()
                       if str(key).replace("-", "_") not in runs.INVOCATION}
-            parser.set_defaults(**_config_defaults(parser, path, values, dests, label))
-            run = parser.parse_args([])    # the run's own options
+            recorded = _config_defaults(parser, path, values, dests, label)
+            parser.set_defaults(**{d: v for d, v in recorded.items() if d in fixed})
+            run = parser.parse_args([])    # the run's network and data (its --ctx may be absent)
+            parser.set_defaults(**recorded)
             parser.set_defaults(**config)  # under the --config file's
     args = parser.parse_args(argv)
     for dest in fixed if run else ():

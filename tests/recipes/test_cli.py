@@ -313,3 +313,28 @@ def test_history_csv_that_is_a_directory_is_refused_before_training(tmp_path):
                     f"{str(tmp_path / 'history.csv')!r}: it is a directory; remove it or pass "
                     "another path.")
     assert os.listdir(tmp_path / "checkpoints") == []      # no epoch ended
+
+
+@pytest.mark.parametrize("name, recorded, option, value", [
+    ("classify", {"model": "cifar_resnet20_v1", "epochs": 3, "ctx": "gpu:7"}, "--model", "cnn"),
+    ("multitask", {"train_size": 64, "epochs": 3, "ctx": "gpu:7"}, "--train-size", "32"),
+    ("detect", {"image_size": 96, "epochs": 3, "ctx": "gpu:7"}, "--image-size", "64"),
+])
+def test_every_recipe_resumes_its_folder_by_path_and_refuses_it_otherwise(tmp_path, capsys, name,
+                                                                         recorded, option, value):
+    (tmp_path / "args.json").write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit) as stop:
+        recipe(name).parse_args(["--out", str(tmp_path)])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"gluonkit-{name}: error: --out {tmp_path} holds a run (args.json); pass --resume to "
+        "continue it, or --overwrite to replace it (or another --out).")
+    # options given again win (a GPU run goes on on the CPU)
+    args = recipe(name).parse_args(["--out", str(tmp_path), "--resume", "--epochs", "5", "--ctx",
+                                    "cpu:0"])
+    assert {key: getattr(args, key) for key in recorded} == {**recorded, "epochs": 5, "ctx": "cpu:0"}
+    with pytest.raises(SystemExit):
+        recipe(name).parse_args(["--out", str(tmp_path), "--resume", option, value, "--ctx", "cpu"])
+    assert f"error: {option} {value} differs from the run in {tmp_path}, made with " \
+        f"{next(iter(recorded.values()))}" in capsys.readouterr().err
+    assert recipe(name).parse_args(["--out", str(tmp_path), "--overwrite"]).ctx == "cpu:0"

@@ -22,8 +22,8 @@ from .runs import RunFolderError, save_args
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
-           "check_output_options", "output_callbacks", "finish_init", "export_best", "export_summary",
-           "run_command"]
+           "check_output_options", "output_callbacks", "finish_init", "export_best",
+           "export_summary", "run_command"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC = "GLUONKIT_THREADS_SET"

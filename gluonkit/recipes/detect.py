@@ -7,11 +7,12 @@
     gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
     gluonkit-detect --model ssd_300_mobilenet0.25_custom --dataset voc:DIR --image-size 300
     gluonkit-detect --dataset rec:train.rec,val.rec --classes cat,dog   # GluonCV's im2rec files
-    gluonkit-detect --out runs/detect --resume       # continue after a stop
+    gluonkit-detect --out runs/detect --resume       # continue after a stop (its own options)
 
-Outputs in --out: checkpoints/, history.csv (loss, VOC07 AP of every class and mAP per
-epoch), curves.png, args.json, the best model exported as model-symbol.json,
-model-0000.params and model.json, and predictions.png (boxes drawn on validation images).
+Outputs in --out, a run folder as for ``gluonkit-classify``: checkpoints/, history.csv (loss,
+VOC07 AP of every class and mAP per epoch), curves.png, args.json, the best model exported as
+model-symbol.json, model-0000.params and model.json, and predictions.png (boxes drawn on
+validation images).
 Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
 """
 import logging
@@ -26,6 +27,7 @@ from gluoncv.data import CustomVOCDetectionBase, RecordFileDetection
 
 from . import _cli
 from . import detection as det
+from .runs import RunFolder
 from ..data import Buckets, MultiScaleSampler, ShapesDetection
 from ..export import export_model
 from ..train import amp
@@ -39,6 +41,9 @@ __all__ = ["parse_args", "load_detection", "make_loaders", "SamplerEpoch", "trai
 
 log = logging.getLogger("gluonkit")
 _MODULE = "gluonkit.recipes.detect"
+#: Options that build the network or choose the data: a resumed run must keep them.
+_FIXED = ("dataset", "classes", "image_size", "buckets", "multiscale", "multiscale_interval",
+          "limit", "model", "pretrained_base", "batchnorm", "seed")
 
 
 def _build_parser():
@@ -95,23 +100,15 @@ def _build_parser():
     train.add_argument("--amp", action="store_true",
                        help="mixed precision (float16) with dynamic loss scaling; GPUs only")
     _cli.add_device_options(parser)
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", default=os.path.join("runs", "detect"), metavar="DIR",
-                        help="checkpoints, history, curves, exported model, predictions ('' for none)")
-    output.add_argument("--resume", action="store_true",
-                        help="continue from the latest checkpoint in --out, if there is one")
-    output.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="hide the progress bars")
+    _cli.add_output_options(parser, os.path.join("runs", "detect"), export=False)
     return parser
 
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv)
-    if args.resume and not args.out:
-        parser.error("--resume continues from the checkpoints in --out; pass --out DIR.")
-    _cli.check_out(parser, args.out)
+    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
+    _cli.check_output_options(parser, args)
     if args.multiscale and args.image_size == 0:
         parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")
     if args.clip_global_norm is not None and not args.clip_global_norm > 0:
@@ -316,6 +313,11 @@ def train(args):
         'map' (VOC07 mAP of the final network on the validation set), 'history', 'seconds',
         'out', the trained 'net' and 'export' (the exported model's metadata, or None).
     """
+    with RunFolder(args.out) as folder:     # held by this process until training ends
+        return _train(args, folder)
+
+
+def _train(args, folder):
     ctx = _cli.parse_ctx(args.ctx)
     if args.amp:
         amp.init(ctx)     # before anything is loaded, built or written
@@ -347,6 +349,7 @@ def train(args):
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.out:
         if main_process:
+            folder.take(resume=args.resume, overwrite=args.overwrite)
             _cli.save_args(args, args.out)
         callbacks += [ModelCheckpoint(checkpoints, monitor="val_mAP", mode="max", resume=args.resume),
                       HistoryLogger(os.path.join(args.out, "history.csv")),
@@ -376,6 +379,8 @@ def train(args):
     if main_process:
         print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+    if metadata:
+        print(_cli.export_summary(metadata, history, "val_mAP"))
     return {"map": mean_ap, "history": history, "seconds": seconds, "out": args.out, "net": net,
             "export": metadata}
 

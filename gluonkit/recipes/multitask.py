@@ -13,7 +13,9 @@ it too, and Branches still initializes it, so it is saved and trained like the o
 
 (or ``python -m gluonkit.recipes.multitask``). Training runs in ``gluonkit.fit``; the history
 holds each head's accuracy (``digit_accuracy``, ..., and ``val_`` ones on the test set).
-Outputs in --out, as for ``gluonkit-classify``: checkpoints/ (the last few and the best by
+Outputs in --out, a run folder as for ``gluonkit-classify`` (``--resume`` and ``--export``
+with only ``--out`` reuse its args.json; a folder that holds a run needs ``--resume`` or
+``--overwrite``): checkpoints/ (the last few and the best by
 test digit accuracy), history.csv, curves.png, args.json and the best checkpoint exported for
 inference (``model-symbol.json``, ``model-0000.params``, ``model.json``: three outputs, one per
 head). Ctrl-C or SIGTERM stop after the current batch and save a checkpoint that --resume
@@ -36,6 +38,7 @@ from ..train.split import split_and_load
 from ..train.trainer import Trainer
 from . import _cli
 from .datasets import load_dataset
+from .runs import RunFolder
 
 __all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "HeadAccuracy", "eval_batch",
            "main", "parse_args", "train"]
@@ -56,6 +59,7 @@ _EVERY_BATCH = ("digit", "parity")
 _INPUT_SHAPE = (1, 8, 8)
 _MONITOR = "val_digit_accuracy"
 _MODULE = "gluonkit.recipes.multitask"
+_FIXED = ("train_size", "seed")    # they choose the data: a resumed run must keep them
 
 
 class MultiTaskNet(Branches):
@@ -185,7 +189,7 @@ def parse_args(argv=None):
     """Parse the command line; ``--config FILE`` (JSON or YAML) supplies defaults that flags
     override."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv)
+    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
     _cli.check_output_options(parser, args)
     return args
 
@@ -216,9 +220,15 @@ def train(args, callbacks=()):
         (from ``fit``), 'out', the trained 'net' and 'export' (the exported model's metadata,
         or None).
     """
+    with RunFolder(args.out) as folder:     # held by this process until training ends
+        return _train(args, callbacks, folder)
+
+
+def _train(args, callbacks, folder):
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     model_prefix = os.path.join(args.out, "model") if args.out else None
     if args.export:
+        folder.take(resume=True)
         metadata = _export(checkpoints, model_prefix)
         print(f"exported {metadata['files']['symbol']} (epoch {metadata['epoch_trained']})")
         return {"export": metadata, "out": args.out}
@@ -244,6 +254,7 @@ def train(args, callbacks=()):
     main_process = trainer.rank == 0
     if args.out:
         if main_process:
+            folder.take(resume=args.resume, overwrite=args.overwrite)
             _cli.save_args(args, args.out)
         callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume)
     metrics = [HeadAccuracy(head) for head in HEADS]
@@ -255,6 +266,8 @@ def train(args, callbacks=()):
     metadata = _export(checkpoints, model_prefix) if args.out and main_process else None
     if main_process:
         print("test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in accuracy.items()))
+    if metadata:
+        print(_cli.export_summary(metadata, history, _MONITOR))
     return {"test_accuracy": accuracy, "history": history, "out": args.out, "net": net,
             "export": metadata}
 

@@ -35,6 +35,14 @@ def _writable_directory(directory, writer):
                                             "directory you can write to.")
 
 
+def _writable_file(path, writer):
+    """:func:`_writable_directory` for ``path``'s directory, and ``path`` not a directory."""
+    _writable_directory(os.path.dirname(os.path.abspath(path)), writer)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"{writer} cannot write {path!r}: it is a "
+                                              "directory; remove it or pass another path.")
+
+
 class Callback:
     """Base class of ``fit`` callbacks: override the hooks you need.
 
@@ -331,7 +339,7 @@ class HistoryLogger(Callback):
         atomic_text(self.path, text)
 
     def on_train_begin(self, state):
-        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "HistoryLogger")
+        _writable_file(self.path, "HistoryLogger")
 
     def on_epoch_end(self, state):
         self._write(state.history)
@@ -387,7 +395,7 @@ class PlotCurves(Callback):
         atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
 
     def on_train_begin(self, state):
-        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "PlotCurves")
+        _writable_file(self.path, "PlotCurves")
 
     def on_epoch_end(self, state):
         self._plot(state.history)

@@ -49,8 +49,12 @@ def test_tiny_run_beats_chance_agrees_across_devices_and_writes_its_outputs(tmp_
     out = tmp_path / "one"
     one = run(*TINY, "--ctx", "cpu:0", "--hybridize", "--out", str(out))
     accuracy = one["test_accuracy"]
-    assert capsys.readouterr().out.strip() == "test accuracy: " + ", ".join(
+    report, exported = capsys.readouterr().out.strip().split("\n")
+    assert report == "test accuracy: " + ", ".join(
         f"{head} {accuracy[head]:.3f}" for head in ("digit", "parity", "aux"))
+    epoch, history = one["export"]["epoch_trained"], one["history"]["val_digit_accuracy"]
+    assert exported == (f"exported epoch {epoch}, val_digit_accuracy {history[epoch - 1]:.4f} "
+                        f"(the last epoch, 3: {history[-1]:.4f}): {out / 'model-symbol.json'}")
     two = recipe.train(recipe.parse_args(TINY + ["--ctx", "cpu:0,cpu:1", "--no-hybridize",
                                                 "--out", ""]))
     assert "epoch 1/3" in capsys.readouterr().err  # the progress bars

@@ -5,6 +5,7 @@ with every head gradient checked against its head. ``custom_op`` turns a forward
 written with NDArray operators into an operator with a hand-written backward that runs
 imperatively under ``autograd.record()``, inside hybridized blocks, and after ``export``.
 """
+import atexit
 import functools
 import gc
 import inspect
@@ -209,6 +210,9 @@ _INFER_CACHE_SIZE = 256
 # a notebook cell) takes the name over once the previous one is gone.
 _LIVE = {}
 
+# Whether mx.nd.waitall is registered to run at exit (see _wait_at_exit).
+_WAITS_AT_EXIT = False
+
 
 def _where(function):
     """``file:line`` of a function's definition, for messages."""
@@ -227,6 +231,21 @@ def _live_op(op_type):
     return op
 
 
+def _wait_at_exit():
+    """Run every pending operation before MXNet's own exit hook stops the engine.
+
+    MXNet's exit hook (``mxnet.base._notify_shutdown``, registered when mxnet is imported)
+    stops the threads that run custom operators, then waits for the engine's pending work.
+    A custom operator the engine had not run yet (its output never read) then waits for
+    those threads forever, and the interpreter hangs at exit. ``atexit`` runs hooks in the
+    reverse order of registration, so this one, registered later, waits first.
+    """
+    global _WAITS_AT_EXIT
+    if not _WAITS_AT_EXIT:
+        atexit.register(mx.nd.waitall)
+        _WAITS_AT_EXIT = True
+
+
 def _register(op):
     """Register ``op`` under ``op.op_type``; a name held by another live operator is refused."""
     ref = _LIVE.get(op.op_type)
@@ -240,6 +259,7 @@ def _register(op):
                          "cannot have it: exported graphs find their operators by this name. "
                          "Define each operator once at module level, or give each its own "
                          "name with @custom_op(name='mylib.my_op').")
+    _wait_at_exit()
     if ref is None:
         mx.operator.register(op.op_type)(type("_Prop", (_Prop,), {"_op_type": op.op_type}))
     _LIVE[op.op_type] = weakref.ref(op)

@@ -804,3 +804,35 @@ class _WaveNet(mx.gluon.nn.HybridBlock):
 
     def hybrid_forward(self, F, x):
         return self._wave(self.dense(x), freq=2.0)
+
+
+UNREAD_OUTPUT = textwrap.dedent("""
+    import mxnet as mx
+    from mxnet import nd
+    import gluonkit
+
+    @gluonkit.autograd.custom_op
+    def scaled_sin(x, *, scale=1.0, shift=None):
+        return nd.sin(x) * scale + (0 if shift is None else shift)
+
+    @scaled_sin.backward
+    def _(dy, x, *, scale=1.0, shift=None):
+        return dy * nd.cos(x) * scale
+
+    x = nd.ones((2, 3))
+    with mx.autograd.record():
+        y = scaled_sin(x, scale=2.5)          # never read: still pending at exit
+    with open("done.txt", "w") as f:
+        f.write("reached the end")
+""")
+
+
+def test_a_script_that_never_reads_a_custom_op_output_exits(tmp_path):
+    # MXNet's exit hook stopped the custom-operator threads before draining the engine, so
+    # this script hung at exit forever; gluonkit now waits for pending work first.
+    (tmp_path / "unread.py").write_text(UNREAD_OUTPUT)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(gluonkit.__file__)))
+    result = subprocess.run([sys.executable, "unread.py"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "done.txt").read_text() == "reached the end"

@@ -1,6 +1,8 @@
 """Check at import that mxnet and numpy are versions gluonkit works with."""
+import os
+import sys
 
-__all__ = ["check_versions"]
+__all__ = ["check_versions", "check_at_import"]
 
 _MXNET = "1.9.1"
 _FIX = 'pip install "mxnet=={mx}" "numpy>=1.16,<1.24"   (GPU: "mxnet-cu112=={mx}" instead of "mxnet")'
@@ -39,3 +41,28 @@ def check_versions():
     if _release(mxnet.__version__)[:2] != (1, 9):
         raise ImportError(f"gluonkit needs mxnet {_MXNET}, but mxnet {mxnet.__version__} is installed. "
                           f"Fix: {fix}")
+
+
+def _command():
+    """The gluonkit command this process runs (``gluonkit-classify``, ``python -m
+    gluonkit.recipes.classify``), or None when gluonkit is imported by another program."""
+    argv = list(getattr(sys, "orig_argv", None) or [])   # the interpreter's own argv (3.10+)
+    if "-m" in argv[:-1] and argv[argv.index("-m") + 1].startswith("gluonkit."):
+        return "python -m " + argv[argv.index("-m") + 1]
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return name if name.startswith("gluonkit-") else None
+
+
+def check_at_import():
+    """:func:`check_versions`; a gluonkit command prints the message as one line and exits 1.
+
+    A program that imports gluonkit gets the ``ImportError`` itself; a command's user gets
+    the fix without a traceback through the import machinery.
+    """
+    try:
+        check_versions()
+    except ImportError as err:
+        command = _command()
+        if command is None:
+            raise
+        sys.exit(f"{command}: {err}")

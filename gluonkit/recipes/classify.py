@@ -273,10 +273,11 @@ def train(args):
     if args.out:
         if main_process:
             _cli.save_args(args, args.out)
-        callbacks += _cli.output_callbacks(args.out, "val_accuracy", args.resume)
+        callbacks += _cli.output_callbacks(args.out, "val_accuracy", args.resume, held_out="test")
     if main_process:
-        log.info("Training %s on %s (%d images, %d classes) on %s.", args.model, args.dataset,
-                 len(train_set), classes, ctx)
+        log.info("Training %s on %s (%d images, %d classes) on %s; val_* in the history and "
+                 "the epoch lines are on the test set (%d images).", args.model, args.dataset,
+                 len(train_set), classes, ctx, len(test_set))
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if args.label_smoothing:
         loss = _SmoothedLoss(classes, args.label_smoothing)

@@ -343,19 +343,43 @@ class HistoryLogger(Callback):
 class PlotCurves(Callback):
     """Plot the training curves to a PNG after every epoch (matplotlib, no display needed).
 
-    One panel per quantity: the loss and each metric (train and val together), and the
-    learning rate.
+    One panel per quantity: the loss and each metric, on the training batches and on the
+    held-out data (``val_data``: the history's ``val_`` keys, labelled ``held_out``), and the
+    learning rate. Losses are drawn on a log scale (when all positive), so a small gap between
+    training and held-out loss stays visible late in training. The learning rate is drawn
+    per batch (as set before the next update: a warm-up shows), with the history's value at
+    each epoch's end as a marker; a resumed run draws its batches from the resume on.
+
+    Parameters
+    ----------
+    path : str
+        The PNG file, replaced atomically after every epoch.
+    held_out : str, default 'val'
+        What the ``val_`` curves are called in the legend: ``'test'`` when ``val_data`` is
+        the test set, as in the classification recipes.
+
+    Attributes
+    ----------
+    learning_rates : list of (float, float)
+        The learning rate after each batch of this process, at its position in epochs
+        (``epoch - 1 + batch / batches``: 1.0 is the end of the first epoch).
 
     Example::
 
-        PlotCurves("runs/cnn/curves.png")
+        PlotCurves("runs/cnn/curves.png", held_out="test")
     """
 
     main_process_only = True
 
-    def __init__(self, path):
+    def __init__(self, path, held_out="val"):
+        if not isinstance(held_out, str) or not held_out:
+            raise TypeError(f"held_out must be a non-empty str such as 'val' or 'test', got "
+                            f"{held_out!r}.")
         self.path = os.fspath(path)
+        self.held_out = held_out
         self._rows = None
+        self.learning_rates = []
+        self._epoch_lrs = []     # this epoch's (batch, learning rate)
 
     def _plot(self, history):
         rows = len(history.get("epoch", ()))
@@ -374,9 +398,18 @@ class PlotCurves(Callback):
         epochs = history.get("epoch", list(range(1, len(history[names[0]]) + 1)))
         for i, name in enumerate(names):
             ax = fig.add_subplot(1, len(names), i + 1)
-            ax.plot(epochs, history[name], marker="o", label="train" if name != "lr" else name)
-            if f"val_{name}" in history:
-                ax.plot(epochs, history[f"val_{name}"], marker="o", label="val")
+            if name == "lr":
+                self._plot_lr(ax, epochs, history["lr"])
+                name = "learning rate"
+            else:
+                ax.plot(epochs, history[name], marker="o", label="train")
+                if f"val_{name}" in history:
+                    ax.plot(epochs, history[f"val_{name}"], marker="o", label=self.held_out)
+                values = [v for key in (name, f"val_{name}") for v in history.get(key, ())
+                          if not math.isnan(v)]
+                if "loss" in name and values and min(values) > 0:
+                    ax.set_yscale("log")
+                    name += " (log scale)"
             ax.set_xlabel("epoch")
             ax.set_title(name)
             ax.grid(alpha=0.3)
@@ -386,10 +419,24 @@ class PlotCurves(Callback):
         directory = os.path.dirname(os.path.abspath(self.path))
         atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
 
+    def _plot_lr(self, ax, epochs, lrs):
+        if self.learning_rates:
+            ax.plot(*zip(*self.learning_rates), label="per batch")
+        ax.plot(epochs, lrs, marker="o", linestyle="none", label="epoch end")
+
     def on_train_begin(self, state):
         _writable_directory(os.path.dirname(os.path.abspath(self.path)), "PlotCurves")
 
+    def on_epoch_begin(self, state):
+        self._epoch_lrs = []
+
+    def on_batch_end(self, state):
+        self._epoch_lrs.append((state.batch, state.trainer.learning_rate))
+
     def on_epoch_end(self, state):
+        batches = max(state.batch, 1)
+        self.learning_rates += [(state.epoch + b / batches, lr) for b, lr in self._epoch_lrs]
+        self._epoch_lrs = []
         self._plot(state.history)
 
     def on_train_end(self, state):

@@ -294,7 +294,7 @@ def output_callbacks(out, monitor, resume, held_out="val"):
     """``fit`` callbacks that write into ``out``: checkpoints/ (the last few, and the best by
     the history key ``monitor``; ``resume`` continues from the latest), history.csv and
     curves.png (whose ``val_`` curves are labelled ``held_out``)."""
-    from ..train.callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
+    from ..callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
 
     return [ModelCheckpoint(os.path.join(out, "checkpoints"), monitor=monitor, resume=resume),
             HistoryLogger(os.path.join(out, "history.csv")),

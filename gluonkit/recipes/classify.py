@@ -25,7 +25,7 @@ from mxnet import gluon
 from ..data import bucket_loader, multiscale_loader
 from ..nn import ShapeCache
 from ..train import amp
-from ..train.callbacks import LRSchedule
+from ..callbacks import LRSchedule
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 from . import _cli

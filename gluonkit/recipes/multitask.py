@@ -32,7 +32,7 @@ from mxnet.gluon import nn
 from .._validate import positive_int
 from ..data import digits
 from ..nn import Branches
-from ..train.callbacks import Callback
+from ..callbacks import Callback
 from ..train.loop import evaluate, fit
 from ..train.split import split_and_load
 from ..train.trainer import Trainer

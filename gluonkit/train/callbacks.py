@@ -1,4 +1,7 @@
-"""Callbacks for ``fit``: checkpoints, early stopping, learning-rate schedules, logs and plots."""
+"""Callbacks for ``fit``: checkpoints, early stopping, learning-rate schedules, logs and plots.
+
+The implementation; import them from their public address, ``gluonkit.callbacks``.
+"""
 import csv
 import errno
 import io

@@ -58,7 +58,7 @@ def _check_callbacks(callbacks):
     for cb in callbacks:
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be gluonkit Callback instances, got {cb!r}; "
-                            "subclass gluonkit.train.callbacks.Callback.")
+                            "subclass gluonkit.callbacks.Callback.")
     return callbacks
 
 

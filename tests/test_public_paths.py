@@ -2,7 +2,6 @@
 import importlib
 import re
 
-import mxnet as mx
 import pytest
 from mxnet import gluon, nd
 

@@ -5,6 +5,7 @@ import sys
 __all__ = ["check_versions", "check_at_import"]
 
 _MXNET = "1.9.1"
+_CLONE_WRAPPERS = ("classify.py", "multitask.py", "detect.py")
 _FIX = 'pip install "mxnet=={mx}" "numpy>=1.16,<1.24"   (GPU: "mxnet-cu112=={mx}" instead of "mxnet")'
 
 
@@ -45,12 +46,19 @@ def check_versions():
 
 def _command():
     """The gluonkit command this process runs (``gluonkit-classify``, ``python -m
-    gluonkit.recipes.classify``), or None when gluonkit is imported by another program."""
+    gluonkit.recipes.classify``, a clone's ``python recipes/classify.py``), or None when
+    gluonkit is imported by another program."""
     argv = list(getattr(sys, "orig_argv", None) or [])   # the interpreter's own argv (3.10+)
     if "-m" in argv[:-1] and argv[argv.index("-m") + 1].startswith("gluonkit."):
         return "python -m " + argv[argv.index("-m") + 1]
-    name = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return name if name.startswith("gluonkit-") else None
+    script = sys.argv[0] if sys.argv else ""
+    name = os.path.basename(script)
+    if name.startswith("gluonkit-"):
+        return name
+    folder = os.path.basename(os.path.dirname(os.path.abspath(script)))
+    if name in _CLONE_WRAPPERS and folder == "recipes":    # a clone's recipes/classify.py
+        return f"python {os.path.join('recipes', name)}"
+    return None
 
 
 def check_at_import():

@@ -45,14 +45,20 @@ def _with_numpy_124(tmp_path):
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root]))
 
 
-@pytest.mark.parametrize("command", [["-m", "gluonkit.recipes.classify"],
-                                     ["-m", "gluonkit.recipes.multitask", "--help"]])
-def test_a_command_prints_the_version_check_as_one_line(tmp_path, command):
+CLONE_WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "recipes", "detect.py")
+
+
+@pytest.mark.parametrize("command, name", [
+    (["-m", "gluonkit.recipes.classify"], "python -m gluonkit.recipes.classify"),
+    (["-m", "gluonkit.recipes.multitask", "--help"], "python -m gluonkit.recipes.multitask"),
+    ([CLONE_WRAPPER], os.path.join("python recipes", "detect.py"))])
+def test_a_command_prints_the_version_check_as_one_line(tmp_path, command, name):
     result = subprocess.run([sys.executable, *command], cwd=tmp_path, env=_with_numpy_124(tmp_path),
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"python -m {command[1]}: gluonkit needs numpy>=1.16,<1.24 (mxnet 1.9.1 uses aliases "
+        f"{name}: gluonkit needs numpy>=1.16,<1.24 (mxnet 1.9.1 uses aliases "
         "removed in numpy 1.24), but numpy 1.24.0 is installed. Fix: pip install "
         "\"mxnet==1.9.1\" \"numpy>=1.16,<1.24\"   (GPU: \"mxnet-cu112==1.9.1\" instead of \"mxnet\")"]
 

@@ -52,6 +52,8 @@ def _command():
     if "-m" in argv[:-1] and argv[argv.index("-m") + 1].startswith("gluonkit."):
         return "python -m " + argv[argv.index("-m") + 1]
     script = sys.argv[0] if sys.argv else ""
+    if script == "-m":       # before 3.10: runpy is still importing the package of the -m module
+        return "gluonkit"
     name = os.path.basename(script)
     if name.startswith("gluonkit-"):
         return name

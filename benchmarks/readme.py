@@ -2,12 +2,14 @@
 
     python -m benchmarks.readme                       # classify + detect (~10 min on 2 cores)
     python -m benchmarks.readme --runs classify,multitask
+    python -m benchmarks.readme --runs classify,detect,tests   # also time the test suite
     python -m benchmarks.readme --quick --out /tmp/r.json --readme /tmp/README.md
 
 Each run is the recipe's command with its default options (``make run`` is the classify one),
 started as ``python -m gluonkit.recipes.<name>`` in a fresh process with its outputs in a
 temporary directory, and timed from the launch to the exit. What the command printed gives
-its result (test accuracy, VOC07 mAP). The machine (CPU model, cores) and the load average
+its result (test accuracy, VOC07 mAP). The ``tests`` run is ``make test``'s pytest run of the
+whole suite (``--quick``: one small test file), timed the same way. The machine (CPU model, cores) and the load average
 before and after each run are recorded beside it. Results go to
 ``benchmarks/results/readme.json`` and, as a Markdown snippet, to the README's ``figures``
 section (between ``<!-- figures:begin -->`` and ``<!-- figures:end -->``), which is the only
@@ -34,41 +36,49 @@ RUNS = {
               r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
     "multitask": r"test accuracy: digit (?P<digit_accuracy>[0-9.]+), parity "
                  r"(?P<parity_accuracy>[0-9.]+), aux (?P<aux_accuracy>[0-9.]+)",
+    "tests": r"(?P<passed>\d+) passed",
 }
 #: The tiny budgets of ``--quick``.
 QUICK = {
     "classify": ["--epochs", "1", "--limit", "64", "--batch-size", "32"],
     "detect": ["--epochs", "1", "--limit", "8", "--batch-size", "4"],
     "multitask": ["--epochs", "1", "--train-size", "64"],
+    "tests": [os.path.join("tests", "test_check.py")],
 }
 _WHAT = {"classify": "`make run` (`gluonkit-classify`, digits, built-in CNN)",
          "detect": "`gluonkit-detect` (shapes, YOLOv3 mobilenet0.25)",
-         "multitask": "`gluonkit-multitask` (digits, three heads)"}
+         "multitask": "`gluonkit-multitask` (digits, three heads)",
+         "tests": "`make test` (the whole test suite)"}
 
 
 def run_recipe(name, extra=(), timeout=3600):
-    """Run recipe ``name`` as a command in a temporary directory; a dict of its results, the
-    wall time from launch to exit and the 1-minute load average before and after."""
+    """Run ``name`` (a recipe, or ``tests``) as a command; a dict of its results, the wall
+    time from launch to exit and the 1-minute load average before and after."""
+    module = "pytest" if name == "tests" else f"gluonkit.recipes.{name}"
+    shown = " ".join(["python -m", module, *extra])
     with tempfile.TemporaryDirectory(prefix=f"readme-{name}-") as work:
-        command = [sys.executable, "-m", f"gluonkit.recipes.{name}", "--no-progress",
-                   "--out", os.path.join(work, name), *extra]
+        if name == "tests":       # make test: pytest from the clone's root
+            command, cwd = [sys.executable, "-m", module, "-q", "-p", "no:cacheprovider",
+                            *extra], _common.ROOT
+        else:
+            command, cwd = [sys.executable, "-m", module, "--no-progress",
+                            "--out", os.path.join(work, name), *extra], work
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [_common.ROOT, os.environ.get("PYTHONPATH")])))
         load_before = os.getloadavg()[0]
         tic = time.perf_counter()
-        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
+        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout)
         wall = time.perf_counter() - tic
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
-                           f"{done.stderr[-3000:]}")
+        raise RuntimeError(f"{shown} exited with {done.returncode}:\n"
+                           f"{(done.stdout + done.stderr)[-3000:]}")
     found = re.search(RUNS[name], done.stdout)
     if found is None:
-        raise RuntimeError(f"{name} printed no result line matching {RUNS[name]!r}:\n"
+        raise RuntimeError(f"{shown} printed no result line matching {RUNS[name]!r}:\n"
                            f"{done.stdout[-2000:]}")
     results = {key: float(value) for key, value in found.groupdict().items()}
-    return {"command": f"python -m gluonkit.recipes.{name}" + "".join(f" {a}" for a in extra),
-            **results, "wall_seconds": round(wall, 1),
+    return {"command": shown, **results, "wall_seconds": round(wall, 1),
             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
@@ -77,6 +87,8 @@ def _result_text(name, row):
         return f"test accuracy {row['test_accuracy']:.4f} on {row['images']:.0f} images"
     if name == "detect":
         return f"validation VOC07 mAP {row['val_map']:.3f} on {row['images']:.0f} images"
+    if name == "tests":
+        return f"{row['passed']:.0f} passed"
     return ("test accuracy: digit {digit_accuracy:.3f}, parity {parity_accuracy:.3f}, "
             "aux {aux_accuracy:.3f}".format(**row))
 
@@ -102,7 +114,7 @@ def parse_args(argv=None):
     """The command line (``argv``, default ``sys.argv[1:]``)."""
     parser = _common.benchmark_parser(__doc__)
     parser.add_argument("--runs", default="classify,detect",
-                        help="comma-separated runs among classify, detect, multitask "
+                        help="comma-separated runs among classify, detect, multitask, tests "
                              "(default classify,detect)")
     _common.add_output_options(parser, "readme")
     args = _common.parse_with_config(parser, argv)

@@ -3,7 +3,7 @@
     python -m benchmarks.readme                       # classify + detect (~10 min on 2 cores)
     python -m benchmarks.readme --runs classify,multitask
     python -m benchmarks.readme --runs classify,detect,tests   # also time the test suite
-    python -m benchmarks.readme --quick --out /tmp/r.json --readme /tmp/README.md
+    python -m benchmarks.readme --quick --out quick.json --readme quick.md
 
 Each run is the recipe's command with its default options (``make run`` is the classify one),
 started as ``python -m gluonkit.recipes.<name>`` in a fresh process with its outputs in a

@@ -45,3 +45,21 @@ def test_the_learning_rate_is_recorded_after_every_batch(tmp_path, accumulate):
 def test_held_out_must_be_a_name(tmp_path):
     with pytest.raises(TypeError, match="held_out must be a non-empty str.*got None"):
         PlotCurves(tmp_path / "c.png", held_out=None)
+
+
+class _EndOfEpoch:
+    """What PlotCurves reads at an epoch's end: the history, the epoch and its batch count."""
+
+    def __init__(self, history):
+        self.history, self.epoch, self.batch = history, len(history["epoch"]) - 1, 4
+
+
+def test_held_out_values_without_a_training_twin_get_a_panel(tmp_path):
+    # a detector's history: mAP and AP per class on the validation set only (they were
+    # not drawn at all), next to the training loss and the learning rate
+    history = {"epoch": [1, 2], "loss": [84.0, 30.0], "val_circle": [0.1, 0.3],
+               "val_square": [0.2, 0.4], "val_mAP": [0.15, 0.35], "lr": [0.01, 0.005],
+               "samples_per_sec": [10.0, 11.0], "time": [3.0, 3.0]}
+    PlotCurves(tmp_path / "curves.png").on_epoch_end(_EndOfEpoch(history))
+    image = matplotlib.image.imread(tmp_path / "curves.png")
+    assert image.shape[:2] == (round(3.2 * 90), 3 * 4 * 90)     # loss, held-out values, lr

@@ -30,9 +30,33 @@ _REEXEC = "GLUONKIT_THREADS_SET"
 _CONFIG_BYTES = 1 << 20     # a config is a page of options: anything larger is not one
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that names the options closest to one it does not know."""
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            hints = []
+            for token in extras:
+                option = token.split("=", 1)[0]
+                if option.startswith("-"):
+                    known = sorted(self._option_string_actions)
+                    close = ([name for name in known if name.startswith(option)]   # abbreviated
+                             or difflib.get_close_matches(option, known, n=1))     # misspelled
+                    if close:
+                        hints.append(f"did you mean {' or '.join(close)}?")
+            self.error(f"unrecognized arguments: {' '.join(extras)}"
+                       + (f" ({'; '.join(hints)})" if hints else ""))
+        return namespace
+
+
 def build_parser(description, **kwargs):
-    """An ``ArgumentParser`` with ``--config FILE`` (option defaults from JSON or YAML)."""
-    parser = argparse.ArgumentParser(description=description, **kwargs)
+    """An ``ArgumentParser`` with ``--config FILE`` (option defaults from JSON or YAML).
+
+    Options must be spelled out (``--epoch`` is not taken for ``--epochs``), and one it does
+    not know is refused with the closest names (``--epcohs``: did you mean ``--epochs``?).
+    """
+    parser = _Parser(description=description, allow_abbrev=False, **kwargs)
     parser.add_argument("--config", metavar="FILE",
                         help="JSON or YAML file of option defaults (keys as in --help, e.g. "
                              "batch_size); options on the command line override it")
@@ -339,15 +363,15 @@ def check_output_options(parser, args):
         parser.error(f"--out {err}")
 
 
-def output_callbacks(out, monitor, resume):
+def output_callbacks(out, monitor, resume, held_out="val"):
     """``fit`` callbacks that write into ``out``: checkpoints/ (the last few, and the best by
     the history key ``monitor``; ``resume`` continues from the latest), history.csv and
-    curves.png."""
-    from ..train.callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
+    curves.png (whose ``val_`` curves are labelled ``held_out``)."""
+    from ..callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
 
     return [ModelCheckpoint(os.path.join(out, "checkpoints"), monitor=monitor, resume=resume),
             HistoryLogger(os.path.join(out, "history.csv")),
-            PlotCurves(os.path.join(out, "curves.png"))]
+            PlotCurves(os.path.join(out, "curves.png"), held_out=held_out)]
 
 
 def finish_init(net, input_shape, ctx):

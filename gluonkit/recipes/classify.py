@@ -29,7 +29,7 @@ from mxnet import gluon
 from ..data import bucket_loader, multiscale_loader
 from ..nn import ShapeCache
 from ..train import amp
-from ..train.callbacks import LRSchedule
+from ..callbacks import LRSchedule
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 from . import _cli
@@ -290,10 +290,11 @@ def _train(args, folder):
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
             _cli.save_args(args, args.out)
-        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume)
+        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
     if main_process:
-        log.info("Training %s on %s (%d images, %d classes) on %s.", args.model, args.dataset,
-                 len(train_set), classes, ctx)
+        log.info("Training %s on %s (%d images, %d classes) on %s; val_* in the history and "
+                 "the epoch lines are on the test set (%d images).", args.model, args.dataset,
+                 len(train_set), classes, ctx, len(test_set))
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if args.label_smoothing:
         loss = _SmoothedLoss(classes, args.label_smoothing)

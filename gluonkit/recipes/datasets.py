@@ -5,6 +5,9 @@ resized crops and flips for training, a resize and center crop for evaluation, a
 normalization. The preprocessing needed at inference is returned alongside, as a dict that the
 exported ``model.json`` stores (see :mod:`gluonkit.export`).
 """
+import contextlib
+import io
+import logging
 import os
 
 import mxnet as mx
@@ -15,8 +18,10 @@ from mxnet.gluon.data.vision import transforms
 from ..data import digits
 from ..inference import preprocess, shrink_to
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "load_dataset", "dataset_labels",
-           "stratified_indices", "stratified_split"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
+           "dataset_labels", "stratified_indices", "stratified_split"]
+
+log = logging.getLogger("gluonkit")
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _CIFAR_MEAN, _CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -132,15 +137,29 @@ def _preprocessing(channels, mean, std, resize=None, resize_short=None, crop=Non
             "std": list(std), "layout": "NCHW"}
 
 
+class DatasetUnavailable(FileNotFoundError, RuntimeError):
+    """A dataset that is not on disk and could not be downloaded.
+
+    A ``FileNotFoundError``, which the commands print as one line, and a ``RuntimeError``,
+    as this error was before it had its own type.
+    """
+
+
 def _cifar10(data_dir):
     root = os.path.expanduser(data_dir)
+    log.info("CIFAR-10 from %s (downloaded there first if missing, 170 MB).", root)
     try:
-        return (gluon.data.vision.CIFAR10(root=root, train=True),
-                gluon.data.vision.CIFAR10(root=root, train=False))
-    except OSError as err:   # requests' ConnectionError is an OSError
-        raise RuntimeError(f"CIFAR-10 is not in {root} and downloading it failed ({err}). Connect "
-                           "to the internet, or copy cifar-10-binary.tar.gz there, or use "
-                           "--dataset digits (embedded, no download).") from err
+        with contextlib.redirect_stdout(io.StringIO()):   # gluon prints every retry
+            return (gluon.data.vision.CIFAR10(root=root, train=True),
+                    gluon.data.vision.CIFAR10(root=root, train=False))
+    except (OSError, RuntimeError) as err:   # requests' ConnectionError is an OSError
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if len(reason) > 160:
+            reason = reason[:160] + "..."
+        raise DatasetUnavailable(
+            f"CIFAR-10 is not in {root} and downloading it failed ({reason}). Connect to the "
+            "internet, or copy cifar-10-binary.tar.gz there, or use --dataset digits "
+            "(embedded, no download).") from None
 
 
 def _image_folders(dataset, where):

@@ -58,7 +58,7 @@ def _check_callbacks(callbacks):
     for cb in callbacks:
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be gluonkit Callback instances, got {cb!r}; "
-                            "subclass gluonkit.train.callbacks.Callback.")
+                            "subclass gluonkit.callbacks.Callback.")
     return callbacks
 
 
@@ -376,6 +376,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
                          "exhausted after one pass: use a gluon.data.DataLoader).")
     if getattr(state.trainer, "flush", None) and state.trainer.flush():
         _updated(state)
+    mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
     logs = {"epoch": state.epoch + 1, **state._tally.values()}
     if val_data is not None:

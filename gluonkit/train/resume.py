@@ -103,7 +103,11 @@ class RolloverState:
         """Carry the saved samples into the next epoch."""
         if not (isinstance(state, dict) and isinstance(state.get("rollover"), list)):
             raise ValueError(f"state must be {{'rollover': [indices]}} from state_dict(), got {state!r}.")
-        self.sampler._prev = list(state["rollover"])
+        carried, size = state["rollover"], self.sampler._batch_size   # MXNet keeps the batch size private
+        if len(carried) >= size:
+            raise ValueError(f"the checkpoint carries {len(carried)} samples into the next epoch but a batch "
+                             f"of this loader holds {size}; resume with the batch size of the interrupted run.")
+        self.sampler._prev = list(carried)
 
 
 def sampler_of(loader):

@@ -15,7 +15,7 @@ from .._atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
 from .._validate import non_negative_int, positive_int
 from ._archive import from_tree, json_bytes, npy_bytes, read_archive, read_npz, to_tree, write_archive
 from ._trainer_state import convert_legacy_state
-from .resume import convert_legacy_snapshot, get_rng_state, set_rng_state
+from .resume import check_rng_state, convert_legacy_snapshot, get_rng_state, set_rng_state
 
 __all__ = ["Checkpoint", "CheckpointError"]
 
@@ -290,11 +290,16 @@ class Checkpoint:
                                   "that wrote it.")
         try:
             if meta["version"] == _LEGACY:
-                return (meta,) + _legacy_parts(members)
-            arrays = read_npz(members, "arrays/")
-            trainer = None if meta["trainer"] is None else from_tree(meta["trainer"], arrays)
-            user = from_tree(meta["state"], arrays)
-            return meta, read_npz(members, "params/"), trainer, user, from_tree(meta["rng"], arrays)
+                parts = _legacy_parts(members)
+            else:
+                arrays = read_npz(members, "arrays/")
+                trainer = None if meta["trainer"] is None else from_tree(meta["trainer"], arrays)
+                parts = (read_npz(members, "params/"), trainer, from_tree(meta["state"], arrays),
+                         from_tree(meta["rng"], arrays))
+            check_rng_state(parts[3])
+            if not isinstance(parts[2], dict) or not isinstance(meta["params"], dict):
+                raise ValueError("its state or parameter table is not a dict")
+            return (meta,) + parts
         except Exception as err:   # a missing key or array, a bad array header, a damaged pickle
             raise CheckpointError(f"Checkpoint {path!r} is corrupted or not a checkpoint of this gluonkit "
                                   f"({type(err).__name__}: {err}); load another one with "

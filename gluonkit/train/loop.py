@@ -321,7 +321,7 @@ def _append_row(history, logs):
 
 
 def _run_epoch(state, train_data, val_data, val_metrics, progress):
-    batches = state._begin_epoch()   # after the batches done, when resuming in mid-epoch
+    batches, skips_before = state._begin_epoch()   # after the batches done, when resuming in mid-epoch
     _call(state._callbacks, "on_epoch_begin", state)
     total = len(train_data) if hasattr(train_data, "__len__") else None
     bar = tqdm(total=total, initial=state.batch, disable=not (progress and state.is_main_process), unit="batch",
@@ -366,7 +366,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
                         state.eval_fn)
         logs.update({f"val_{k}": v for k, v in val.items()})
     if getattr(state.trainer, "on_nonfinite", "ignore") == "skip":
-        logs["nonfinite_skips"] = state.trainer.nonfinite_skips - state._skips_before
+        logs["nonfinite_skips"] = state.trainer.nonfinite_skips - skips_before
     logs.update(lr=state.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
                 time=time.perf_counter() - tic)
     _append_row(state.history, logs)

@@ -16,7 +16,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-__all__ = ["get_rng_state", "set_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
+__all__ = ["get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
            "RolloverState", "Resumer", "convert_legacy_snapshot"]
 
 log = logging.getLogger("gluonkit")
@@ -40,17 +40,38 @@ def get_rng_state():
             "numpy": [name, keys, int(pos), int(has_gauss), float(cached)]}
 
 
+def _rng_tuples(state):
+    """The Python and NumPy states of ``get_rng_state`` as ``random.setstate`` and
+    ``np.random.set_state`` take them; ValueError if they would not take them."""
+    try:
+        version, internal, gauss = state["python"]
+        python = (version, tuple(internal), gauss)
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        numpy = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached)
+        random.Random().setstate(python)          # checked on generators of their own
+        np.random.RandomState().set_state(numpy)
+    except Exception as err:   # TypeError, ValueError, KeyError from the generators or the unpacking
+        raise ValueError(f"not a generator state of get_rng_state() ({type(err).__name__}: {err})") from None
+    return python, numpy
+
+
+def check_rng_state(state):
+    """Raise ``ValueError`` if ``set_rng_state(state)`` would fail; changes nothing."""
+    _rng_tuples(state)
+
+
 def set_rng_state(state):
     """Restore generator states from ``get_rng_state`` (and seed MXNet if it holds a seed).
+
+    Everything is checked first: on ``ValueError`` no generator changed.
 
     Example::
 
         >>> set_rng_state({**get_rng_state(), "mxnet_seed": 7})
     """
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    python, numpy = _rng_tuples(state)
+    random.setstate(python)
+    np.random.set_state(numpy)
     if state.get("mxnet_seed") is not None:
         mx.random.seed(state["mxnet_seed"])
 

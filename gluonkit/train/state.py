@@ -176,11 +176,6 @@ class FitState:
             return self.epoch, self._resumer.pending["batch"]
         return self.epoch + (self._phase == "end"), 0
 
-    @property
-    def _skips_before(self):
-        """The trainer's ``nonfinite_skips`` when the current epoch began."""
-        return self._resumer.skips_at_start
-
     def snapshot(self):
         """Everything ``restore`` needs to continue exactly from here: JSON values and arrays.
 
@@ -213,12 +208,16 @@ class FitState:
         self._resumer.load_callback_states(self._callbacks)
 
     def _begin_epoch(self):
-        """Reset the epoch's sums, or take them from a mid-epoch snapshot; return the epoch's batches."""
+        """Reset the epoch's sums, or take them from a mid-epoch snapshot.
+
+        Returns the epoch's batches (an iterator, after those done when resuming in mid-epoch)
+        and the trainer's ``nonfinite_skips`` when the epoch began.
+        """
         self._phase = "train"
-        resuming = self._resumer.pending is not None
-        if resuming:
+        if self._resumer.pending is not None:
             self.batch = self._resumer.pending["batch"]
         else:
             self.batch = 0
             self._tally.reset()
-        return self._resumer.begin_epoch(self, self._tally)
+        batches = self._resumer.begin_epoch(self, self._tally)
+        return batches, self._resumer.skips_at_start

@@ -4,7 +4,6 @@ import io
 import json
 import os
 import pickle
-import signal
 import zipfile
 
 import mxnet as mx
@@ -15,7 +14,7 @@ from mxnet import gluon
 import gluonkit
 from conftest import params_of
 from gluonkit.train._archive import npy_bytes, write_archive
-from gluonkit.train.callbacks import Callback, ModelCheckpoint
+from gluonkit.train.callbacks import ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from test_checkpoint import assert_same, batches, make_net, make_trainer, train
 
@@ -144,16 +143,7 @@ def test_an_array_that_claims_more_than_it_holds_is_refused(tmp_path):
         Checkpoint(tmp_path).load(net, path=forged)
 
 
-class StopAt(Callback):
-    def __init__(self, epoch, batch):
-        self.at = (epoch, batch)
-
-    def on_batch_end(self, state):
-        if (state.epoch, state.batch) == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
-
-
-def legacy_run(directory, epochs, callbacks=()):
+def legacy_run(directory, epochs):
     """The run that wrote fixtures/legacy-v2-fit.ckpt (an earlier gluonkit), stopped by SIGINT
     after batch 2 of epoch 2."""
     rng = np.random.RandomState(4)
@@ -166,7 +156,7 @@ def legacy_run(directory, epochs, callbacks=()):
     net.initialize(mx.init.Xavier())
     trainer = gluonkit.Trainer(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, accumulate=2)
     loader = gluon.data.DataLoader(gluon.data.ArrayDataset(x, y), batch_size=6, shuffle=True)
-    cbs = list(callbacks) + ([ModelCheckpoint(directory, resume=True)] if directory else [])
+    cbs = [ModelCheckpoint(directory, resume=True)] if directory else []
     history = gluonkit.fit(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer, loader, epochs=epochs,
                            metrics="acc", callbacks=cbs, progress=False)
     return net, history
@@ -188,3 +178,30 @@ def test_a_checkpoint_of_the_previous_format_converts_with_trusted(tmp_path):
     assert_same(params_of(resumed), params_of(straight))
     assert resumed_history["loss"] == history["loss"]
     assert resumed_history["accuracy"] == history["accuracy"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda meta: meta.update(rng=None), "not a generator state"),
+    (lambda meta: meta["rng"]["numpy"].__setitem__(2, "x"), "not a generator state"),
+    (lambda meta: meta.update(state=[1]), "state or parameter table is not a dict"),
+    (lambda meta: meta["trainer"]["states"]["0.weight"].__setitem__("__array__", "999"), "KeyError"),
+])
+def test_a_forged_meta_is_refused_before_anything_changes(tmp_path, change, message):
+    net = make_net([mx.cpu()])
+    trainer = make_trainer(net)
+    train(net, trainer, batches([4, 5]), [mx.cpu()])
+    path = Checkpoint(tmp_path).save(net, trainer, 1)
+    with zipfile.ZipFile(path) as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    meta = json.loads(members["meta.json"])
+    change(meta)
+    members["meta.json"] = json.dumps(meta).encode()
+    forged = tmp_path / "forged.ckpt"
+    forged.write_bytes(write_archive(members))
+    other = make_net([mx.cpu()], init_seed=4)
+    before = params_of(other)
+    state = np.random.get_state()[1].copy()
+    with pytest.raises(CheckpointError, match=f"forged.ckpt.*{message}"):
+        Checkpoint(tmp_path).load(other, make_trainer(other), path=forged)
+    assert_same(params_of(other), before)
+    np.testing.assert_array_equal(np.random.get_state()[1], state)

@@ -14,7 +14,14 @@ import zipfile
 import mxnet as mx
 import numpy as np
 
-__all__ = ["ARRAY", "to_tree", "from_tree", "write_archive", "read_archive", "npy_bytes", "read_npz"]
+__all__ = ["CheckpointError", "ARRAY", "to_tree", "from_tree", "write_archive", "read_archive", "npy_bytes",
+           "read_npz", "json_bytes"]
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded or resumed here: damaged, of another format or
+    version, saved from another network or trainer, or at a position this run cannot continue
+    from. The message names the file or the settings, and what to do."""
+
 
 ARRAY = "__array__"   # the key of a reference to an array: {"__array__": "<member>"}
 _DIGEST = 64          # hex characters of the SHA-256 kept in the archive's comment

@@ -13,7 +13,7 @@ import numpy as np
 from .. import params as _structure
 from .._atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
 from .._validate import non_negative_int, positive_int
-from ._archive import from_tree, json_bytes, npy_bytes, read_archive, read_npz, to_tree, write_archive
+from ._archive import CheckpointError, from_tree, json_bytes, npy_bytes, read_archive, read_npz, to_tree, write_archive
 from ._trainer_state import convert_legacy_state
 from .resume import check_rng_state, convert_legacy_snapshot, get_rng_state, set_rng_state
 
@@ -26,11 +26,6 @@ _LEGACY = 2           # pickled members: read only with trusted=True
 _NAME = re.compile(r"^(\d{6})-epoch(\d+)\.ckpt$")
 _BEST = "best.ckpt"
 _RESERVED = ("epoch", "step")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be loaded here: damaged, of another format or version, or
-    saved from another network or trainer. The message names the file and what to do."""
 
 
 def _initialized(param):

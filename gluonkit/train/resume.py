@@ -16,6 +16,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from ._archive import CheckpointError
+
 __all__ = ["get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
            "RolloverState", "Resumer", "convert_legacy_snapshot"]
 
@@ -265,14 +267,18 @@ class Resumer:
                        f"{snap['settings']['devices']}; this run has accumulate={mine['accumulate']} on "
                        f"{mine['devices']}")
             if snap["batch"]:
-                raise ValueError(f"Cannot resume in the middle of epoch {snap['epoch'] + 1}: {message}. The "
+                raise CheckpointError(f"Cannot resume in the middle of epoch {snap['epoch'] + 1}: {message}. The "
                                  "rest of the epoch would not be the one interrupted; resume with the saved "
                                  "settings (they may change at an epoch's end).")
             log.warning("Resuming at an epoch's end with other settings: %s; the run continues with "
                         "this run's.", message)
         sampler = sampler_of(state.train_data)
         if sampler is not None and snap.get("sampler") is not None:
-            sampler.load_state_dict(snap["sampler"])
+            try:
+                sampler.load_state_dict(snap["sampler"])
+            except (TypeError, ValueError) as err:
+                raise CheckpointError(f"The checkpoint's sampler state does not fit train_data's sampler: "
+                                      f"{err}") from None
         return snap["epoch"], snap["step"], {key: list(values) for key, values in snap["history"].items()}
 
     def load_callback_states(self, callbacks):
@@ -319,11 +325,11 @@ class Resumer:
         for _ in range(skip):
             batch = next(batches, None)
             if batch is None:
-                raise ValueError(f"train_data yielded fewer than the {skip} batches the checkpoint "
-                                 "was saved after; resume with the same data and batch size.")
+                raise CheckpointError(f"train_data yielded fewer than the {skip} batches the checkpoint "
+                                      "was saved after; resume with the same data and batch size.")
             self.seen += batch_length(batch)
         if samples is not None and self.seen != samples:
-            raise ValueError(f"the checkpoint was saved after {skip} batches holding {samples} samples, but "
+            raise CheckpointError(f"the checkpoint was saved after {skip} batches holding {samples} samples, but "
                              f"the first {skip} batches of train_data hold {self.seen}; resume with the "
                              "batch size of the interrupted run (it may change at an epoch's end).")
         if rng_after is not None:

@@ -12,7 +12,7 @@ from mxnet import autograd, gluon
 import gluonkit
 from conftest import params_of
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
-from gluonkit.train.checkpoint import Checkpoint
+from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from gluonkit.train.loop import fit
 from gluonkit.train.trainer import Trainer
 from test_checkpoint import assert_same, batches, train
@@ -168,14 +168,14 @@ def test_a_mid_epoch_resume_under_other_settings_is_refused(tmp_path, change, me
     saved = sorted(os.listdir(tmp_path))
     settings = {"accumulate": 1, "batch_size": 6, "ctx": [mx.cpu()], **change}
     ctx = settings.pop("ctx")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(CheckpointError, match=message):
         run(tmp_path, 2, ctx, kind="keep", resume=True, **settings)
     assert sorted(os.listdir(tmp_path)) == saved
 
 
 def test_a_rollover_larger_than_a_batch_is_refused(tmp_path):
     run(tmp_path, 1, [mx.cpu()])
-    with pytest.raises(ValueError, match=r"carries 4 samples into the next epoch but a batch of this loader "
+    with pytest.raises(CheckpointError, match=r"sampler state does not fit .*carries 4 samples into the next epoch but a batch of this loader "
                                          r"holds 3; resume with the batch size of the interrupted run"):
         run(tmp_path, 2, [mx.cpu()], resume=True, batch_size=3)
 

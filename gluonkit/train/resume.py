@@ -259,17 +259,15 @@ class Resumer:
         snap = saved.get("fit")
         if snap is None:
             return saved["epoch"], saved.get("step", 0), state.history
-        self.callback_states = snap["callbacks"]
-        self.pending = snap if snap["batch"] else None
         mine = self.settings(state)
         if snap.get("settings", mine) != mine:
             message = (f"the checkpoint was saved with accumulate={snap['settings']['accumulate']} on "
                        f"{snap['settings']['devices']}; this run has accumulate={mine['accumulate']} on "
                        f"{mine['devices']}")
             if snap["batch"]:
-                raise CheckpointError(f"Cannot resume in the middle of epoch {snap['epoch'] + 1}: {message}. The "
-                                 "rest of the epoch would not be the one interrupted; resume with the saved "
-                                 "settings (they may change at an epoch's end).")
+                raise CheckpointError(f"Cannot resume in the middle of epoch {snap['epoch'] + 1}: {message}. "
+                                      "The rest of the epoch would not be the one interrupted; resume with "
+                                      "the saved settings (they may change at an epoch's end).")
             log.warning("Resuming at an epoch's end with other settings: %s; the run continues with "
                         "this run's.", message)
         sampler = sampler_of(state.train_data)
@@ -279,6 +277,8 @@ class Resumer:
             except (TypeError, ValueError) as err:
                 raise CheckpointError(f"The checkpoint's sampler state does not fit train_data's sampler: "
                                       f"{err}") from None
+        self.callback_states = snap["callbacks"]
+        self.pending = snap if snap["batch"] else None
         return snap["epoch"], snap["step"], {key: list(values) for key, values in snap["history"].items()}
 
     def load_callback_states(self, callbacks):

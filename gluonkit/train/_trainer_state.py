@@ -13,6 +13,7 @@ import numpy as np
 from mxnet import gluon
 
 from .. import params as _structure
+from .._validate import is_int
 from ._gradients import replicas, zero
 from ._trainer_args import check_pending
 
@@ -181,8 +182,8 @@ class TrainerState:
                              f"{state['accumulate']} micro-batches) but the trainer has accumulate="
                              f"{self._accumulate}; resume with accumulate={state['accumulate']}.")
         check_pending(state["pending"], self._accumulate)
-        self._check_scaler_state(state["loss_scaler"])
         _check_tables(state, names)
+        self._check_scaler_state(state["loss_scaler"])
         params = dict(zip(names, self._params))
         for name, saved_state in state["states"].items():
             _check_optimizer_state(name, saved_state, params[name], self._optimizer, names.index(name))
@@ -445,6 +446,20 @@ def _check_tables(state, names):
         if unknown:
             raise ValueError(f"the state's {key} names parameters this trainer does not have: "
                              f"{_structure.brief_names(unknown)}; pass what Trainer.state_dict() returned.")
+    odd = [(device, table) for device, table in counts.items()
+           if not (isinstance(device, str) and device.isdigit()
+                   and all(is_int(n) and n >= 0 for n in table.values()))]
+    if odd:
+        raise ValueError(f"the state's update_counts must map device numbers ('0', '1', ...) to counts >= 0 "
+                         f"by parameter, got {odd[0][0]!r}: {odd[0][1]!r}; pass what Trainer.state_dict() returned.")
+    skips, ready = state["nonfinite_skips"], state["kvstore_ready"]
+    if not (is_int(skips) and skips >= 0 and isinstance(ready, bool)):
+        raise ValueError(f"the state's nonfinite_skips must be an int >= 0 and kvstore_ready a bool, got "
+                         f"{skips!r} and {ready!r}; pass what Trainer.state_dict() returned.")
+    scaler = state["loss_scaler"]
+    if scaler is not None and not (isinstance(scaler, dict) and _plain(scaler)):
+        raise ValueError(f"the state's loss_scaler must be a dict of numbers, got {scaler!r}; pass what "
+                         "Trainer.state_dict() returned.")
 
 
 def _check_optimizer_state(name, saved, param, optimizer, index):

@@ -183,6 +183,16 @@ def _with(state, change):
         del state["window"]["0.weight"]["grads"]
     elif change == "states not a dict":
         state["states"] = None
+    elif change == "update counts of a device that is not a number":
+        state["update_counts"]["gpu"] = state["update_counts"].pop("0")
+    elif change == "a negative update count":
+        state["update_counts"]["0"]["0.weight"] = -1
+    elif change == "nonfinite_skips not a count":
+        state["nonfinite_skips"] = "3"
+    elif change == "loss scaler not a dict of numbers":
+        state["loss_scaler"] = {"loss_scale": object()}
+    elif change == "optimizer field not a number":
+        state["optimizer"]["fields"]["momentum"] = [0.9]
     elif change == "optimizer state of another shape":
         state["states"]["0.weight"] = mx.nd.zeros((7, 7))
     elif change == "optimizer state not an array":
@@ -199,6 +209,11 @@ def _with(state, change):
     ("window of an unknown parameter", r"window names parameters this trainer does not have: '9.weight'"),
     ("window without gradients", r"window\['0.weight'\] must be a dict of 'grads' and 'fresh'"),
     ("states not a dict", r"states must be a dict by parameter name, got None"),
+    ("update counts of a device that is not a number", r"update_counts must map device numbers .*got 'gpu'"),
+    ("a negative update count", r"update_counts must map device numbers .*counts >= 0 .*got '0'"),
+    ("nonfinite_skips not a count", r"nonfinite_skips must be an int >= 0 .*got '3'"),
+    ("loss scaler not a dict of numbers", r"loss_scaler must be a dict of numbers"),
+    ("optimizer field not a number", r"SGD fields \['momentum'\] are not number or string fields"),
     ("optimizer state of another shape", r"optimizer state of 0.weight is laid out as \(\(7, 7\), 'float32'\) \(array "
                                          r"shapes, dtypes\) where SGD keeps \(\(8, 4\), 'float32'\) for a parameter of "
                                          r"shape \(8, 4\)"),

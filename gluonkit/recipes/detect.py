@@ -31,12 +31,12 @@ from .runs import RunFolder
 from ..data import Buckets, MultiScaleSampler, ShapesDetection
 from ..export import export_model
 from ..train import amp
-from ..train.callbacks import Callback, HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
+from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
 from ..train.checkpoint import Checkpoint
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 
-__all__ = ["parse_args", "load_detection", "make_loaders", "SamplerEpoch", "train",
+__all__ = ["parse_args", "load_detection", "make_loaders", "train",
            "draw_predictions", "main"]
 
 log = logging.getLogger("gluonkit")
@@ -240,16 +240,6 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     return train_loader, val_loader
 
 
-class SamplerEpoch(Callback):
-    """Sets a seeded sampler's epoch before each epoch, so a resumed run draws the same batches."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def on_epoch_begin(self, state):
-        self.sampler.set_epoch(state.epoch)
-
-
 def _schedule(lr, epochs, warmup_epochs, updates_per_epoch):
     """A linear warm-up then GluonCV's cosine decay to 0, per update."""
     from gluoncv.utils import LRScheduler
@@ -343,8 +333,7 @@ def _train(args, folder):
                       kvstore=kvstore, accumulate=args.accumulate,
                       **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
     main_process = trainer.rank == 0
-    callbacks = [SamplerEpoch(train_loader.batch_sampler),
-                 _schedule(args.lr, args.epochs, args.warmup_epochs,
+    callbacks = [_schedule(args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))]
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.out:

@@ -82,7 +82,7 @@ class Callback:
         """Called once at the end, also when a signal stopped training."""
 
     def state_dict(self):
-        """dict: What a checkpoint must remember of this callback (picklable)."""
+        """dict: What a checkpoint must remember of this callback: JSON values and arrays."""
         return {}
 
     def load_state_dict(self, state):

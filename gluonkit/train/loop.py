@@ -15,7 +15,7 @@ from .._validate import is_int, non_negative_int
 from ..nn.norm import check_sync_batchnorm
 from .callbacks import Callback
 from .metrics import make_metrics
-from .rng import set_rng_state
+from .resume import batch_length
 from .state import FitState, Tally
 from .split import split_and_load
 
@@ -134,15 +134,6 @@ def _forward_losses(net, loss, xs, ys):
     return outputs, _per_sample_losses(loss, outputs, ys)
 
 
-def _batch_length(batch):
-    """Samples in a batch given to a batch_fn or eval_fn, for samples/s: the length of its
-    first array (a batch of fields), or of the batch itself (a list of samples)."""
-    first = batch[0] if isinstance(batch, (tuple, list)) and len(batch) else batch
-    if hasattr(first, "shape") and len(first.shape):
-        return first.shape[0]
-    return len(batch) if hasattr(batch, "__len__") else 1
-
-
 def _check_arrays(value, what, index):
     items = _per_device(value)
     if not isinstance(items, (list, tuple)) or not items or not all(
@@ -201,7 +192,7 @@ def _train_batch(state, batch):
             result = state.batch_fn(state.net, batch, state.ctx)
         losses, count, outputs, labels = _unpack_step(result, state.batch)
         _step(state, losses, count, labels, outputs)
-        return _batch_length(batch)
+        return batch_length(batch)
     data, label = _unpack(batch, state.batch, "train_data")
     xs = split_and_load(_as_dtype(data, state._dtype), state.ctx)
     if state._every_device and len(xs) < len(state.ctx):
@@ -227,7 +218,7 @@ def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
                 raise TypeError(f"eval_fn must return (outputs, labels), lists over the devices; "
                                 f"got {type(result).__name__} for batch {index}.")
             outputs, ys = _per_device(result[0]), _per_device(result[1])
-            count = _batch_length(batch)
+            count = batch_length(batch)
             losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
         else:
             x, y = _unpack(batch, index, name)
@@ -330,22 +321,14 @@ def _append_row(history, logs):
 
 
 def _run_epoch(state, train_data, val_data, val_metrics, progress):
-    skip, rng_after_skip = state._begin_epoch()
+    batches, skips_before = state._begin_epoch()   # after the batches done, when resuming in mid-epoch
     _call(state._callbacks, "on_epoch_begin", state)
-    batches = iter(train_data)
-    for _ in range(skip):
-        if next(batches, None) is None:
-            raise ValueError(f"train_data yielded fewer than the {skip} batches the checkpoint "
-                             "was saved after; resume with the same data and batch size.")
-    if rng_after_skip is not None:
-        set_rng_state(rng_after_skip)
     total = len(train_data) if hasattr(train_data, "__len__") else None
-    bar = tqdm(total=total, initial=skip, disable=not (progress and state.is_main_process), unit="batch",
+    bar = tqdm(total=total, initial=state.batch, disable=not (progress and state.is_main_process), unit="batch",
                leave=True,
                desc=f"epoch {state.epoch + 1}/{state.epochs}", dynamic_ncols=True)
     tic, seen = time.perf_counter(), 0
     next_settle = tic + SETTLE_SECONDS
-    skips_before = getattr(state.trainer, "nonfinite_skips", 0)
 
     def show_running(now):
         rate = seen / max(now - tic, 1e-9)

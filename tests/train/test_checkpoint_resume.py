@@ -64,6 +64,10 @@ def cropped(samples):
 LOADERS = {
     "bucket": lambda data: bucket_loader(data, batch_size=6, buckets=3, mode="resize", seed=0),
     "multiscale": lambda data: multiscale_loader(data, batch_size=6, sizes=[8, 10, 12], seed=0),
+    "bucket-rollover": lambda data: bucket_loader(data, batch_size=6, buckets=3, mode="resize", seed=0,
+                                                  last_batch="rollover"),
+    "multiscale-rollover": lambda data: multiscale_loader(data, batch_size=6, sizes=[8, 10, 12], seed=0,
+                                                          last_batch="rollover"),
     # 40 samples in batches of 6: the 4 left over start the next epoch, 2 the one after
     "rollover": lambda data: gluon.data.DataLoader(data, batch_size=6, shuffle=True,
                                                    last_batch="rollover", batchify_fn=cropped),

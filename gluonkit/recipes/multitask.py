@@ -34,7 +34,6 @@ from mxnet.gluon import nn
 from .._validate import positive_int
 from ..data import digits
 from ..nn import Branches
-from ..callbacks import Callback
 from ..train.loop import evaluate, fit
 from ..train.split import split_and_load
 from ..train.trainer import Trainer
@@ -101,40 +100,28 @@ def _forward(route, names, data, label, ctx_list):
     return results
 
 
-class HeadSchedule(Callback):
+class HeadSchedule:
     """``fit``'s ``batch_fn`` that trains the auxiliary head on every ``every``-th batch only.
 
     Batch ``i`` of an epoch (counted from 0) trains every head when ``i % every == every - 1``,
-    else the route ``'digit', 'parity'``. As a callback it reads the batch's position from
-    ``fit``, so a run resumed in mid-epoch picks the same heads as one never stopped: pass the
-    same object as ``batch_fn`` and among the callbacks.
+    else the route ``'digit', 'parity'``. ``fit`` hands it the run's ``state``, so a run
+    resumed in mid-epoch picks the same heads as one never stopped.
 
     Example::
 
-        schedule = HeadSchedule(every=3)
-        fit(net, None, trainer, loader, epochs=5, batch_fn=schedule, callbacks=[schedule])
+        fit(net, None, trainer, loader, epochs=5, batch_fn=HeadSchedule(every=3))
     """
 
     def __init__(self, every):
         self.every = positive_int(every, "every", "the auxiliary head's batch interval")
         self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
-        self._state = None
-
-    def on_train_begin(self, state):
-        self._state = state
-
-    def on_train_end(self, state):
-        self._state = None
 
     def heads(self, index):
         """The heads that batch ``index`` of an epoch trains."""
         return tuple(HEADS) if index % self.every == self.every - 1 else _EVERY_BATCH
 
-    def __call__(self, net, batch, ctx_list):
-        if self._state is None:
-            raise RuntimeError("HeadSchedule reads the batch's position from fit: pass it in "
-                               "callbacks too, e.g. fit(..., batch_fn=s, callbacks=[s]).")
-        names = self.heads(self._state.batch)
+    def __call__(self, net, batch, ctx_list, *, state):
+        names = self.heads(state.batch)
         data, label = batch
         losses, outputs, labels = [], [], []
         for out, target in _forward(net.route(*names), names, data, label, ctx_list):
@@ -258,7 +245,7 @@ def _train(args, callbacks, folder):
     trainer = Trainer(net, "sgd", {"learning_rate": args.lr, "momentum": args.momentum,
                                    "wd": args.wd})
     schedule = HeadSchedule(args.aux_every)
-    callbacks = [schedule, *callbacks]
+    callbacks = list(callbacks)
     main_process = trainer.rank == 0
     if args.out:
         if main_process:

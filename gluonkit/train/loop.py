@@ -1,5 +1,6 @@
 """fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
 import contextlib
+import inspect
 import logging
 import math
 import signal
@@ -189,7 +190,7 @@ def _train_batch(state, batch):
     """Forward, backward and trainer.step on one batch split over the contexts; its samples."""
     if state.batch_fn is not None:
         with autograd.record():
-            result = state.batch_fn(state.net, batch, state.ctx)
+            result = state.batch_fn(state.net, batch, state.ctx, **state.batch_fn_keywords)
         losses, count, outputs, labels = _unpack_step(result, state.batch)
         _step(state, losses, count, labels, outputs)
         return batch_length(batch)
@@ -272,6 +273,16 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
 def _check_hook(fn, name):
     if fn is not None and not callable(fn):
         raise TypeError(f"{name} must be a function of (net, batch, ctx_list) or None, got {fn!r}.")
+
+
+def _takes_state(fn):
+    """Whether ``fn`` accepts a ``state`` keyword (named, or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):   # a callable whose signature Python cannot read
+        return False
+    return any(p.kind == p.VAR_KEYWORD or (p.name == "state" and p.kind != p.POSITIONAL_ONLY)
+               for p in params)
 
 
 def _check_trainer(trainer, net):
@@ -394,7 +405,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
 
     Any other training step (detection, multi-task, losses normalized by positive anchors or
     valid pixels) goes through ``batch_fn(net, batch, ctx_list)``, called inside
-    ``autograd.record()``; it returns ``(losses, count)`` or ``(losses, count, outputs,
+    ``autograd.record()``. A ``batch_fn`` that accepts a ``state`` keyword also gets the
+    ``FitState`` (``state.epoch``, ``state.batch``, ``state.step``: where the run is, also
+    after a resume), as Estimator's batch processor sees its estimator. It returns ``(losses, count)`` or ``(losses, count, outputs,
     labels)``: ``losses`` a list of NDArrays, one per device, of any shape (the sum of all
     their elements is back-propagated), ``count`` what that sum is normalized by, handed to
     ``trainer.step`` (an int, or a one-element NDArray if the trainer takes it), and
@@ -442,7 +455,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     progress : bool, default True
         Show the progress bar.
     batch_fn : callable, optional
-        ``batch_fn(net, batch, ctx_list) -> (losses, count[, outputs, labels])``, see above.
+        ``batch_fn(net, batch, ctx_list[, state=FitState]) -> (losses, count[, outputs,
+        labels])``, see above.
     eval_fn : callable, optional
         ``eval_fn(net, batch, ctx_list) -> (outputs, labels)`` for ``val_data``, as in
         ``evaluate``.
@@ -477,6 +491,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
                      make_metrics(metrics), outputs_optional=val_data is not None)
     state.train_data = train_data
     state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
+    state.batch_fn_keywords = {"state": state} if batch_fn is not None and _takes_state(batch_fn) else {}
     state._loss_graph = _compiled(loss)
     state._every_device = check_sync_batchnorm(net, state.ctx)
     if hasattr(trainer, "name_params"):

@@ -12,7 +12,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from .. import params as _structure
+from ..names import brief_names, first_names, select, shape_fits
 from .._validate import is_int
 from ._gradients import replicas, zero
 from ._trainer_args import check_pending
@@ -60,12 +60,12 @@ class TrainerState:
     def _naming(self, names):
         """{Parameter: name} as ``name_params(names)`` would set it (changes nothing)."""
         if isinstance(names, gluon.Block):
-            names = _structure.select(names)
+            names = select(names)
         if not isinstance(names, Mapping):
             raise TypeError(f"names must be a Block or a dict of name -> Parameter, got {names!r}.")
         ours = set(self._params)
         chosen = dict(self._names)
-        chosen.update({param: name for name, param in _structure.first_names(names).items() if param in ours})
+        chosen.update({param: name for name, param in first_names(names).items() if param in ours})
         return chosen
 
     def _name_of(self, param, naming=None):
@@ -197,7 +197,7 @@ class TrainerState:
                 raise ValueError(f"the state's window holds a gradient of {name} but the parameter "
                                  "is not initialized yet; load the network's parameters first.")
             for grad in saved_window["grads"]:
-                if not (isinstance(grad, np.ndarray) and _structure.shape_fits(param.shape, grad.shape)
+                if not (isinstance(grad, np.ndarray) and shape_fits(param.shape, grad.shape)
                         and grad.dtype == np.dtype(param.dtype)):
                     raise ValueError(f"the state's window holds a {getattr(grad, 'dtype', type(grad).__name__)} "
                                      f"gradient of shape {getattr(grad, 'shape', None)} for {name}, which is "
@@ -216,13 +216,13 @@ class TrainerState:
             return {name: name for name in names}
         if len(saved) == len(names) and all(
                 _without_counters(a) == _without_counters(b)
-                and (shape is None or _structure.shape_fits(p.shape, tuple(shape)))
+                and (shape is None or shape_fits(p.shape, tuple(shape)))
                 for a, b, shape, p in zip(saved, names, state["shapes"], self._params)):
             return dict(zip(saved, names))
         raise ValueError(
             f"the state was saved by a trainer of {len(saved)} parameters "
-            f"({_structure.brief_names(sorted(map(str, saved)))}) but this trainer has {len(names)} "
-            f"({_structure.brief_names(sorted(names))}); build the trainer over the same parameters "
+            f"({brief_names(sorted(map(str, saved)))}) but this trainer has {len(names)} "
+            f"({brief_names(sorted(names))}); build the trainer over the same parameters "
             "and name them alike (Trainer(net, ...) or trainer.name_params(net)).")
 
     def _check_scaler_state(self, saved):
@@ -445,7 +445,7 @@ def _check_tables(state, names):
         unknown = sorted(set(table) - set(names))
         if unknown:
             raise ValueError(f"the state's {key} names parameters this trainer does not have: "
-                             f"{_structure.brief_names(unknown)}; pass what Trainer.state_dict() returned.")
+                             f"{brief_names(unknown)}; pass what Trainer.state_dict() returned.")
     odd = [(device, table) for device, table in counts.items()
            if not (isinstance(device, str) and device.isdigit()
                    and all(is_int(n) and n >= 0 for n in table.values()))]

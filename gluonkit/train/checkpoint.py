@@ -10,7 +10,7 @@ import uuid
 import mxnet as mx
 import numpy as np
 
-from .. import params as _structure
+from ..names import brief_names, select, shape_fits
 from .._atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
 from .._validate import non_negative_int, positive_int
 from ._archive import CheckpointError, from_tree, json_bytes, npy_bytes, read_archive, read_npz, to_tree, write_archive
@@ -139,10 +139,10 @@ class Checkpoint:
         if clash:
             raise ValueError(f"state key(s) {clash} are reserved: load() returns the checkpoint's "
                              "epoch and step under them. Rename your keys.")
-        params = _structure.select(net)
+        params = select(net)
         uninitialized = [name for name, p in params.items() if not _initialized(p)]
         if uninitialized:
-            raise RuntimeError(f"Cannot save: parameter(s) {_structure.brief_names(uninitialized)} are "
+            raise RuntimeError(f"Cannot save: parameter(s) {brief_names(uninitialized)} are "
                                "not initialized yet; run a forward pass (or give the layers their "
                                "input sizes) before saving.")
         arrays = {}
@@ -239,7 +239,7 @@ class Checkpoint:
                                         "or start without resuming.")
         path = os.fspath(path)
         meta, arrays, trainer_state, user, rng = self._read(path, trusted)
-        params = _structure.select(net)
+        params = select(net)
         plan = self._plan(path, meta, arrays, params)
         if trainer is not None:
             if trainer_state is None:
@@ -309,14 +309,14 @@ class Checkpoint:
         problems = []
         if missing:
             problems.append("the network has parameters the checkpoint lacks: "
-                            + _structure.brief_names(sorted(missing)))
+                            + brief_names(sorted(missing)))
         if unexpected:
             problems.append("the checkpoint has parameters the network lacks: "
-                            + _structure.brief_names(sorted(unexpected)))
+                            + brief_names(sorted(unexpected)))
         for name in sorted(set(params) & set(saved)):
             shape, dtype, _ = saved[name]
             p = params[name]
-            if not _structure.shape_fits(p.shape, tuple(shape)):
+            if not shape_fits(p.shape, tuple(shape)):
                 problems.append(f"{name} has shape {tuple(shape)} in the checkpoint but {p.shape} "
                                 "in the network")
             elif np.dtype(p.dtype).name != dtype:

@@ -7,12 +7,14 @@ callbacks that write checkpoints, history and curves, and the best checkpoint ex
 """
 import argparse
 import difflib
+import errno
 import json
 import logging
 import os
 import sys
 
 from .. import _validate
+from ..data import DataFileError
 from ..train.checkpoint import CheckpointError
 
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
@@ -311,7 +313,8 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130, a
-    missing file or a checkpoint that cannot be resumed with one line naming it (status 1)."""
+    missing file, a checkpoint that cannot be resumed, a refused data file or a full disk with
+    one line naming the file (status 1)."""
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -319,5 +322,8 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
-    except (FileNotFoundError, CheckpointError) as err:   # a file not there or not fitting: one line
+    except (OSError, CheckpointError, DataFileError) as err:   # a file not there, not fitting, or full
+        full_disk = getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        if isinstance(err, OSError) and not (isinstance(err, FileNotFoundError) or full_disk):
+            raise
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

@@ -39,6 +39,8 @@ class Tally:
         self._loss_parts = []      # float32 (1,) sums of the batches since the last settle
         self._restored = 0.0       # a loss sum from a checkpoint: where ``_loss`` starts
         self._queued = []          # (labels, outputs) not yet given to the metrics
+        self.class_axis = None     # fit's loss picks labels from this axis of the outputs: checked
+        self._label_ranges = []    # (min, max, classes) of each device's labels since the settle
 
     @property
     def loss_sum(self):
@@ -75,6 +77,9 @@ class Tally:
                 self._count += count.as_in_context(self._count.context)
         else:
             self._samples += count
+        if self.class_axis is not None:
+            self._label_ranges += [(y.min(), y.max(), out.shape[self.class_axis])
+                                   for y, out in zip(labels, outputs)]
         for value in losses or ():
             # float16 sums overflow from 65504 on, float64 ones cannot be concatenated with the rest
             self._loss_parts.append(value.sum() if value.dtype == np.float32 else value.astype("float32").sum())
@@ -95,6 +100,25 @@ class Tally:
         for pending in (self._loss, self._count):
             if pending is not None:
                 pending.wait_to_read()
+        self._check_labels()
+
+    def _check_labels(self):
+        """ValueError if a label since the last settle is no class of the outputs (MXNet's pick
+        would clip it to one silently): one read of every batch's smallest and largest label."""
+        ranges, self._label_ranges = self._label_ranges, []
+        if not ranges:
+            return
+        first, classes = ranges[0][0], min(count for _, _, count in ranges)
+        ends = mx.nd.concat(*[end.as_in_context(first.context).astype(first.dtype, copy=False)
+                              for low, high, _ in ranges for end in (low, high)], dim=0)
+        ends = ends.asnumpy().astype(np.float64)
+        low, high = ends[0::2].min(), ends[1::2].max()
+        if not (low >= 0 and high < classes):
+            label = low if not low >= 0 else high
+            raise ValueError(f"fit: a label {label:g} reached the loss, but the outputs have "
+                             f"{classes} classes along axis {self.class_axis} (labels 0..{classes - 1}), "
+                             "and MXNet's pick would clip it to a class silently; relabel the data "
+                             f"0..{classes - 1}, or give the network's output one unit per class.")
 
     def _fold_losses(self):
         """Add the batches' loss sums to the float64 total, in a few operators for them all."""

@@ -165,8 +165,9 @@ def _check_classes_hold_images(folder, root):
     found = {label for _, label in folder.items}
     empty = [name for label, name in enumerate(folder.synsets) if label not in found]
     if empty:
+        more = f" (nor in {len(empty) - 1} more)" if len(empty) > 1 else ""
         raise DataFileError(f"{os.path.join(root, empty[0])}: no .jpg, .jpeg or .png image in "
-                            f"this class folder{f' (nor in {len(empty) - 1} more)' if len(empty) > 1 else ''}; "
+                            f"this class folder{more}; "
                             "add images of the class or remove the folder (a class without images "
                             "cannot be learned, yet would be exported as one).")
 

@@ -155,7 +155,7 @@ def class_labels(path, classes=None, fix="relabel it"):
         ``classes``) not below ``classes``; the message names the record and the label.
     """
     keys, labels = read_labels(path)
-    firsts = np.array([label[0] if label.size else math.nan for label in labels], dtype=np.float64)
+    firsts = np.array([label[0] for label in labels], dtype=np.float64)
     for key, value in zip(keys, firsts):
         _check_class(value, f"{path}, record {key}", classes, fix)
     return firsts.astype(np.int64)

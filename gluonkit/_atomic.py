@@ -1,9 +1,11 @@
 """Atomic file writes: a temporary file in the same directory, fsynced, then renamed.
 
-A crash (or a full disk) mid-write leaves the previous file intact and no partial one; the
+A crash (or a full disk) mid-write leaves the previous file intact and no partial one; a full
+disk raises ``OSError`` (errno ENOSPC) naming the file that could not be written. The
 temporary file a killed writer leaves behind (``.tmp-NAME-PID-XXXXXXXX``) is removed by
 :func:`remove_stale` once that process is gone.
 """
+import errno
 import os
 import re
 import stat
@@ -71,17 +73,42 @@ def remove_stale(directory):
     return removed
 
 
-def _written(directory, name, write):
-    """A scratch file in ``directory`` holding what ``write(file)`` wrote, fsynced."""
-    tmp, f = scratch_file(directory, name)
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)   # a full disk, quota or file size limit
+
+
+def _full(err, path):
+    """A full disk's ``err`` that names no file, as the same error naming ``path``; else None."""
+    if err.errno in _FULL and err.filename is None:
+        return type(err)(err.errno, f"{os.strerror(err.errno)}; free some space there or write "
+                         "elsewhere", path)
+    return None
+
+
+def _written(directory, name, write, shown=None):
+    """A scratch file in ``directory`` holding what ``write(file)`` wrote, fsynced.
+
+    A full disk raises ``OSError`` (errno ENOSPC) naming ``shown`` (default: the file ``name``
+    in ``directory``).
+    """
+    shown = os.path.join(directory, name) if shown is None else shown
+    try:
+        tmp, f = scratch_file(directory, name)
+    except OSError as err:
+        named = _full(err, shown)
+        if named is None:
+            raise
+        raise named from None
     try:
         with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as err:
         os.remove(tmp)
-        raise
+        named = _full(err, shown) if isinstance(err, OSError) else None
+        if named is None:
+            raise
+        raise named from None
     return tmp
 
 
@@ -119,7 +146,7 @@ def atomic_create(directory, names, write):
     names : iterable of str
         Candidate names, tried in order (a generator may look at the directory again).
     """
-    tmp = _written(directory, "new", write)
+    tmp = _written(directory, "new", write, shown=directory)
     try:
         for name in names:
             path = os.path.join(directory, name)

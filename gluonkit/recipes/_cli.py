@@ -15,6 +15,7 @@ import os
 import sys
 
 from .. import _validate
+from ..data import DataFileError
 from ..train.checkpoint import CheckpointError
 from . import runs
 from .runs import RunFolderError, save_args
@@ -420,8 +421,8 @@ def export_summary(metadata, history, monitor):
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
-    that cannot be read or written, a checkpoint that cannot be resumed or a run folder that
-    cannot be taken, with one line naming it (status 1)."""
+    that cannot be read or written (a full disk too), a refused data file, a checkpoint that
+    cannot be resumed or a run folder that cannot be taken, with one line naming it (status 1)."""
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -429,5 +430,5 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
-    except (OSError, CheckpointError, RunFolderError) as err:   # a file, or a folder: one line
+    except (OSError, CheckpointError, RunFolderError, DataFileError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

@@ -10,12 +10,11 @@ import io
 import logging
 import os
 
-import mxnet as mx
 import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
-from ..data import digits
+from ..data import DataFileError, class_labels, digits
 from ..inference import preprocess, shrink_to
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
@@ -72,9 +71,7 @@ def dataset_labels(dataset):
     if isinstance(dataset, gluon.data.vision.ImageFolderDataset):
         return np.array([label for _, label in dataset.items], dtype=np.int64)
     if isinstance(dataset, gluon.data.vision.ImageRecordDataset):
-        raw = gluon.data.RecordFileDataset(dataset.filename)
-        return np.array([int(np.ravel(mx.recordio.unpack(raw[i])[0].label)[0])
-                         for i in range(len(raw))], dtype=np.int64)
+        return class_labels(dataset.filename)
     return np.array([int(np.ravel(dataset[i][1])[0]) for i in range(len(dataset))], dtype=np.int64)
 
 
@@ -167,6 +164,7 @@ def _image_folders(dataset, where):
         raise FileNotFoundError(f"--dataset {dataset}: expected class folders in "
                                 f"{os.path.join(where, 'train')}.")
     train = gluon.data.vision.ImageFolderDataset(os.path.join(where, "train"))
+    _check_classes_hold_images(train, os.path.join(where, "train"))
     held = [os.path.join(where, d) for d in ("val", "test") if os.path.isdir(os.path.join(where, d))]
     test = None
     if held:
@@ -177,15 +175,34 @@ def _image_folders(dataset, where):
     return train, test, list(train.synsets)
 
 
+def _check_classes_hold_images(folder, root):
+    """The ``ImageFolderDataset`` ``folder`` of ``root`` must have class folders, each holding an
+    image it reads; DataFileError naming the first empty one."""
+    if not folder.synsets:
+        raise DataFileError(f"{root}: no class folders; put each class's images in a folder "
+                            "named after the class.")
+    found = {label for _, label in folder.items}
+    empty = [name for label, name in enumerate(folder.synsets) if label not in found]
+    if empty:
+        more = f" (nor in {len(empty) - 1} more)" if len(empty) > 1 else ""
+        raise DataFileError(f"{os.path.join(root, empty[0])}: no .jpg, .jpeg or .png image in "
+                            f"this class folder{more}; "
+                            "add images of the class or remove the folder (a class without images "
+                            "cannot be learned, yet would be exported as one).")
+
+
 def _record_files(dataset, where):
     files = where.split(",")
     for path in files:
         if not (os.path.isfile(path) and os.path.isfile(os.path.splitext(path)[0] + ".idx")):
             raise FileNotFoundError(f"--dataset {dataset}: need {path} and its .idx index "
                                     "(made by im2rec.py).")
+    classes = int(class_labels(files[0]).max()) + 1   # one more than the largest label
+    if len(files) > 1:
+        class_labels(files[1], classes, f"{files[0]} holds no other: relabel it, or add training "
+                                        "samples of that class")
     train = gluon.data.vision.ImageRecordDataset(files[0])
     test = gluon.data.vision.ImageRecordDataset(files[1]) if len(files) > 1 else None
-    classes = int(dataset_labels(train).max()) + 1   # one more than the largest label
     return train, test, [str(c) for c in range(classes)]
 
 

@@ -19,16 +19,15 @@ import logging
 import math
 import os
 import time
-import xml.etree.ElementTree as ET
 
 import mxnet as mx
 import numpy as np
-from gluoncv.data import CustomVOCDetectionBase, RecordFileDetection
+from gluoncv.data import RecordFileDetection
 
 from . import _cli
 from . import detection as det
 from .runs import RunFolder
-from ..data import Buckets, MultiScaleSampler, ShapesDetection
+from ..data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
 from ..export import export_model
 from ..train import amp
 from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
@@ -56,7 +55,8 @@ def _build_parser():
                            "Annotations, DIR/JPEGImages, DIR/ImageSets/Main/{train,val}.txt) | "
                            "rec:TRAIN.rec,VAL.rec (GluonCV detection RecordIO, each with its .idx)")
     data.add_argument("--classes", type=lambda text: text.split(","), metavar="NAMES",
-                      help="class names in label order for rec: data (default: the ids)")
+                      help="class names in label order (default: rec: the ids; voc: the names "
+                           "in the training annotations, sorted)")
     data.add_argument("--image-size", type=_cli.non_negative_int, default=128,
                       help="train and test at this square size; 0 keeps the images' own sizes, "
                            "padded (bottom and right, boxes unchanged) to --buckets shapes")
@@ -131,32 +131,6 @@ def parse_args(argv=None):
     return args
 
 
-def _voc_classes(root):
-    """The object names in a VOC folder's annotations, sorted (as GluonCV lower-cases them)."""
-    folder = os.path.join(root, "Annotations")
-    names = set()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".xml"):
-            names.update(o.find("name").text.strip().lower()
-                         for o in ET.parse(os.path.join(folder, name)).getroot().iter("object"))
-    return sorted(names)
-
-
-def _rec_class_count(path):
-    """1 + the largest class id in a detection RecordIO file (labels read, images not decoded)."""
-    stem = os.path.splitext(path)[0]
-    record = mx.recordio.MXIndexedRecordIO(stem + ".idx", path, "r")
-    try:
-        largest = -1
-        for key in record.keys:
-            label = np.asarray(mx.recordio.unpack(record.read_idx(key))[0].label).ravel()
-            header, width = int(label[0]), int(label[1])
-            largest = max([largest] + [int(c) for c in label[header::width]])
-    finally:
-        record.close()
-    return largest + 1
-
-
 def _with_difficult(image, label):
     """A RecordIO label (N, 5+) given the VOC 'difficult' column (0) when it has none."""
     if label.shape[1] == 5:
@@ -173,12 +147,15 @@ def _load_rec(where, names=None):
     if missing:
         raise FileNotFoundError(f"--dataset rec:{where}: missing {', '.join(missing)} (a .rec "
                                 "and its .idx, as GluonCV's detection im2rec writes them).")
-    count = max(_rec_class_count(f) for f in files)
-    if names is None:
-        names = [str(i) for i in range(count)]
-    elif len(names) < count:
-        raise ValueError(f"--classes names {len(names)} classes ({','.join(names)}) but the "
-                         f"labels hold ids up to {count - 1}; name every class.")
+    checked = files
+    if names is None:   # the training file's ids; the validation file may hold no others
+        largest = max((int(ids.max()) for ids in detection_labels(files[0]) if ids.size), default=-1)
+        names, checked = [str(i) for i in range(largest + 1)], files[1:]
+        fix = f"{files[0]} holds no other: relabel it, or add training images of that class"
+    else:
+        fix = f"--classes names {len(names)} ({','.join(names)}): name every class"
+    for path in checked:
+        detection_labels(path, len(names), fix)
     train, val = (RecordFileDetection(f).transform(_with_difficult) for f in files)
     return train, val, list(names)
 
@@ -186,7 +163,8 @@ def _load_rec(where, names=None):
 def load_detection(dataset, limit=None, classes=None):
     """``(train, val, class names)`` for a --dataset value; samples as GluonCV's VOCDetection.
 
-    ``classes`` names the ids of 'rec:' data (default: the ids as strings).
+    ``classes`` names the ids of 'rec:' data (default: the ids as strings) and orders the
+    names of 'voc:' data (default: the names in the training annotations, sorted).
     """
     kind, _, where = dataset.partition(":")
     if kind == "shapes" and not where:
@@ -198,9 +176,7 @@ def load_detection(dataset, limit=None, classes=None):
         if missing:
             raise FileNotFoundError(f"--dataset {dataset}: missing {', '.join(missing)} (Pascal "
                                     "VOC layout: Annotations/, JPEGImages/, ImageSets/Main/).")
-        classes = _voc_classes(where)
-        train, val = (CustomVOCDetectionBase(classes=classes, root=where, splits=(("", s),))
-                      for s in ("train", "val"))
+        (train, val), classes = load_voc(where, ("train", "val"), classes)
     elif kind == "rec" and where:
         train, val, classes = _load_rec(where, classes)
     else:

@@ -120,6 +120,15 @@ def _compiled(loss):
     return _LossGraph(loss)
 
 
+def _class_axis(loss):
+    """The axis of the outputs that ``loss`` picks its labels from (a softmax cross-entropy
+    with class-index labels), else None."""
+    # MXNet keeps both options private; a one-hot label (sparse_label=False) is not picked
+    if isinstance(loss, gluon.loss.SoftmaxCrossEntropyLoss) and loss._sparse_label:
+        return loss._axis
+    return None
+
+
 def _per_sample_losses(loss, outputs, ys):
     """``loss`` on each device's outputs; ValueError if it returns a mean, not one per sample."""
     losses = [loss(out, y) for out, y in zip(outputs, ys)]
@@ -493,6 +502,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
     state.batch_fn_keywords = {"state": state} if batch_fn is not None and _takes_state(batch_fn) else {}
     state._loss_graph = _compiled(loss)
+    state._tally.class_axis = None if batch_fn is not None else _class_axis(loss)
     state._every_device = check_sync_batchnorm(net, state.ctx)
     if hasattr(trainer, "name_params"):
         trainer.name_params(net)   # structural names in its warnings and state_dict

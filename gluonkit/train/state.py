@@ -19,7 +19,9 @@ class Tally:
     settles. Metrics,
     which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a time (which
     bounds the outputs held) or when read. ``settle`` counts every batch. The mean 'loss' is
-    the sum of the losses over the sum of the counts.
+    the sum of the losses over the sum of the counts. With ``class_axis`` set (labels that the
+    loss picks from that axis of the outputs), the labels are checked against the outputs'
+    classes at each settle, reduced on the device with the losses.
     """
 
     METRIC_BATCHES = 16
@@ -36,6 +38,8 @@ class Tally:
         self._loss_parts = []      # float32 (1,) sums of the batches since the last settle
         self._restored = 0.0       # a loss sum from a checkpoint: where ``_loss`` starts
         self._queued = []          # (labels, outputs) not yet given to the metrics
+        self.class_axis = None     # fit's loss picks labels from this axis of the outputs: checked
+        self._labels = []          # (labels, classes) per device since the last settle
 
     @property
     def loss_sum(self):
@@ -72,6 +76,9 @@ class Tally:
                 self._count += count.as_in_context(self._count.context)
         else:
             self._samples += count
+        if self.class_axis is not None:   # flat views: no operator until the settle
+            self._labels += [(y if y.ndim == 1 else y.reshape((-1,)), out.shape[self.class_axis])
+                             for y, out in zip(labels, outputs)]
         for value in losses or ():
             # float16 sums overflow from 65504 on, float64 ones cannot be concatenated with the rest
             self._loss_parts.append(value.sum() if value.dtype == np.float32 else value.astype("float32").sum())
@@ -88,10 +95,42 @@ class Tally:
         queued, self._queued = self._queued, []
         for labels, outputs in queued:
             self._feeder.update(labels, outputs)
+        ends = self._label_ends()   # pushed first: computed by the time the losses are
         self._fold_losses()
         for pending in (self._loss, self._count):
             if pending is not None:
                 pending.wait_to_read()
+        self._check_labels(ends)
+
+    def _label_ends(self):
+        """The smallest and largest label since the last settle, and the classes of the outputs
+        (an NDArray per device, not yet read, and an int); None if no labels are checked."""
+        held, self._labels = self._labels, []
+        if not held:
+            return None
+        by_device = {}
+        for labels, _ in held:
+            by_device.setdefault(labels.context, []).append(labels)
+        ends = []
+        for parts in by_device.values():
+            flat = mx.nd.concat(*[p.astype(parts[0].dtype, copy=False) for p in parts], dim=0)
+            ends.append(mx.nd.concat(flat.min(), flat.max(), dim=0))
+        return ends, min(count for _, count in held)
+
+    def _check_labels(self, ends):
+        """ValueError if a label is no class of the outputs (MXNet's pick would clip it to one
+        silently); ``ends`` from ``_label_ends``."""
+        if ends is None:
+            return
+        ends, classes = ends
+        ends = np.array([e.asnumpy() for e in ends], dtype=np.float64)
+        low, high = ends[:, 0].min(), ends[:, 1].max()
+        if not (low >= 0 and high < classes):
+            label = low if not low >= 0 else high
+            raise ValueError(f"fit: a label {label:g} reached the loss, but the outputs have "
+                             f"{classes} classes along axis {self.class_axis} (labels 0..{classes - 1}), "
+                             "and MXNet's pick would clip it to a class silently; relabel the data "
+                             f"0..{classes - 1}, or give the network's output one unit per class.")
 
     def _fold_losses(self):
         """Add the batches' loss sums to the float64 total, in a few operators for them all."""

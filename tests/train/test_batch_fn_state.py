@@ -1,6 +1,4 @@
 """A batch_fn that takes a ``state`` keyword sees where the run is, also after a resume."""
-import os
-import signal
 
 import mxnet as mx
 import numpy as np
@@ -8,7 +6,9 @@ import pytest
 from mxnet import gluon
 
 import gluonkit
-from gluonkit.callbacks import Callback, ModelCheckpoint
+from gluonkit.callbacks import ModelCheckpoint
+
+from conftest import StopAt
 
 
 def make_net():
@@ -37,15 +37,6 @@ class Recorder:
         return [self.loss(net(x.as_in_context(ctx_list[0])), y.as_in_context(ctx_list[0]))], x.shape[0]
 
 
-class StopAt(Callback):
-    """Ctrl-C after a given batch: fit stops after the step and ModelCheckpoint saves."""
-
-    def __init__(self, epoch, batch):
-        self.at = (epoch, batch)
-
-    def on_batch_end(self, state):
-        if (state.epoch, state.batch) == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 def train(recorder, callbacks=()):

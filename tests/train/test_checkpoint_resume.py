@@ -1,7 +1,5 @@
 """Exact resumption through fit: gluonkit's samplers, gluon's rollover of the last batch,
 BatchNorm statistics per device, mid-epoch saves."""
-import os
-import signal
 
 import mxnet as mx
 import numpy as np
@@ -14,6 +12,8 @@ from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import fit
 from gluonkit.train.trainer import Trainer
+
+from conftest import StopAt
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
 
@@ -74,13 +74,6 @@ LOADERS = {
 }
 
 
-class StopAt(Callback):
-    def __init__(self, epoch, batch):
-        self.at = (epoch, batch)
-
-    def on_batch_end(self, state):
-        if (state.epoch, state.batch) == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 def run(directory, epochs, kind, ctx, *, resume=False, callbacks=(), seed=1, **net_args):

@@ -1,7 +1,6 @@
 """The commands' habits: options spelled out, close names suggested, failures in one line,
 warnings once per run."""
 import logging
-import os
 import subprocess
 import sys
 import warnings

@@ -13,7 +13,7 @@ from mxnet import gluon
 
 import gluonkit
 from conftest import params_of
-from gluonkit.train._archive import npy_bytes, write_archive
+from gluonkit.train._archive import write_archive
 from gluonkit.train.callbacks import ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from test_checkpoint import assert_same, batches, make_net, make_trainer, train

@@ -1,7 +1,6 @@
 """Every piece of state a resume needs is captured: each compared with the uninterrupted run."""
 import json
 import os
-import signal
 
 import mxnet as mx
 import numpy as np

@@ -3,7 +3,6 @@ import copy
 import warnings
 
 import mxnet as mx
-import numpy as np
 import pytest
 from mxnet import gluon
 

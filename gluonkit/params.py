@@ -19,7 +19,7 @@ import weakref
 import mxnet as mx
 import numpy as np
 
-from ._validate import finite_real
+from ._validate import context_list, finite_real
 from .names import brief_names, first_names, select, shape_fits
 
 __all__ = ["select", "freeze", "unfreeze", "set_lr_mult", "set_wd_mult", "average_grads",
@@ -300,7 +300,7 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
         raise ValueError(f"block {block.name!r} has no parameters to load.")
     if not isinstance(filename, (str, os.PathLike)):
         raise TypeError(f"filename must be a path (str or os.PathLike), got {filename!r}.")
-    ctx = _context_list(ctx)
+    ctx = None if ctx is None else context_list(ctx)
     if not isinstance(strict, (bool, np.bool_)):
         raise TypeError(f"strict must be True or False, got {strict!r}.")
     if prefix is not None and not isinstance(prefix, str):
@@ -315,21 +315,6 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
     block.collect_params().load_dict({param.name: array for param, array in plan}, ctx=ctx,
                                      allow_missing=True, filename=path)
     return prefix
-
-
-def _context_list(ctx):
-    """``ctx`` (None, a Context or a list of them) as None or a list of distinct Contexts."""
-    if ctx is None:
-        return None
-    contexts = [ctx] if isinstance(ctx, mx.Context) else ctx
-    if not isinstance(contexts, (list, tuple)) or not contexts \
-            or not all(isinstance(c, mx.Context) for c in contexts):
-        raise TypeError(f"ctx must be an mx.Context or a non-empty list of them, got {ctx!r}; "
-                        "pass mx.cpu() or mx.gpu(0) (not a string), or None to keep the "
-                        "parameters' contexts.")
-    if len(set(contexts)) != len(contexts):
-        raise ValueError(f"ctx lists a context twice: {list(contexts)}; list each device once.")
-    return list(contexts)
 
 
 def _state(param):

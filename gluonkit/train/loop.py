@@ -12,7 +12,7 @@ import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
-from .._validate import is_int, non_negative_int
+from .._validate import context_list, is_int, non_negative_int
 from ..nn.norm import check_sync_batchnorm
 from .callbacks import Callback
 from .metrics import make_metrics
@@ -34,10 +34,7 @@ def _call(callbacks, hook, state):
 
 def _contexts(ctx, net):
     if ctx is not None:
-        ctx = [ctx] if isinstance(ctx, mx.Context) else list(ctx)
-        if not ctx or not all(isinstance(c, mx.Context) for c in ctx):
-            raise TypeError(f"ctx must be a Context or a non-empty list of them, got {ctx!r}.")
-        return ctx
+        return context_list(ctx)
     params = list(net.collect_params().values())
     if not params:
         return [mx.current_context()]

@@ -11,9 +11,10 @@ import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
-from .._validate import is_int, non_negative_int
+from .._validate import non_negative_int
 from ..nn.norm import check_sync_batchnorm
 from .callbacks import Callback
+from ._trainer_args import check_count
 from .metrics import make_metrics
 from .rng import set_rng_state
 from .state import FitState, Tally
@@ -153,15 +154,13 @@ def _check_arrays(value, what, index):
 
 
 def _check_count(count, index):
-    if isinstance(count, mx.nd.NDArray):
-        if count.size != 1:
-            raise ValueError(f"batch_fn returned a count of shape {count.shape} for batch {index}; "
-                             "a count given as an NDArray must hold one value.")
-        return count
-    if not is_int(count) or count < 0:
-        raise ValueError(f"batch_fn returned the count {count!r} for batch {index}; return the "
-                         "int >= 0 (or one-element NDArray) the losses are normalized by.")
-    return int(count)
+    """The count a batch_fn returned, as ``Trainer.step`` takes it: a finite real >= 0 or a
+    one-element NDArray (TypeError or ValueError naming the batch otherwise)."""
+    try:
+        return check_count(count, "count")
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"batch_fn returned the count {count!r} for batch {index}: {err} Return what "
+                        "the losses are normalized by.") from None
 
 
 def _per_device(value):
@@ -189,9 +188,24 @@ def _step(state, losses, count, labels, outputs):
 
 def _updated(state):
     state.step += 1
-    norm = getattr(state.trainer, "global_norm", None)
+
+
+def _collect_norm(norms, trainer):
+    """Keep the last update's gradient norm as the trainer holds it (a gluonkit.Trainer's as an
+    NDArray not read yet), if it measured one."""
+    norm = getattr(trainer, "global_norm_array", None)
+    norm = getattr(trainer, "global_norm", None) if norm is None else norm
     if norm is not None:
-        state._tally.grad_norms.append(float(norm))
+        norms.append(norm)
+
+
+def _read_norms(norms, tally):
+    """Add the collected norms to the tally's, reading those still on the device in one wait."""
+    arrays = [n for n in norms if isinstance(n, mx.nd.NDArray)]
+    values = iter(mx.nd.concat(*(a.reshape((1,)).astype("float64").as_in_context(mx.cpu()) for a in arrays), dim=0)
+                  .asnumpy().tolist() if arrays else ())
+    tally.grad_norms.extend(next(values) if isinstance(n, mx.nd.NDArray) else float(n) for n in norms)
+    norms.clear()
 
 
 def _train_batch(state, batch):
@@ -209,7 +223,7 @@ def _train_batch(state, batch):
                          f"{len(state.ctx)} devices, and the network's SyncBatchNorm layers wait for "
                          "every device: give every batch at least one sample per device (e.g. "
                          "DataLoader(..., last_batch='discard') or 'rollover').")
-    ys = split_and_load(label, state.ctx)
+    ys = split_and_load(_as_dtype(label, state._dtype), state.ctx)
     with autograd.record():
         outputs, losses = _forward_losses(state.net, state._loss_graph, xs, ys)
     _step(state, losses, data.shape[0], ys, outputs)
@@ -352,12 +366,17 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
         bar.set_postfix({**{k: f"{v:.4f}" for k, v in state.logs.items()}, "samples/s": f"{rate:.0f}"},
                         refresh=False)
 
+    norms = []   # the updates' gradient norms, read when the tally settles (a wait anyway)
     try:
         for batch in batches:
+            step = state.step
             seen += _train_batch(state, batch)
+            if state.step != step:
+                _collect_norm(norms, state.trainer)
             state.batch += 1
             now = time.perf_counter()
             if now >= next_settle:   # waits for the batch: at most 0.5 s of work is queued ahead
+                _read_norms(norms, state._tally)
                 state._tally.settle()
                 if not bar.disable:
                     show_running(now)
@@ -370,12 +389,15 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
             show_running(time.perf_counter())
     finally:
         bar.close()
+        _read_norms(norms, state._tally)
     if state.batch == 0:
         raise ValueError(f"train_data yielded no batches in epoch {state.epoch + 1}; pass a "
                          "non-empty loader that can be iterated once per epoch (a generator is "
                          "exhausted after one pass: use a gluon.data.DataLoader).")
     if getattr(state.trainer, "flush", None) and state.trainer.flush():
         _updated(state)
+        _collect_norm(norms, state.trainer)
+        _read_norms(norms, state._tally)
     train_time = time.perf_counter() - tic
     logs = {"epoch": state.epoch + 1, **state._tally.values()}
     if val_data is not None:

@@ -4,7 +4,7 @@ from collections import defaultdict
 import mxnet as mx
 import numpy as np
 
-__all__ = ["read", "replicas", "sum_of_squares", "zero"]
+__all__ = ["clip_on_device", "read", "replicas", "sum_of_squares", "zero"]
 
 _DOT_FROM = 1 << 16  # elements from which the pass uses a dot rather than multi_sum_sq
 _SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
@@ -71,3 +71,16 @@ def read(*arrays):
     values = mx.nd.concat(*(a.reshape((1,)).astype("float64", copy=False).as_in_context(ctx) for a in arrays),
                           dim=0)
     return [float(v) for v in values.asnumpy()]
+
+
+def clip_on_device(grads, norm, clip):
+    """Multiply the gradients in place by min(1, clip / norm), ``norm`` a one-element NDArray,
+    computed and applied on the devices (no wait): one operator per gradient array, one cast
+    per device and dtype. A NaN norm gives 1 (``maximum`` keeps ``clip``)."""
+    factor = clip / mx.nd.maximum(norm, clip)
+    factors = {}
+    for grad in grads:
+        key = (grad.context, grad.dtype)
+        if key not in factors:
+            factors[key] = factor.as_in_context(grad.context).astype(grad.dtype, copy=False)
+        mx.nd.broadcast_mul(grad, factors[key], out=grad)

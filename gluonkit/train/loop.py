@@ -425,9 +425,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     Each batch is split over ``ctx`` with ``gluonkit.split_and_load``, the per-sample losses
     are back-propagated, and ``trainer.step`` gets the batch's true sample count, so
     accumulation (``gluonkit.Trainer(accumulate=k)``) and uneven splits are exact; a partial
-    accumulation window is flushed at the end of every epoch. Floating-point data of another
-    precision than the network's parameters (float64 NumPy arrays into a float32 network) is
-    cast to the network's. A tqdm bar shows each epoch (running loss, metrics, samples/s) and
+    accumulation window is flushed at the end of every epoch. Floating-point data and labels
+    of another precision than the network's parameters (float64 arrays into a float32
+    network) are cast to the network's. A tqdm bar shows each epoch (running loss, metrics, samples/s) and
     a summary line goes to the 'gluonkit' logger.
 
     Any other training step (detection, multi-task, losses normalized by positive anchors or
@@ -435,7 +435,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     ``autograd.record()``; it returns ``(losses, count)`` or ``(losses, count, outputs,
     labels)``: ``losses`` a list of NDArrays, one per device, of any shape (the sum of all
     their elements is back-propagated), ``count`` what that sum is normalized by, handed to
-    ``trainer.step`` (an int, or a one-element NDArray if the trainer takes it), and
+    ``trainer.step`` (a finite real >= 0 such as a sum of sample weights, or a one-element
+    NDArray), and
     ``outputs`` / ``labels`` (lists over the devices) what the metrics see. A ``batch_fn``
     that returns no outputs (a detector in training mode returns losses, not detections)
     leaves the metrics to ``val_data`` and ``eval_fn``. The history's 'loss' is then the
@@ -489,7 +490,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     -------
     dict of list
         Per epoch: 'epoch', 'loss', 'grad_norm' (the mean over the epoch's updates of
-        ``trainer.global_norm``, if the trainer has it), each metric, 'val_loss' and
+        ``trainer.global_norm``, if the trainer has it; read when the running tally settles,
+        not once per update), each metric, 'val_loss' and
         'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
         gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
         'samples_per_sec', 'time' (seconds, validation included); one entry per epoch in

@@ -2,14 +2,15 @@
 import math
 import os
 import warnings
-from collections import defaultdict
 
 import mxnet as mx
 from mxnet import gluon
 
 from .. import params as _structure
 from .._validate import is_int, positive_int
-from ._gradients import read, replicas, sum_of_squares, zero
+from ._gradients import clip_on_device, read, replicas, sum_of_squares, zero
+from ._loss_scaling import LossScaling
+from ._statistics import RunningStatistics
 from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
                             check_learning_rate, check_optimizer, check_pending, check_policy,
                             check_update_on_kvstore, is_distributed, unique_params)
@@ -59,13 +60,14 @@ def _named(params):
     return params, {}
 
 
-class Trainer(TrainerState, gluon.Trainer):
+class Trainer(TrainerState, LossScaling, gluon.Trainer):
     """A ``gluon.Trainer`` that accumulates gradients exactly and never applies stale ones.
 
     With ``accumulate=k``, ``step`` collects ``k`` micro-batches (of any sizes, shapes and
-    device splits) and then applies one update normalized by the total number of samples:
+    device splits) and then applies one update normalized by the sum of their counts (any
+    finite reals >= 0: samples, positives, tokens, a sum of weights; or one-element NDArrays):
     the result equals one step on the whole batch. With ``accumulate=1`` it is a drop-in
-    replacement for ``gluon.Trainer``.
+    replacement for ``gluon.Trainer``, bit for bit for every count ``gluon.Trainer.step`` takes.
 
     On every update:
 
@@ -77,7 +79,11 @@ class Trainer(TrainerState, gluon.Trainer):
     * with a distributed kvstore, ``batch_size`` is the local count and the global count is
       summed over the workers;
     * with ``clip_global_norm``, the gradient of the whole window (normalized by the global
-      count, summed over devices and workers) is scaled to at most that norm.
+      count, summed over devices and workers) is scaled to at most that norm, on the device.
+
+    The host waits for the devices at most once per update, and only where it decides by a
+    value on them: a count given as an NDArray, ``on_nonfinite`` 'skip' or 'raise', or a loss
+    scaler attached; never for clipping (docs/trainer.md, "Steps that never wait").
 
     Parameters
     ----------
@@ -117,7 +123,7 @@ class Trainer(TrainerState, gluon.Trainer):
         ``FloatingPointError`` naming the first parameter affected. Both restore the
         running statistics (non-differentiable parameters such as BatchNorm's running mean
         and variance) to their values at the start of the dropped window. With a loss scaler
-        attached (``gluonkit.train.amp.init_trainer``) such a window is a loss-scale overflow:
+        attached (``attach_loss_scaler``) such a window is a loss-scale overflow:
         whatever the policy it is dropped and the scaler halves its scale ('skip' also warns and
         counts it, 'raise' raises after dropping it).
     clip_global_norm : float, optional
@@ -180,7 +186,7 @@ class Trainer(TrainerState, gluon.Trainer):
         self._pending_steps = 0
         self._pending_samples = 0
         self._pending_arrays = []
-        self._statistics, self._uninitialized_statistics = None, ()
+        self._statistics = None
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -271,46 +277,6 @@ class Trainer(TrainerState, gluon.Trainer):
         if norm is None or isinstance(norm, mx.nd.NDArray):
             return norm
         return mx.nd.array([norm], dtype="float64")
-
-    @property
-    def loss_scaler(self):
-        """LossScaler or None: The dynamic loss scaler attached by ``attach_loss_scaler``."""
-        return self._amp_loss_scaler
-
-    def attach_loss_scaler(self, scaler):
-        """Unscale every update by ``scaler.loss_scale`` and drop windows that overflow.
-
-        The losses' gradients are multiplied by ``scaler.loss_scale`` (``gluonkit.train.amp``'s
-        ``ScaledLoss`` does it); each update divides them by the scale the window was scaled
-        by, and a window whose gradients hold NaN or Inf is dropped: parameters, optimizer
-        states and running statistics are left as they were. A scaler with ``record(overflow)``
-        (``gluonkit.train.amp.LossScaler``) is told once per window whether it overflowed;
-        MXNet's ``LossScaler`` checks with ``has_overflow``. Its state is part of
-        ``state_dict``: attach it before loading one. Usually called through
-        ``gluonkit.train.amp.init_trainer``.
-
-        Parameters
-        ----------
-        scaler : LossScaler
-            Has a ``loss_scale`` and ``record(overflow)`` or ``has_overflow(params)``.
-        """
-        if not hasattr(scaler, "loss_scale") or not (hasattr(scaler, "record") or hasattr(scaler, "has_overflow")):
-            raise TypeError(f"scaler must be a loss scaler (with loss_scale and record or has_overflow), got "
-                            f"{scaler!r}; use gluonkit.train.amp.LossScaler().")
-        self._amp_loss_scaler = scaler
-        self.window_loss_scale = scaler.loss_scale
-        self.snapshot_statistics()
-
-    @property
-    def window_loss_scale(self):
-        """float: The loss scale the gradients of the pending window were multiplied by (1.0
-        without a loss scaler). ``ScaledLoss`` sets it when it scales a gradient; each update
-        divides the window's gradients by it."""
-        return self._amp_original_scale / self._scale
-
-    @window_loss_scale.setter
-    def window_loss_scale(self, scale):
-        self._scale = self._amp_original_scale / scale   # what mxnet.contrib.amp.scale_loss sets
 
     @property
     def nonfinite_skips(self):
@@ -446,25 +412,15 @@ class Trainer(TrainerState, gluon.Trainer):
         return True
 
     def _clip(self, norm, selected):
-        """The clip factor min(1, clip / norm) for the update's ``rescale_grad`` when ``norm`` is
-        a float; else 1.0, after scaling the gradients on their devices by it (no wait).
-
-        A NaN norm gives 1 (the gradient is applied as it is, as 'ignore' asks).
-        """
+        """The clip factor min(1, clip / norm) for ``rescale_grad`` when ``norm`` is a float; else
+        1.0, once the gradients are scaled on their devices by the factor (no wait)."""
         clip = self._clip_global_norm
         if clip is None:
             return 1.0
-        if not isinstance(norm, mx.nd.NDArray):
-            return clip / norm if math.isfinite(norm) and norm > clip else 1.0
-        factor = clip / mx.nd.maximum(norm, clip)   # NaN > clip is false: maximum gives clip
-        factors = {}
-        for i in selected:
-            for grad in self._params[i].list_grad():
-                key = (grad.context, grad.dtype)
-                if key not in factors:
-                    factors[key] = factor.as_in_context(grad.context).astype(grad.dtype, copy=False)
-                mx.nd.broadcast_mul(grad, factors[key], out=grad)
-        return 1.0
+        if isinstance(norm, mx.nd.NDArray):
+            clip_on_device([g for i in selected for g in self._params[i].list_grad()], norm, clip)
+            return 1.0
+        return clip / norm if math.isfinite(norm) and norm > clip else 1.0   # NaN: applied as it is
 
     def _sum_counts(self, count, arrays):
         """The window's count over all workers: an int, or a one-element NDArray still to read."""
@@ -506,7 +462,8 @@ class Trainer(TrainerState, gluon.Trainer):
                        "a parameter on another worker")
         self._selected = None
         self._finish(params)
-        self._restore_statistics()
+        if self._statistics is not None:
+            self._statistics.restore()
         if self._on_nonfinite == "ignore":   # a loss-scale overflow: the scaler has lowered its scale
             return
         if self._on_nonfinite == "raise":
@@ -533,45 +490,12 @@ class Trainer(TrainerState, gluon.Trainer):
     def snapshot_statistics(self):
         """Take the current running statistics as those a dropped window returns to.
 
-        Call it after setting the network's parameters by other means than the Trainer (a
-        checkpoint loaded, a loss scaler attached). It copies the arrays a forward pass updates
-        (BatchNorm running statistics).
-
-        Those are the non-differentiable parameters (frozen weights never change: not copied).
-        Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler
-        attached), so that the forward passes of a dropped window leave them as they were. The
-        arrays of one device and dtype are copied by one operator, into one flat array. Those
-        still waiting for deferred initialization are noted instead: a dropped window that
-        initialized them sets them back to their initializer's values.
+        The Trainer takes them at every window's start. Call it after setting the network's
+        running statistics by other means (parameters loaded from a file). Only kept where a
+        window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler attached).
         """
-        if self._on_nonfinite == "ignore" and self._amp_loss_scaler is None:
-            self._statistics, self._uninitialized_statistics = None, ()
-            return
-        groups = defaultdict(list)   # (context, dtype) -> [(param, device index, array)]
-        statistics = [param for param in self._params if not param._differentiable]
-        for param in statistics:
-            if param._data is not None:
-                for i, array in enumerate(param.list_data()):
-                    if array.size:
-                        groups[(array.context, array.dtype)].append((param, i, array))
-        self._statistics = [([(param, i, array.shape) for param, i, array in members],
-                             mx.nd.concat(*(array.reshape((-1,)) for _, _, array in members), dim=0))
-                            for members in groups.values()]
-        self._uninitialized_statistics = [param for param in statistics if param._data is None]
-
-    def _restore_statistics(self):
-        for members, flat in self._statistics or ():
-            begin = 0
-            for param, i, shape in members:
-                end = begin + math.prod(shape)
-                if param._data is not None:
-                    flat[begin:end].reshape(shape).copyto(param.list_data()[i])
-                begin = end
-        for param in self._uninitialized_statistics:
-            # BatchNorm names its statistics' initializers ('zeros', 'ones'); as Parameter does
-            if param._data is not None and param.init is not None:
-                for array in param.list_data():
-                    mx.init.create(param.init)(mx.init.InitDesc(param.name, {"__init__": param.init}), array)
+        droppable = self._on_nonfinite != "ignore" or self._amp_loss_scaler is not None
+        self._statistics = RunningStatistics(self._params) if droppable else None
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.

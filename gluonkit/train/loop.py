@@ -384,12 +384,12 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
             bar.update(1)
             _call(state._callbacks, "on_batch_end", state)
             if state.interrupted is not None:
+                _read_norms(norms, state._tally)   # on_train_end may snapshot the tally
                 return
         if not bar.disable:
             show_running(time.perf_counter())
     finally:
         bar.close()
-        _read_norms(norms, state._tally)
     if state.batch == 0:
         raise ValueError(f"train_data yielded no batches in epoch {state.epoch + 1}; pass a "
                          "non-empty loader that can be iterated once per epoch (a generator is "
@@ -397,7 +397,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
     if getattr(state.trainer, "flush", None) and state.trainer.flush():
         _updated(state)
         _collect_norm(norms, state.trainer)
-        _read_norms(norms, state._tally)
+    _read_norms(norms, state._tally)
     train_time = time.perf_counter() - tic
     logs = {"epoch": state.epoch + 1, **state._tally.values()}
     if val_data is not None:

@@ -272,3 +272,27 @@ def test_a_loss_scale_needs_a_scaler_to_load_into_and_nothing_changes(amp_ready)
     scaled.name_params(scaled_net)
     scaled.load_state_dict(before)
     assert scaled.loss_scaler.loss_scale == 2.0 ** 16
+
+
+def test_a_loss_scaler_is_attached_through_the_trainer_and_read_back():
+    net = make_net()
+    trainer = Trainer(net.collect_params(), "sgd", dict(OPT))
+    assert trainer.loss_scaler is None and trainer.window_loss_scale == 1.0
+    with pytest.raises(TypeError, match="scaler must be a loss scaler .* got 3; use gluonkit.train.amp.LossScaler"):
+        trainer.attach_loss_scaler(3)
+    assert trainer.loss_scaler is None
+    scaler = amp.LossScaler()
+    trainer.attach_loss_scaler(scaler)
+    assert trainer.loss_scaler is scaler
+    loss = amp.ScaledLoss(gluon.loss.L2Loss(), trainer)
+    with autograd.record():
+        value = loss(net(mx.nd.array(X[:4])), mx.nd.array(Y[:4]))
+    value.backward()
+    assert trainer.window_loss_scale == scaler.loss_scale == 2.0 ** 16
+
+
+def test_init_trainer_without_init_says_to_call_it():
+    trainer = Trainer(make_net().collect_params(), "sgd", dict(OPT))
+    with pytest.raises(RuntimeError, match=r"call gluonkit.train.amp.init\(ctx\)"):
+        amp.init_trainer(trainer)
+    assert trainer.loss_scaler is None

@@ -1,4 +1,5 @@
 """Passes over gradient arrays: zeroing them, their sum of squares in few calls, reading results."""
+import math
 from collections import defaultdict
 
 import mxnet as mx
@@ -76,8 +77,9 @@ def read(*arrays):
 def clip_on_device(grads, norm, clip):
     """Multiply the gradients in place by min(1, clip / norm), ``norm`` a one-element NDArray,
     computed and applied on the devices (no wait): one operator per gradient array, one cast
-    per device and dtype. A NaN norm gives 1 (``maximum`` keeps ``clip``)."""
-    factor = clip / mx.nd.maximum(norm, clip)
+    per device and dtype. A NaN or infinite norm gives 1: the gradient is applied as it is,
+    as with a norm read on the host (MXNet's ``maximum`` and ``minimum`` propagate NaN)."""
+    factor = mx.nd.where((norm > clip) * (norm < math.inf), clip / norm, mx.nd.ones_like(norm))
     factors = {}
     for grad in grads:
         key = (grad.context, grad.dtype)

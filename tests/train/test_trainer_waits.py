@@ -153,3 +153,22 @@ def test_fits_grad_norm_history_is_the_mean_of_the_lazy_norms():
     norms = [a.asscalar() for a in Keep.arrays]
     assert len(norms) == 3 and len(set(norms)) == 3
     assert history["grad_norm"] == [pytest.approx(np.mean(norms), rel=1e-6)]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_clipping_on_the_device_applies_a_nonfinite_gradient_as_it_is_under_ignore(bad):
+    """A NaN or infinite norm clips nothing (as when the norm was read on the host): the other
+    parameters get gluon's unclipped update, not a NaN factor."""
+    net, ref = _net([mx.cpu(0)]), _net([mx.cpu(0)])
+    for a, b in zip(ref.collect_params().values(), net.collect_params().values()):
+        a.set_data(b.data())
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, clip_global_norm=CLIP)
+    plain = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.1})
+    for model, step in ((net, trainer.step), (ref, plain.step)):
+        _backward(model, [mx.cpu(0)])
+        model[0].bias.grad()[:] = bad
+        step(8)
+    assert not np.isfinite(trainer.global_norm)
+    for a, b in zip(ref.collect_params().values(), net.collect_params().values()):
+        if a is not ref[0].bias:
+            assert_allclose(b.data().asnumpy(), a.data().asnumpy(), rtol=1e-6, err_msg=a.name)

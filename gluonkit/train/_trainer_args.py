@@ -33,8 +33,8 @@ def check_count(count, name="batch_size"):
                              f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
                              "it first, e.g. step(num_pos.sum()).")
         return count.reshape((1,)).astype("float64")
-    meaning = ("what the loss was normalized by: samples, positives, tokens, pixels or a sum of "
-               "weights, or a one-element NDArray of it")
+    meaning = ("the number of samples, positives, tokens or pixels the loss was normalized by, a sum "
+               "of weights, or a one-element NDArray of it")
     if is_int(count) and count >= 0:
         return int(count)   # integers keep exact arithmetic
     return finite_real(count, name, meaning, minimum=0)

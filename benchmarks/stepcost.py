@@ -33,7 +33,7 @@ REFERENCE = "ignore"
 # name: (table label, gluonkit.Trainer options, count given as an NDArray)
 SETTINGS = {
     "ignore": ("'ignore' (the default)", {}, False),
-    "clip": (f"clip_global_norm={CLIPS:g} (clips every update)".replace("e-0", "e-"), {"clip_global_norm": CLIPS}, False),
+    "clip": ("clip_global_norm=1e-6 (clips every update)", {"clip_global_norm": CLIPS}, False),
     "skip": ("on_nonfinite='skip'", {"on_nonfinite": "skip"}, False),
     "ndarray": ("a count given as an NDArray", {}, True),
 }

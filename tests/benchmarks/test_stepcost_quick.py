@@ -66,7 +66,8 @@ def test_the_goals(bench, clip, skip, acc, verdicts):
     settings = {"ratio": {"clip": {"median": clip}, "skip": {"median": skip}}}
     found = bench.targets(settings, {"ratio": {"median": acc}})
     assert [t["met"] for t in found] == verdicts
-    assert found[0]["target"] == "host-bound network: clip_global_norm=1e-6 (clips every update) <= 1.10x an 'ignore' step"
+    assert found[0]["target"] == ("host-bound network: clip_global_norm=1e-6 (clips every update) <= 1.10x an "
+                                  "'ignore' step")
 
 
 def test_bad_arguments_are_refused():

@@ -166,7 +166,8 @@ def test_a_bool_or_text_count_is_a_type_error_and_changes_nothing():
     trainer = gluonkit.Trainer(_net().collect_params(), "sgd", accumulate=3)
     trainer.step(1.5)
     for bad in (True, "2", None, [2]):
-        with pytest.raises(TypeError, match=rf"batch_size \(.*\) must be a finite number >= 0, got {re.escape(repr(bad))}"):
+        expected = rf"batch_size \(.*\) must be a finite number >= 0, got {re.escape(repr(bad))}"
+        with pytest.raises(TypeError, match=expected):
             trainer.step(bad)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

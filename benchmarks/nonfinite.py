@@ -49,9 +49,9 @@ SETTINGS = {
     "skip+clipping": (f"'skip' + clip_global_norm={_number(CLIPS)} (clips every update)",
                       {"on_nonfinite": "skip", "clip_global_norm": CLIPS}),
 }
-TARGET = 0.03   # at most 3% extra step time ...
+TARGET = 0.02   # at most 2% extra step time ...
 TARGET_NET = "resnet18_v1b"   # ... on this network, for these settings:
-TARGET_SETTINGS = ("skip", "skip+clip")
+TARGET_SETTINGS = ("skip", "skip+clip", "skip+clipping")
 FULL = {"nets": ",".join(NETWORKS), "rounds": 40}
 QUICK = {"nets": "cnn", "rounds": 2}
 
@@ -146,9 +146,11 @@ python -m benchmarks.nonfinite           # the table below (about 11 minutes)
 python -m benchmarks.nonfinite --quick   # seconds, for the test suite
 ```
 
-With `on_nonfinite='skip'` (or 'raise') or `clip_global_norm`, every update first sums the
-squares of all gradients on the device and reads the result: the update waits for the whole
-backward pass, and the host for the device; a clipping update also scales the gradients.
+With `on_nonfinite='skip'` (or 'raise'), every update first sums the squares of all
+gradients on the device and reads the result, with the window's count, in one wait: the
+update waits for the whole backward pass, and the host for the device. A clipping update
+folds its factor into the optimizer's `rescale_grad` (with `clip_global_norm` alone, under
+'ignore', the factor is applied on the device and nothing waits: see `stepcost.py`).
 Each network (the throughput benchmark's, same batch, data and optimizer) is trained by a
 hand-written loop under four settings of `gluonkit.Trainer`: 'ignore', 'skip', 'skip' with
 `clip_global_norm={never}` (far above every gradient norm met: it never clips, checked after

@@ -8,7 +8,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from .._validate import choice, finite_real, is_int, non_negative_int
+from .._validate import choice, finite_real, is_int
 from ..params import first_names
 
 __all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
@@ -20,16 +20,24 @@ _KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_a
 _LAUNCHER_ENV = ("DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")
 
 
-def check_count(count):
-    """An int count as a plain int, a one-element NDArray as a float64 copy of it (no wait)."""
+def check_count(count, name="batch_size"):
+    """A count as a plain number (an int when given an integer), or a one-element NDArray as a
+    float64 copy of it (not read: no wait).
+
+    ``TypeError`` for anything that is no real number (a bool, a string, None), ``ValueError``
+    for a negative, NaN or infinite one, each naming ``name`` and the value.
+    """
     if isinstance(count, mx.nd.NDArray):
         if count.size != 1:
-            raise ValueError(f"batch_size given as an NDArray must hold one element (the count of "
+            raise ValueError(f"{name} given as an NDArray must hold one element (the count of "
                              f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
                              "it first, e.g. step(num_pos.sum()).")
         return count.reshape((1,)).astype("float64")
-    return non_negative_int(count, "batch_size", "the number of samples, positives, tokens or pixels "
-                            "the loss was summed over, or a one-element NDArray of it")
+    meaning = ("the number of samples, positives, tokens or pixels the loss was normalized by, a sum "
+               "of weights, or a one-element NDArray of it")
+    if is_int(count) and count >= 0:
+        return int(count)   # integers keep exact arithmetic
+    return finite_real(count, name, meaning, minimum=0)
 
 
 def check_kvstore(kvstore):

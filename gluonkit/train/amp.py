@@ -77,14 +77,14 @@ class LossScaler(_loss_scaler.LossScaler):
 
 
 def init_trainer(trainer):
-    """Attach a dynamic loss scaler to ``trainer`` (after ``init``).
+    """Attach a dynamic loss scaler to ``trainer`` (after ``init``): ``trainer.attach_loss_scaler(LossScaler())``.
 
     Train with ``ScaledLoss`` (or ``scaled_batch_fn``), whose gradients the scaler scales
     and ``trainer`` unscales at the update. The scale stays the same within an accumulation
     window. A window whose gradients overflow (hold NaN or Inf) is dropped: parameters and
     optimizer states are left as they were, the gradients are zeroed and the scale is halved.
     The scaler's state is part of ``trainer.state_dict()`` (and checkpoints): attach it
-    before loading one.
+    before loading one. ``trainer.loss_scaler`` returns it.
 
     Example::
 
@@ -94,17 +94,18 @@ def init_trainer(trainer):
         gluonkit.train.amp.init_trainer(trainer)
         loss = gluonkit.train.amp.ScaledLoss(gluon.loss.SoftmaxCrossEntropyLoss(), trainer)
     """
-    _amp.init_trainer(trainer)
-    trainer._amp_loss_scaler = LossScaler()
-    trainer.pending = trainer.pending   # takes the running statistics a dropped window returns to
+    if not _amp._amp_initialized:   # MXNet keeps whether amp.init ran only in this module field
+        raise RuntimeError("mixed precision is not initialized; call gluonkit.train.amp.init(ctx) "
+                           "before building the network, then init_trainer(trainer).")
+    trainer.attach_loss_scaler(LossScaler())
 
 
 def _scaled(value, trainer):
     """``value`` as is, whose gradient is multiplied by the loss scale when recording."""
     if not autograd.is_recording():
         return value
-    scale = trainer._amp_loss_scaler.loss_scale
-    trainer._scale = trainer._amp_original_scale / scale   # what amp.scale_loss sets
+    scale = trainer.loss_scaler.loss_scale
+    trainer.window_loss_scale = scale   # what the update divides this window's gradients by
     return _ScaleGradient(scale)(value)
 
 

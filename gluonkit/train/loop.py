@@ -12,9 +12,10 @@ import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
-from .._validate import context_list, is_int, non_negative_int
+from .._validate import context_list, non_negative_int
 from ..nn.norm import check_sync_batchnorm
 from .callbacks import Callback
+from ._trainer_args import check_count
 from .metrics import make_metrics
 from .resume import batch_length
 from .state import FitState, Tally
@@ -151,15 +152,13 @@ def _check_arrays(value, what, index):
 
 
 def _check_count(count, index):
-    if isinstance(count, mx.nd.NDArray):
-        if count.size != 1:
-            raise ValueError(f"batch_fn returned a count of shape {count.shape} for batch {index}; "
-                             "a count given as an NDArray must hold one value.")
-        return count
-    if not is_int(count) or count < 0:
-        raise ValueError(f"batch_fn returned the count {count!r} for batch {index}; return the "
-                         "int >= 0 (or one-element NDArray) the losses are normalized by.")
-    return int(count)
+    """The count a batch_fn returned, as ``Trainer.step`` takes it: a finite real >= 0 or a
+    one-element NDArray (TypeError or ValueError naming the batch otherwise)."""
+    try:
+        return check_count(count, "count")
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"batch_fn returned the count {count!r} for batch {index}: {err} Return what "
+                        "the losses are normalized by.") from None
 
 
 def _per_device(value):
@@ -187,9 +186,24 @@ def _step(state, losses, count, labels, outputs):
 
 def _updated(state):
     state.step += 1
-    norm = getattr(state.trainer, "global_norm", None)
+
+
+def _collect_norm(norms, trainer):
+    """Keep the last update's gradient norm as the trainer holds it (a gluonkit.Trainer's as an
+    NDArray not read yet), if it measured one."""
+    norm = getattr(trainer, "global_norm_array", None)
+    norm = getattr(trainer, "global_norm", None) if norm is None else norm
     if norm is not None:
-        state._tally.grad_norms.append(float(norm))
+        norms.append(norm)
+
+
+def _read_norms(norms, tally):
+    """Add the collected norms to the tally's, reading those still on the device in one wait."""
+    arrays = [n for n in norms if isinstance(n, mx.nd.NDArray)]
+    values = iter(mx.nd.concat(*(a.reshape((1,)).astype("float64").as_in_context(mx.cpu()) for a in arrays), dim=0)
+                  .asnumpy().tolist() if arrays else ())
+    tally.grad_norms.extend(next(values) if isinstance(n, mx.nd.NDArray) else float(n) for n in norms)
+    norms.clear()
 
 
 def _train_batch(state, batch):
@@ -207,7 +221,7 @@ def _train_batch(state, batch):
                          f"{len(state.ctx)} devices, and the network's SyncBatchNorm layers wait for "
                          "every device: give every batch at least one sample per device (e.g. "
                          "DataLoader(..., last_batch='discard') or 'rollover').")
-    ys = split_and_load(label, state.ctx)
+    ys = split_and_load(_as_dtype(label, state._dtype), state.ctx)
     with autograd.record():
         outputs, losses = _forward_losses(state.net, state._loss_graph, xs, ys)
     _step(state, losses, data.shape[0], ys, outputs)
@@ -352,12 +366,17 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
         bar.set_postfix({**{k: f"{v:.4f}" for k, v in state.logs.items()}, "samples/s": f"{rate:.0f}"},
                         refresh=False)
 
+    norms = []   # the updates' gradient norms, read when the tally settles (a wait anyway)
     try:
         for batch in batches:
+            step = state.step
             seen += _train_batch(state, batch)
+            if state.step != step:
+                _collect_norm(norms, state.trainer)
             state.batch += 1
             now = time.perf_counter()
             if now >= next_settle:   # waits for the batch: at most 0.5 s of work is queued ahead
+                _read_norms(norms, state._tally)
                 state._tally.settle()
                 if not bar.disable:
                     show_running(now)
@@ -365,6 +384,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
             bar.update(1)
             _call(state._callbacks, "on_batch_end", state)
             if state.interrupted is not None:
+                _read_norms(norms, state._tally)   # on_train_end may snapshot the tally
                 return
         if not bar.disable:
             show_running(time.perf_counter())
@@ -376,6 +396,8 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
                          "exhausted after one pass: use a gluon.data.DataLoader).")
     if getattr(state.trainer, "flush", None) and state.trainer.flush():
         _updated(state)
+        _collect_norm(norms, state.trainer)
+    _read_norms(norms, state._tally)
     mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
     logs = {"epoch": state.epoch + 1, **state._tally.values()}
@@ -404,19 +426,20 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     Each batch is split over ``ctx`` with ``gluonkit.split_and_load``, the per-sample losses
     are back-propagated, and ``trainer.step`` gets the batch's true sample count, so
     accumulation (``gluonkit.Trainer(accumulate=k)``) and uneven splits are exact; a partial
-    accumulation window is flushed at the end of every epoch. Floating-point data of another
-    precision than the network's parameters (float64 NumPy arrays into a float32 network) is
-    cast to the network's. A tqdm bar shows each epoch (running loss, metrics, samples/s) and
+    accumulation window is flushed at the end of every epoch. Floating-point data and labels
+    of another precision than the network's parameters (float64 arrays into a float32
+    network) are cast to the network's. A tqdm bar shows each epoch (running loss, metrics, samples/s) and
     a summary line goes to the 'gluonkit' logger.
 
     Any other training step (detection, multi-task, losses normalized by positive anchors or
     valid pixels) goes through ``batch_fn(net, batch, ctx_list)``, called inside
     ``autograd.record()``. A ``batch_fn`` that accepts a ``state`` keyword also gets the
     ``FitState`` (``state.epoch``, ``state.batch``, ``state.step``: where the run is, also
-    after a resume), as Estimator's batch processor sees its estimator. It returns ``(losses, count)`` or ``(losses, count, outputs,
-    labels)``: ``losses`` a list of NDArrays, one per device, of any shape (the sum of all
-    their elements is back-propagated), ``count`` what that sum is normalized by, handed to
-    ``trainer.step`` (an int, or a one-element NDArray if the trainer takes it), and
+    after a resume), as Estimator's batch processor sees its estimator. It returns
+    ``(losses, count)`` or ``(losses, count, outputs, labels)``: ``losses`` a list of
+    NDArrays, one per device, of any shape (the sum of all their elements is
+    back-propagated), ``count`` what that sum is normalized by, handed to ``trainer.step``
+    (a finite real >= 0 such as a sum of sample weights, or a one-element NDArray), and
     ``outputs`` / ``labels`` (lists over the devices) what the metrics see. A ``batch_fn``
     that returns no outputs (a detector in training mode returns losses, not detections)
     leaves the metrics to ``val_data`` and ``eval_fn``. The history's 'loss' is then the
@@ -471,7 +494,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     -------
     dict of list
         Per epoch: 'epoch', 'loss', 'grad_norm' (the mean over the epoch's updates of
-        ``trainer.global_norm``, if the trainer has it), each metric, 'val_loss' and
+        ``trainer.global_norm``, if the trainer has it; read when the running tally settles,
+        not once per update), each metric, 'val_loss' and
         'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
         gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
         'samples_per_sec', 'time' (seconds, validation included); one entry per epoch in

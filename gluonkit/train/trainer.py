@@ -2,14 +2,15 @@
 import math
 import os
 import warnings
-from collections import defaultdict
 
 import mxnet as mx
 from mxnet import gluon
 
 from .. import params as _structure
-from .._validate import positive_int
-from ._gradients import replicas, sum_of_squares, zero
+from .._validate import is_int, positive_int
+from ._gradients import clip_on_device, read, replicas, sum_of_squares, zero
+from ._loss_scaling import LossScaling
+from ._statistics import RunningStatistics
 from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
                             check_learning_rate, check_optimizer, check_pending, check_policy,
                             check_update_on_kvstore, is_distributed, unique_params)
@@ -21,12 +22,22 @@ __all__ = ["Trainer"]
 MULTI_TENSOR_WEIGHTS = 60
 
 
-def _read(count):
-    """A count as a Python number: an int when it is whole."""
-    if isinstance(count, mx.nd.NDArray):
-        count = count.asscalar()
-    count = float(count)
-    return int(count) if count.is_integer() else count
+def _whole(count):
+    """A count read from an NDArray: an int when it is whole (as the integers it sums)."""
+    return int(count) if math.isfinite(count) and float(count).is_integer() else count
+
+
+def _read_window(count, sum_sq):
+    """``(count, sum_sq)`` as floats (a count that is whole as an int), read in one wait."""
+    arrays = [a for a in (count, sum_sq) if isinstance(a, mx.nd.NDArray)]
+    values = iter(read(*arrays))
+    count = _whole(next(values)) if isinstance(count, mx.nd.NDArray) else count
+    return count, None if sum_sq is None else next(values)
+
+
+def _sqrt(value):
+    """The square root of a float, or of a one-element NDArray on its device (no wait)."""
+    return mx.nd.sqrt(value) if isinstance(value, mx.nd.NDArray) else math.sqrt(value)
 
 
 def _aggregate_updates(optimizer):
@@ -49,13 +60,14 @@ def _named(params):
     return params, {}
 
 
-class Trainer(TrainerState, gluon.Trainer):
+class Trainer(TrainerState, LossScaling, gluon.Trainer):
     """A ``gluon.Trainer`` that accumulates gradients exactly and never applies stale ones.
 
     With ``accumulate=k``, ``step`` collects ``k`` micro-batches (of any sizes, shapes and
-    device splits) and then applies one update normalized by the total number of samples:
+    device splits) and then applies one update normalized by the sum of their counts (any
+    finite reals >= 0: samples, positives, tokens, a sum of weights; or one-element NDArrays):
     the result equals one step on the whole batch. With ``accumulate=1`` it is a drop-in
-    replacement for ``gluon.Trainer``.
+    replacement for ``gluon.Trainer``, bit for bit for every count ``gluon.Trainer.step`` takes.
 
     On every update:
 
@@ -67,7 +79,11 @@ class Trainer(TrainerState, gluon.Trainer):
     * with a distributed kvstore, ``batch_size`` is the local count and the global count is
       summed over the workers;
     * with ``clip_global_norm``, the gradient of the whole window (normalized by the global
-      count, summed over devices and workers) is scaled to at most that norm.
+      count, summed over devices and workers) is scaled to at most that norm, on the device.
+
+    The host waits for the devices at most once per update, and only where it decides by a
+    value on them: a count given as an NDArray, ``on_nonfinite`` 'skip' or 'raise', or a loss
+    scaler attached; never for clipping (docs/trainer.md, "Steps that never wait").
 
     Parameters
     ----------
@@ -107,7 +123,7 @@ class Trainer(TrainerState, gluon.Trainer):
         ``FloatingPointError`` naming the first parameter affected. Both restore the
         running statistics (non-differentiable parameters such as BatchNorm's running mean
         and variance) to their values at the start of the dropped window. With a loss scaler
-        attached (``gluonkit.train.amp.init_trainer``) such a window is a loss-scale overflow:
+        attached (``attach_loss_scaler``) such a window is a loss-scale overflow:
         whatever the policy it is dropped and the scaler halves its scale ('skip' also warns and
         counts it, 'raise' raises after dropping it).
     clip_global_norm : float, optional
@@ -163,12 +179,14 @@ class Trainer(TrainerState, gluon.Trainer):
         self._accumulate = accumulate
         self._on_nonfinite = on_nonfinite
         self._clip_global_norm = clip_global_norm
-        self._global_norm = None
+        self._global_norm = None      # a float, or a one-element NDArray not read yet
+        self._amp_loss_scaler = None  # set by attach_loss_scaler; MXNet's amp reads the same field
+        self._amp_original_scale = self._scale
         self._nonfinite_skips = 0
         self._pending_steps = 0
         self._pending_samples = 0
         self._pending_arrays = []
-        self._statistics, self._uninitialized_statistics = None, ()
+        self._statistics = None
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -185,7 +203,7 @@ class Trainer(TrainerState, gluon.Trainer):
             # every worker starts from worker 0's weights, before its first forward
             self._init_kvstore()
             self._init_params()
-        self._snapshot_statistics()
+        self.snapshot_statistics()
 
     @property
     def accumulate(self):
@@ -201,15 +219,15 @@ class Trainer(TrainerState, gluon.Trainer):
         """
         count = self._pending_samples
         if self._pending_arrays:
-            count += _read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in self._pending_arrays)))
+            count += _whole(read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in self._pending_arrays)))[0])
         return self._pending_steps, count
 
     @pending.setter
     def pending(self, window):
         steps, count = check_pending(window, self._accumulate)
-        self._pending_steps, self._pending_samples = steps, _read(count)
+        self._pending_steps, self._pending_samples = steps, int(count) if is_int(count) else float(count)
         self._pending_arrays = []
-        self._snapshot_statistics()
+        self.snapshot_statistics()
 
     @property
     def on_nonfinite(self):
@@ -225,7 +243,7 @@ class Trainer(TrainerState, gluon.Trainer):
         was_ignoring = self._on_nonfinite == "ignore"
         self._on_nonfinite = check_policy(policy)
         if was_ignoring != (policy == "ignore"):
-            self._snapshot_statistics()
+            self.snapshot_statistics()
 
     @property
     def clip_global_norm(self):
@@ -240,9 +258,25 @@ class Trainer(TrainerState, gluon.Trainer):
         summed over devices and workers. Measured only when the gradients are read anyway
         (``clip_global_norm`` set, ``on_nonfinite`` other than 'ignore', or a loss scaler
         attached); None otherwise, before the first update, and when the kvstore updates
-        several devices one by one (nothing summed their gradients first).
+        several devices one by one (nothing summed their gradients first). Where the update
+        did not read it on the host (clipping under 'ignore'), reading it waits for the
+        device; ``global_norm_array`` gives it without a wait.
         """
+        if isinstance(self._global_norm, mx.nd.NDArray):
+            self._global_norm = read(self._global_norm)[0]
         return self._global_norm
+
+    @property
+    def global_norm_array(self):
+        """NDArray or None: ``global_norm`` as a float64 NDArray of shape (1,), without a wait.
+
+        ``fit`` collects it after each update and reads the epoch's norms together when it
+        settles its running tally, not once per update.
+        """
+        norm = self._global_norm
+        if norm is None or isinstance(norm, mx.nd.NDArray):
+            return norm
+        return mx.nd.array([norm], dtype="float64")
 
     @property
     def nonfinite_skips(self):
@@ -253,7 +287,7 @@ class Trainer(TrainerState, gluon.Trainer):
         """Load optimizer states (as ``gluon.Trainer``); the network's parameters were loaded too,
         so the running statistics a dropped window returns to are taken again now."""
         super().load_states(fname)
-        self._snapshot_statistics()
+        self.snapshot_statistics()
 
     def set_learning_rate(self, lr):
         """Set a new learning rate; it must be a finite number >= 0, and the optimizer have no
@@ -287,12 +321,16 @@ class Trainer(TrainerState, gluon.Trainer):
 
         Parameters
         ----------
-        batch_size : int or NDArray
-            What the loss was summed over in the last backward(s), on this worker: samples,
-            or positive anchors, tokens, valid pixels. An int >= 0, or a one-element NDArray
-            on any device, which is added up there and read once, at the update. The update
-            is normalized by the window's count summed over the workers; a window whose count
-            is 0 is dropped with a warning (nothing to normalize by).
+        batch_size : int, float or NDArray
+            What the loss was normalized by in the last backward(s), on this worker: samples,
+            or positive anchors, tokens, valid pixels, a sum of weights. Any finite real >= 0
+            (a Python or NumPy number; integers keep exact arithmetic), or a one-element
+            NDArray of any dtype on any device, which is added up there and read once, at the
+            update. The update is normalized by the window's count summed over the workers
+            (``rescale_grad = 1 / count``, as ``gluon.Trainer.step`` sets it); a window whose
+            count is 0 is dropped with a warning (nothing to normalize by). A negative, NaN or
+            infinite number is a ``ValueError`` raised before anything changes; an NDArray
+            count is checked when read, at the update, which then applies nothing.
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -325,7 +363,14 @@ class Trainer(TrainerState, gluon.Trainer):
         return self._apply(ignore_stale_grad)
 
     def _apply(self, ignore_stale_grad):
-        """Apply the pending window as one update; False if it was dropped."""
+        """Apply the pending window as one update; False if it was dropped.
+
+        The host waits for the devices once, to read the window's count and sum of squares
+        together, only where it decides something by them: with a count given as an NDArray
+        (a window of 0 is dropped), with ``on_nonfinite`` 'skip' or 'raise', or with a loss
+        scaler (a window that overflowed is dropped, the scale moves). Otherwise the clip
+        factor is computed and applied on the device and ``global_norm`` is read on demand.
+        """
         if not self._kv_initialized:
             self._init_kvstore()
         if self._params_to_init:
@@ -340,31 +385,42 @@ class Trainer(TrainerState, gluon.Trainer):
         if not kvstore_updates:
             self._allreduce_grads()   # first, so one device's copy holds the whole gradient
         one_copy = not kvstore_updates and (self._kvstore is not None or len(self._contexts) == 1)
-        scaler = getattr(self, "_amp_loss_scaler", None)   # set by amp.init_trainer
-        reads = self._on_nonfinite != "ignore" or self._clip_global_norm is not None or scaler is not None
-        sum_sq = sum_of_squares(self._grads(selected, one_copy)) if reads else None
-        count = _read(count)
-        if not count > 0:
+        scaler = self._amp_loss_scaler
+        decides = self._on_nonfinite != "ignore" or scaler is not None
+        measures = decides or self._clip_global_norm is not None
+        sum_sq = sum_of_squares(self._grads(selected, one_copy)) if measures else None
+        if decides or isinstance(count, mx.nd.NDArray):   # the one wait: count and squares together
+            count, sum_sq = _read_window(count, sum_sq)
+        if not 0 < count < math.inf:
             self._drop_empty(selected, count)
             return False
-        norm = math.sqrt(sum_sq) * abs(self._scale) / count if reads else None
+        norm = None if sum_sq is None else _sqrt(sum_sq) * abs(self._scale) / count
         if scaler is not None:   # once per window: the scale halves on overflow, grows after clean runs
             if hasattr(scaler, "record"):   # gluonkit's: told by this pass, which saw every device
                 scaler.record(not math.isfinite(sum_sq))
             else:                           # MXNet's reads the first device's gradients itself
                 scaler.has_overflow([self._params[i] for i in selected])
-        if reads and not math.isfinite(norm) and (self._on_nonfinite != "ignore" or scaler is not None):
+        if decides and not math.isfinite(norm):
             self._discard(selected, one_copy)
             return False
-        clip = self._clip_global_norm
-        factor = clip / norm if clip is not None and math.isfinite(norm) and norm > clip else 1.0
-        self._check_and_rescale_grad(self._scale * factor / count)
+        self._check_and_rescale_grad(self._scale * self._clip(norm, selected) / count)
         if kvstore_updates:
             self._allreduce_grads()
         self._update(ignore_stale_grad)
         # per-device squares do not add up to the norm of the sum: no norm when nothing summed them
         self._global_norm = norm if one_copy or len(self._contexts) == 1 else None
         return True
+
+    def _clip(self, norm, selected):
+        """The clip factor min(1, clip / norm) for ``rescale_grad`` when ``norm`` is a float; else
+        1.0, once the gradients are scaled on their devices by the factor (no wait)."""
+        clip = self._clip_global_norm
+        if clip is None:
+            return 1.0
+        if isinstance(norm, mx.nd.NDArray):
+            clip_on_device([g for i in selected for g in self._params[i].list_grad()], norm, clip)
+            return 1.0
+        return clip / norm if math.isfinite(norm) and norm > clip else 1.0   # NaN: applied as it is
 
     def _sum_counts(self, count, arrays):
         """The window's count over all workers: an int, or a one-element NDArray still to read."""
@@ -393,7 +449,7 @@ class Trainer(TrainerState, gluon.Trainer):
             raise ValueError(f"The counts given to step() in this window sum to {count} over the "
                              "workers; a count (samples, positives, tokens, pixels) must be >= 0. "
                              "The window was dropped; no update was applied.")
-        self._snapshot_statistics()   # the window's forward passes were fine: keep their statistics
+        self.snapshot_statistics()   # the window's forward passes were fine: keep their statistics
         warnings.warn("Skipped an update: the counts given to step() in this window sum to 0 (no "
                       "samples or positives), so there is nothing to normalize the gradient by.",
                       stacklevel=4)
@@ -402,11 +458,12 @@ class Trainer(TrainerState, gluon.Trainer):
         """Drop a window whose gradients hold NaN or Inf, then warn or raise."""
         params = [self._params[i] for i in selected]
         culprit = next((self._name_of(p) for p in params
-                        if not math.isfinite(sum_of_squares(p.list_grad()[:1 if one_copy else None]))),
+                        if not math.isfinite(read(sum_of_squares(p.list_grad()[:1 if one_copy else None]))[0])),
                        "a parameter on another worker")
         self._selected = None
         self._finish(params)
-        self._restore_statistics()
+        if self._statistics is not None:
+            self._statistics.restore()
         if self._on_nonfinite == "ignore":   # a loss-scale overflow: the scaler has lowered its scale
             return
         if self._on_nonfinite == "raise":
@@ -430,44 +487,15 @@ class Trainer(TrainerState, gluon.Trainer):
                                "earlier micro-batches). Set param.grad_req = 'add' (or unfreeze with "
                                "gluonkit.params.unfreeze); this window was dropped, nothing was updated.")
 
-    def _snapshot_statistics(self):
-        """Copy the arrays a forward pass updates (BatchNorm running statistics) at a window's start.
+    def snapshot_statistics(self):
+        """Take the current running statistics as those a dropped window returns to.
 
-        Those are the non-differentiable parameters (frozen weights never change: not copied).
-        Only when a window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler
-        attached), so that the forward passes of a dropped window leave them as they were. The
-        arrays of one device and dtype are copied by one operator, into one flat array. Those
-        still waiting for deferred initialization are noted instead: a dropped window that
-        initialized them sets them back to their initializer's values.
+        The Trainer takes them at every window's start. Call it after setting the network's
+        running statistics by other means (parameters loaded from a file). Only kept where a
+        window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler attached).
         """
-        if self._on_nonfinite == "ignore" and getattr(self, "_amp_loss_scaler", None) is None:
-            self._statistics, self._uninitialized_statistics = None, ()
-            return
-        groups = defaultdict(list)   # (context, dtype) -> [(param, device index, array)]
-        statistics = [param for param in self._params if not param._differentiable]
-        for param in statistics:
-            if param._data is not None:
-                for i, array in enumerate(param.list_data()):
-                    if array.size:
-                        groups[(array.context, array.dtype)].append((param, i, array))
-        self._statistics = [([(param, i, array.shape) for param, i, array in members],
-                             mx.nd.concat(*(array.reshape((-1,)) for _, _, array in members), dim=0))
-                            for members in groups.values()]
-        self._uninitialized_statistics = [param for param in statistics if param._data is None]
-
-    def _restore_statistics(self):
-        for members, flat in self._statistics or ():
-            begin = 0
-            for param, i, shape in members:
-                end = begin + math.prod(shape)
-                if param._data is not None:
-                    flat[begin:end].reshape(shape).copyto(param.list_data()[i])
-                begin = end
-        for param in self._uninitialized_statistics:
-            # BatchNorm names its statistics' initializers ('zeros', 'ones'); as Parameter does
-            if param._data is not None and param.init is not None:
-                for array in param.list_data():
-                    mx.init.create(param.init)(mx.init.InitDesc(param.name, {"__init__": param.init}), array)
+        droppable = self._on_nonfinite != "ignore" or self._amp_loss_scaler is not None
+        self._statistics = RunningStatistics(self._params) if droppable else None
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.
@@ -540,7 +568,7 @@ class Trainer(TrainerState, gluon.Trainer):
                     indices, grads, arrays = zip(*upd)
                     updater(list(indices), list(grads), list(arrays))
         self._finish(params)
-        self._snapshot_statistics()
+        self.snapshot_statistics()
 
     def _finish(self, params):
         """Mark the parameters' gradients as consumed; zero the accumulating ones."""

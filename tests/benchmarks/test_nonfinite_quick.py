@@ -73,25 +73,26 @@ def test_readme_section_holds_the_table_and_keeps_the_rest(quick):
     assert f"| cnn | {row['batch']} | {ignore:.1f} | {skip:+.1%}" in section
     assert "clip_global_norm=1e6 (never clips)" in section
     assert "clip_global_norm=1e-6 (clips every update)" in section
-    assert section.count("not measured in this run") == 2     # the goal is on resnet18_v1b
+    assert section.count("not measured in this run") == 3     # the goal is on resnet18_v1b
 
 
-def _row(net, skip, clip):
+def _row(net, skip, clip, clipping=0.5):
     spread = {"q1": -0.01, "q3": 0.05, "min": -0.1, "max": 0.1}
     return {"net": net, "extra": {"skip": dict(spread, median=skip), "skip+clip": dict(spread, median=clip),
-                                  "skip+clipping": dict(spread, median=0.5)}}
+                                  "skip+clipping": dict(spread, median=clipping)}}
 
 
-@pytest.mark.parametrize("skip, clip, verdicts", [(0.01, 0.029, [True, True]), (0.02, 0.031, [True, False]),
-                                                  (0.035, 0.04, [False, False])])
-def test_the_goal_is_checked_on_resnet18_v1b_only(bench, skip, clip, verdicts):
-    rows = [_row("cnn", 0.5, 0.5), _row("resnet18_v1b", skip, clip)]
+@pytest.mark.parametrize("skip, clip, clipping, verdicts", [(0.01, 0.019, 0.02, [True, True, True]),
+                                                            (0.02, 0.021, 0.01, [True, False, True]),
+                                                            (0.035, 0.04, 0.5, [False, False, False])])
+def test_the_goal_is_checked_on_resnet18_v1b_only(bench, skip, clip, clipping, verdicts):
+    rows = [_row("cnn", 0.5, 0.5), _row("resnet18_v1b", skip, clip, clipping)]
     found = bench.targets(rows)
     assert [t["met"] for t in found] == verdicts
-    assert found[1]["target"] == ("resnet18_v1b: 'skip' + clip_global_norm=1e6 (never clips) costs <= 3% "
+    assert found[1]["target"] == ("resnet18_v1b: 'skip' + clip_global_norm=1e6 (never clips) costs <= 2% "
                                   "of an 'ignore' step")
     assert found[1]["value"].startswith(f"{clip:+.1%} (middle half of the rounds -1.0% .. +5.0%)")
-    assert [t["met"] for t in bench.targets(rows[:1])] == [None, None]
+    assert [t["met"] for t in bench.targets(rows[:1])] == [None, None, None]
 
 
 @pytest.mark.parametrize("clip, scale, refused", [("CLIPS", 1e-8, True), ("CLIPS", 1.0, False),

@@ -74,7 +74,7 @@ def test_overflowing_window_is_dropped_once_and_the_next_equals_plain_gluon(amp_
     start = weights(net)
     trainer, loss = scaled_trainer(net, accumulate=2)
     plain = gluon.Trainer(reference.collect_params(), "sgd", dict(OPT))
-    scaler = trainer._amp_loss_scaler
+    scaler = trainer.loss_scaler
     first = scaler.loss_scale
     assert not micro_step(net, loss, trainer, X[:5], Y[:5])
     assert not micro_step(net, loss, trainer, overflowing(X[5:16]), Y[5:16])   # dropped
@@ -99,7 +99,7 @@ def test_the_scale_is_held_within_a_window_and_the_gradient_is_scaled_by_it(amp_
     net = make_net()
     reference = twin(net)
     trainer, loss = scaled_trainer(net, accumulate=3)
-    scaler = trainer._amp_loss_scaler
+    scaler = trainer.loss_scaler
     scale = scaler.loss_scale
     for lo, hi in ((0, 5), (5, 16)):
         with autograd.record():
@@ -108,7 +108,7 @@ def test_the_scale_is_held_within_a_window_and_the_gradient_is_scaled_by_it(amp_
         plain = gluon.loss.L2Loss()(reference(mx.nd.array(X[lo:hi])), mx.nd.array(Y[lo:hi]))
         np.testing.assert_allclose(value.asnumpy(), plain.asnumpy(), rtol=1e-6)   # values unscaled
         trainer.step(hi - lo)
-        assert (scaler.loss_scale, trainer._scale) == (scale, 1 / scale)
+        assert (scaler.loss_scale, trainer.window_loss_scale) == (scale, scale)
     with autograd.record():
         unscaled = gluon.loss.L2Loss()(reference(mx.nd.array(X[:16])), mx.nd.array(Y[:16]))
     unscaled.backward()
@@ -135,14 +135,14 @@ def test_the_nonfinite_policy_still_warns_or_raises_and_the_scale_is_lowered(amp
     net = make_net()
     start = weights(net)
     trainer, loss = scaled_trainer(net, accumulate=1, on_nonfinite="skip")
-    scale = trainer._amp_loss_scaler.loss_scale
+    scale = trainer.loss_scaler.loss_scale
     with pytest.warns(UserWarning, match="NaN or Inf"):
         assert not micro_step(net, loss, trainer, overflowing(X[:8]), Y[:8])
-    assert (trainer.nonfinite_skips, trainer._amp_loss_scaler.loss_scale) == (1, scale / 2)
+    assert (trainer.nonfinite_skips, trainer.loss_scaler.loss_scale) == (1, scale / 2)
     trainer.on_nonfinite = "raise"
     with pytest.raises(FloatingPointError, match="NaN or Inf"):
         micro_step(net, loss, trainer, overflowing(X[:8]), Y[:8])
-    assert trainer._amp_loss_scaler.loss_scale == scale / 4
+    assert trainer.loss_scaler.loss_scale == scale / 4
     for got, want in zip(weights(net), start):
         np.testing.assert_array_equal(got, want)
     assert micro_step(net, loss, trainer, X[:8], Y[:8])
@@ -184,7 +184,7 @@ def test_a_scaled_batch_fn_trains_as_plain_gluon(amp_ready):
     with autograd.record():
         plain_losses, _ = batch_fn(reference, data[0], [mx.cpu()])
     autograd.backward(plain_losses)
-    scale = trainer._amp_loss_scaler.loss_scale
+    scale = trainer.loss_scaler.loss_scale
     np.testing.assert_allclose(net.weight.grad().asnumpy(), scale * reference.weight.grad().asnumpy(),
                                rtol=1e-5)
 
@@ -197,14 +197,14 @@ def test_an_overflow_on_the_second_device_only_lowers_the_scale(amp_ready):
     net.initialize(mx.init.Xavier(rnd_type="gaussian"), ctx=ctx)
     start = [p.data(ctx[0]).asnumpy() for p in net.collect_params().values()]
     trainer, loss = scaled_trainer(net, accumulate=1)
-    first = trainer._amp_loss_scaler.loss_scale
+    first = trainer.loss_scaler.loss_scale
     x, y = mx.nd.array(X[:8]), mx.nd.array(Y[:8])
     with autograd.record():
         values = [loss(net(x[:4].as_in_context(ctx[0])), y[:4].as_in_context(ctx[0])),
                   loss(net(mx.nd.array(overflowing(X[4:8]), ctx=ctx[1])), y[4:].as_in_context(ctx[1]))]
     autograd.backward(values)
     assert trainer.step(8) is False
-    assert trainer._amp_loss_scaler.loss_scale == first / 2
+    assert trainer.loss_scaler.loss_scale == first / 2
     for p, before in zip(net.collect_params().values(), start):
         np.testing.assert_array_equal(p.data(ctx[0]).asnumpy(), before)
         np.testing.assert_array_equal(p.data(ctx[1]).asnumpy(), before)
@@ -225,13 +225,13 @@ def test_a_run_resumed_mid_window_keeps_the_loss_scale(amp_ready, tmp_path, then
     micro_step(net, loss, trainer, X[16:21], Y[16:21])
     checkpoint = Checkpoint(str(tmp_path))
     checkpoint.save(net, trainer, epoch=0)
-    scale = trainer._amp_loss_scaler.loss_scale
+    scale = trainer.loss_scaler.loss_scale
     assert finish(net, loss, trainer)
 
     resumed = make_net()
     resumed_trainer, resumed_loss = scaled_trainer(resumed, accumulate=2)
     checkpoint.load(resumed, resumed_trainer)
-    assert resumed_trainer._amp_loss_scaler.loss_scale == scale == 2.0 ** 15
+    assert resumed_trainer.loss_scaler.loss_scale == scale == 2.0 ** 15
     assert finish(resumed, resumed_loss, resumed_trainer)
     for got, want in zip(weights(resumed), weights(net)):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -271,4 +271,28 @@ def test_a_loss_scale_needs_a_scaler_to_load_into_and_nothing_changes(amp_ready)
     scaled, _ = scaled_trainer(scaled_net, accumulate=2)
     scaled.name_params(scaled_net)
     scaled.load_state_dict(before)
-    assert scaled._amp_loss_scaler.loss_scale == 2.0 ** 16
+    assert scaled.loss_scaler.loss_scale == 2.0 ** 16
+
+
+def test_a_loss_scaler_is_attached_through_the_trainer_and_read_back():
+    net = make_net()
+    trainer = Trainer(net.collect_params(), "sgd", dict(OPT))
+    assert trainer.loss_scaler is None and trainer.window_loss_scale == 1.0
+    with pytest.raises(TypeError, match="scaler must be a loss scaler .* got 3; use gluonkit.train.amp.LossScaler"):
+        trainer.attach_loss_scaler(3)
+    assert trainer.loss_scaler is None
+    scaler = amp.LossScaler()
+    trainer.attach_loss_scaler(scaler)
+    assert trainer.loss_scaler is scaler
+    loss = amp.ScaledLoss(gluon.loss.L2Loss(), trainer)
+    with autograd.record():
+        value = loss(net(mx.nd.array(X[:4])), mx.nd.array(Y[:4]))
+    value.backward()
+    assert trainer.window_loss_scale == scaler.loss_scale == 2.0 ** 16
+
+
+def test_init_trainer_without_init_says_to_call_it():
+    trainer = Trainer(make_net().collect_params(), "sgd", dict(OPT))
+    with pytest.raises(RuntimeError, match=r"call gluonkit.train.amp.init\(ctx\)"):
+        amp.init_trainer(trainer)
+    assert trainer.loss_scaler is None

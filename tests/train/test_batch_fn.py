@@ -403,3 +403,48 @@ def test_one_device_may_return_arrays_instead_of_lists():
             scores.append(gluonkit.evaluate(net, dense_loader(16), metrics=["acc", "mae"], eval_fn=fn))
         assert scores[0] == scores[1]
     assert histories[1] == histories[0]
+
+
+def test_a_batch_fn_may_return_a_real_count_as_gluon_trainer_takes_it():
+    """Losses weighted per sample, normalized by the sum of the weights (a float): fit steps
+    as gluon.Trainer.step(sum of weights) on each batch."""
+    weights = np.random.RandomState(8).rand(44).astype("float32") + 0.1
+    data = gluon.data.DataLoader(gluon.data.ArrayDataset(np.random.RandomState(3).randn(44, 6).astype("float32"),
+                                                         np.arange(44) % 3, weights), batch_size=8)
+
+    def weighted(net, batch, ctx_list):
+        x, y, w = (a.as_in_context(ctx_list[0]) for a in batch)
+        return [LOSS(net(x), y) * w], float(w.sum().asscalar())
+
+    net, ref = dense_net([mx.cpu()]), dense_net([mx.cpu()])
+    gluonkit.fit(net, None, gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5}), data,
+                 epochs=1, batch_fn=weighted, progress=False)
+    plain = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.5})
+    for x, y, w in data:
+        with autograd.record():
+            loss = LOSS(ref(x), y) * w
+        loss.backward()
+        plain.step(float(w.sum().asscalar()))
+    for a, b in zip(net.collect_params().values(), ref.collect_params().values()):
+        np.testing.assert_array_equal(a.data().asnumpy(), b.data().asnumpy())
+    with pytest.raises(ValueError, match="the count nan for batch 0: count .* must be a finite number >= 0"):
+        gluonkit.fit(net, None, gluonkit.Trainer(net.collect_params(), "sgd"), data, epochs=1, progress=False,
+                     batch_fn=lambda n, b, c: (weighted(n, b, c)[0], float("nan")))
+
+
+def test_fits_default_step_casts_float64_labels_with_the_data_for_a_float32_network():
+    """A float64 loader (gluon's batchify keeps NumPy float64) into a float32 network with
+    L2Loss: before, the label reached the loss as float64 and MXNet failed to infer types."""
+    rng = np.random.RandomState(5)
+    x, y = rng.randn(24, 6), rng.randn(24, 3)
+    nets = []
+    for dtype in ("float64", "float32"):
+        net = dense_net([mx.cpu()])
+        loader = gluon.data.DataLoader(gluon.data.ArrayDataset(x.astype(dtype), y.astype(dtype)), batch_size=8)
+        history = gluonkit.fit(net, gluon.loss.L2Loss(), gluonkit.Trainer(net.collect_params(), "sgd"), loader,
+                               epochs=1, progress=False)
+        nets.append((net, history))
+    (net64, history64), (net32, history32) = nets
+    assert history64["loss"] == history32["loss"]
+    for a, b in zip(net64.collect_params().values(), net32.collect_params().values()):
+        np.testing.assert_array_equal(a.data().asnumpy(), b.data().asnumpy())

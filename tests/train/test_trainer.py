@@ -1,4 +1,5 @@
 """gluonkit.Trainer against plain Gluon doing the same work the long way."""
+import re
 import warnings
 
 import mxnet as mx
@@ -334,17 +335,19 @@ def test_accumulate_switches_to_add_and_zeroes_after_each_update():
         assert_array_equal(p.grad().asnumpy(), 0)
 
 
-@pytest.mark.parametrize("batch_size, error", [(-3, ValueError), (2.5, TypeError), ("8", TypeError),
-                                               (True, TypeError), (None, TypeError)])
-def test_step_rejects_a_count_that_is_not_an_integer_of_at_least_zero(batch_size, error):
+@pytest.mark.parametrize("batch_size, error", [(-3, ValueError), (-0.5, ValueError), (np.float32(-2), ValueError),
+                                               (float("nan"), ValueError), (float("inf"), ValueError),
+                                               ("8", TypeError), (True, TypeError), (None, TypeError)])
+def test_step_rejects_a_count_that_is_not_a_finite_number_of_at_least_zero(batch_size, error):
     net = _mlp()
     net.initialize()
-    trainer = gluonkit.Trainer(net.collect_params(), "sgd")
-    with pytest.raises(error, match=rf"batch_size \(.*\) must be an integer >= 0, got {batch_size!r}"):
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", accumulate=2)
+    trainer.step(1.5)
+    with pytest.raises(error, match=rf"batch_size \(.*\) must be a finite number >= 0, got {re.escape(repr(batch_size))}"):
         trainer.step(batch_size)
     with pytest.raises(ValueError, match=r"must hold one element .* got shape \(2,\)"):
         trainer.step(nd.array([1, 2]))
-    assert trainer.pending == (0, 0)
+    assert trainer.pending == (1, 1.5)   # nothing changed
 
 
 @pytest.mark.parametrize("accumulate, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),

@@ -291,3 +291,22 @@ def test_set_learning_rate_with_an_lr_scheduler_is_a_runtime_error_not_a_raised_
     plain = gluonkit.Trainer(_dense().collect_params(), "sgd", {"learning_rate": 0.1})
     plain.set_learning_rate(0.5)
     assert plain.learning_rate == 0.5
+
+
+def test_snapshot_statistics_takes_the_running_statistics_a_dropped_window_returns_to():
+    """Statistics set by hand (not through the Trainer) and taken with snapshot_statistics()
+    are what a dropped window restores; without the call it restores the earlier ones."""
+    for take in (True, False):
+        net = _bn_net([mx.cpu(0)])
+        trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, on_nonfinite="skip")
+        net[1].running_mean.set_data(nd.full((4,), 3.0))
+        if take:
+            trainer.snapshot_statistics()
+        x = np.ones((4, 3), dtype="float32")
+        x[0, 0] = np.nan
+        with autograd.record():
+            loss = net(nd.array(x)).sum()
+        loss.backward()
+        with pytest.warns(UserWarning, match="Skipped an update"):
+            assert trainer.step(4) is False
+        assert_array_equal(net[1].running_mean.data().asnumpy(), np.full(4, 3.0 if take else 0.0))

@@ -1,0 +1,174 @@
+"""gluonkit.Trainer takes the counts gluon.Trainer takes: ints, floats, NumPy numbers, one-element
+NDArrays; each checked against gluon.Trainer doing the same steps."""
+import re
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon, nd
+from numpy.testing import assert_allclose, assert_array_equal
+
+import gluonkit
+from conftest import params_of
+
+OPT = {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}
+RNG = np.random.RandomState(11)
+X = RNG.randn(12, 4).astype("float32")
+Y = RNG.randn(12, 3).astype("float32")
+
+
+def _net():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(6, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=6))
+    net.initialize(mx.init.Xavier())
+    return net
+
+
+def _twin(net):
+    other = gluon.nn.HybridSequential()
+    other.add(gluon.nn.Dense(6, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=6))
+    other.initialize()
+    for mine, theirs in zip(other.collect_params().values(), net.collect_params().values()):
+        mine.set_data(theirs.data())
+    return other
+
+
+def _backward(net, lo, hi, weights=None):
+    """Backward of the (weighted) summed L2 loss of samples lo:hi."""
+    with autograd.record():
+        loss = ((net(nd.array(X[lo:hi])) - nd.array(Y[lo:hi])) ** 2).sum(axis=1)
+        if weights is not None:
+            loss = loss * nd.array(weights)
+    loss.backward()
+
+
+COUNTS = {
+    "int": 5, "float": 2.5, "float-whole": 3.0, "np.float32": np.float32(1.75), "np.float64": np.float64(0.3),
+    "np.int64": np.int64(7), "tiny": 1e-3,
+    "NDArray float32": nd.array([1.75]), "NDArray float64": nd.array([0.3], dtype="float64"),
+    "NDArray int32": nd.array([6], dtype="int32"), "NDArray (1, 1)": nd.array([[2.5]]),
+}
+
+
+@pytest.mark.parametrize("count", COUNTS.values(), ids=COUNTS.keys())
+def test_each_kind_of_count_steps_bit_exactly_as_gluon_trainer(count):
+    """With accumulate=1: the same rescale_grad as gluon's ``scale / count``, so the same bits.
+    gluon.Trainer cannot take an NDArray (MXNet passes it to the kernel as text): it gets the
+    count's value."""
+    net = _net()
+    ref = _twin(net)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT))
+    plain = gluon.Trainer(ref.collect_params(), "sgd", dict(OPT))
+    value = count.asnumpy().item() if isinstance(count, nd.NDArray) else count
+    for lo, hi in ((0, 5), (5, 12), (2, 9)):
+        _backward(net, lo, hi)
+        _backward(ref, lo, hi)
+        assert trainer.step(count) is True
+        plain.step(value)
+    expected, actual = params_of(ref), params_of(net)
+    for name in expected:
+        assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+@pytest.mark.parametrize("counts", [(2.5, 0.5, 1.25), (np.float32(0.75), nd.array([1.5]), 3),
+                                    (0.0, 2.5), (4, 1, 2)])
+def test_accumulated_real_counts_equal_one_step_by_their_sum(counts):
+    """A weighted loss (per-sample weights) over three micro-batches, normalized by the sum of
+    the window's counts, equals gluon.Trainer stepping the whole batch by that sum."""
+    weights = RNG.rand(12).astype("float32")
+    bounds = np.linspace(0, 12, len(counts) + 1).astype(int)
+    net = _net()
+    ref = _twin(net)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT), accumulate=len(counts))
+    plain = gluon.Trainer(ref.collect_params(), "sgd", dict(OPT))
+    for _ in range(2):
+        results = []
+        for (lo, hi), count in zip(zip(bounds[:-1], bounds[1:]), counts):
+            _backward(net, lo, hi, weights[lo:hi])
+            results.append(trainer.step(count))
+        assert results == [False] * (len(counts) - 1) + [True]
+        _backward(ref, 0, 12, weights)
+        plain.step(sum(c.asscalar() if isinstance(c, nd.NDArray) else c for c in counts))
+    expected, actual = params_of(ref), params_of(net)
+    for name in expected:
+        assert_allclose(actual[name], expected[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_integer_counts_keep_exact_arithmetic_and_floats_add_as_floats():
+    trainer = gluonkit.Trainer(_net().collect_params(), "sgd", accumulate=4)
+    for count in (np.int64(2), 3, np.uint8(4)):
+        trainer.step(count)
+    steps, total = trainer.pending
+    assert (steps, total, type(total)) == (3, 9, int)
+    trainer.pending = (1, 2.5)
+    trainer.step(np.float32(0.25))
+    assert trainer.pending == (2, 2.75) and type(trainer.pending[1]) is float
+
+
+def test_a_window_of_real_counts_summing_to_zero_is_dropped_with_a_warning():
+    net = _net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT), accumulate=2)
+    before = params_of(net)
+    _backward(net, 0, 4)
+    assert trainer.step(0.0) is False
+    with pytest.warns(UserWarning, match="sum to 0"):
+        assert trainer.step(np.float32(0)) is False
+    for name, value in params_of(net).items():
+        assert_array_equal(value, before[name], err_msg=name)
+
+
+@pytest.mark.parametrize("bad", [nd.array([-0.5]), nd.array([np.nan]), nd.array([np.inf])])
+def test_an_ndarray_count_that_is_no_count_is_refused_at_the_update_and_nothing_is_applied(bad):
+    net = _net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT))
+    before = params_of(net)
+    _backward(net, 0, 4)
+    with pytest.raises(ValueError, match=rf"sum to {bad.asscalar()} .* must be >= 0"):
+        trainer.step(bad)
+    for name, value in params_of(net).items():
+        assert_array_equal(value, before[name], err_msg=name)
+
+
+def test_gluonnlps_allreduce_clip_update_pattern_equals_gluon_trainer():
+    """GluonNLP's scripts: ``allreduce_grads()``, ``gluon.utils.clip_global_norm`` on the
+    gradients, then ``update(float)``; on two devices, with a real normalizer."""
+    ctx = [mx.cpu(0), mx.cpu(1)]
+    nets = []
+    for _ in range(2):
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(6, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=6))
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+        nets.append(net)
+    for mine, theirs in zip(nets[1].collect_params().values(), nets[0].collect_params().values()):
+        mine.set_data(theirs.data(ctx[0]))
+    kit = gluonkit.Trainer(nets[0].collect_params(), "sgd", dict(OPT), update_on_kvstore=False)
+    plain = gluon.Trainer(nets[1].collect_params(), "sgd", dict(OPT), update_on_kvstore=False)
+    for lo, hi in ((0, 6), (6, 12), (1, 11)):
+        norms = []
+        for net, trainer in zip(nets, (kit, plain)):
+            xs = gluonkit.split_and_load(nd.array(X[lo:hi]), ctx)
+            ys = gluonkit.split_and_load(nd.array(Y[lo:hi]), ctx)
+            with autograd.record():
+                losses = [((net(a) - b) ** 2).sum() for a, b in zip(xs, ys)]
+            autograd.backward(losses)
+            trainer.allreduce_grads()
+            grads = [p.grad(c) for p in net.collect_params().values() for c in ctx]
+            norms.append(gluon.utils.clip_global_norm(grads, 0.5))
+            trainer.update((hi - lo) / 2.5)
+        assert norms[0] == norms[1]
+    for c in ctx:
+        for a, b in zip(nets[0].collect_params().values(), nets[1].collect_params().values()):
+            assert_array_equal(a.data(c).asnumpy(), b.data(c).asnumpy(), err_msg=a.name)
+
+
+def test_a_bool_or_text_count_is_a_type_error_and_changes_nothing():
+    trainer = gluonkit.Trainer(_net().collect_params(), "sgd", accumulate=3)
+    trainer.step(1.5)
+    for bad in (True, "2", None, [2]):
+        expected = rf"batch_size \(.*\) must be a finite number >= 0, got {re.escape(repr(bad))}"
+        with pytest.raises(TypeError, match=expected):
+            trainer.step(bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert trainer.pending == (1, 1.5)

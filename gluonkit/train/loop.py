@@ -18,7 +18,8 @@ from .callbacks import Callback
 from ._trainer_args import check_count
 from .metrics import make_metrics
 from .resume import batch_length
-from .state import FitState, Tally
+from .state import FitState, Run
+from .tally import Tally
 from .split import split_and_load
 
 __all__ = ["fit", "evaluate", "FitState"]
@@ -27,10 +28,11 @@ log = logging.getLogger("gluonkit")
 SETTLE_SECONDS = 0.5   # how often the running loss and metrics are counted (and the bar refreshed)
 
 
-def _call(callbacks, hook, state):
-    for cb in callbacks:
-        if state.is_main_process or not cb.main_process_only:
-            getattr(cb, hook)(state)
+def _call(run, hook):
+    """Call ``hook`` of every callback with the run's ``FitState`` (on rank 0 only, where asked)."""
+    for cb in run.callbacks:
+        if run.is_main_process or not cb.main_process_only:
+            getattr(cb, hook)(run.view)
 
 
 def _contexts(ctx, net):
@@ -176,16 +178,16 @@ def _unpack_step(result, index):
     return losses, count, outputs, labels
 
 
-def _step(state, losses, count, labels, outputs):
+def _step(run, losses, count, labels, outputs):
     """Backward, trainer.step and the tally, shared by both kinds of batches."""
     autograd.backward(losses)
-    if state.trainer.step(count) is not False:   # gluon.Trainer returns None: it always updates
-        _updated(state)
-    state._tally.add(labels, outputs, losses, count)
+    if run.trainer.step(count) is not False:   # gluon.Trainer returns None: it always updates
+        _updated(run)
+    run.tally.add(labels, outputs, losses, count)
 
 
-def _updated(state):
-    state.step += 1
+def _updated(run):
+    run.step += 1
 
 
 def _collect_norm(norms, trainer):
@@ -206,25 +208,25 @@ def _read_norms(norms, tally):
     norms.clear()
 
 
-def _train_batch(state, batch):
+def _train_batch(run, batch):
     """Forward, backward and trainer.step on one batch split over the contexts; its samples."""
-    if state.batch_fn is not None:
+    if run.batch_fn is not None:
         with autograd.record():
-            result = state.batch_fn(state.net, batch, state.ctx, **state.batch_fn_keywords)
-        losses, count, outputs, labels = _unpack_step(result, state.batch)
-        _step(state, losses, count, labels, outputs)
+            result = run.batch_fn(run.net, batch, run.ctx, **run.batch_fn_keywords)
+        losses, count, outputs, labels = _unpack_step(result, run.batch)
+        _step(run, losses, count, labels, outputs)
         return batch_length(batch)
-    data, label = _unpack(batch, state.batch, "train_data")
-    xs = split_and_load(_as_dtype(data, state._dtype), state.ctx)
-    if state._every_device and len(xs) < len(state.ctx):
-        raise ValueError(f"batch {state.batch} of epoch {state.epoch + 1} has {data.shape[0]} sample(s) for "
-                         f"{len(state.ctx)} devices, and the network's SyncBatchNorm layers wait for "
+    data, label = _unpack(batch, run.batch, "train_data")
+    xs = split_and_load(_as_dtype(data, run.dtype), run.ctx)
+    if run.every_device and len(xs) < len(run.ctx):
+        raise ValueError(f"batch {run.batch} of epoch {run.epoch + 1} has {data.shape[0]} sample(s) for "
+                         f"{len(run.ctx)} devices, and the network's SyncBatchNorm layers wait for "
                          "every device: give every batch at least one sample per device (e.g. "
                          "DataLoader(..., last_batch='discard') or 'rollover').")
-    ys = split_and_load(_as_dtype(label, state._dtype), state.ctx)
+    ys = split_and_load(_as_dtype(label, run.dtype), run.ctx)
     with autograd.record():
-        outputs, losses = _forward_losses(state.net, state._loss_graph, xs, ys)
-    _step(state, losses, data.shape[0], ys, outputs)
+        outputs, losses = _forward_losses(run.net, run.loss_graph, xs, ys)
+    _step(run, losses, data.shape[0], ys, outputs)
     return data.shape[0]
 
 
@@ -310,6 +312,7 @@ def _check_trainer(trainer, net):
     if not isinstance(trainer, gluon.Trainer):
         raise TypeError(f"trainer must be a gluon.Trainer (e.g. gluonkit.Trainer), got {trainer!r}.")
     mine = {id(p) for p in net.collect_params().values()}
+    # gluon.Trainer keeps its parameters under a private name only (MXNet has no public one)
     if mine and not any(id(p) in mine for p in trainer._params):
         names = [p.name for p in trainer._params[:3]]
         raise ValueError(f"the trainer updates none of the network's parameters (it holds {names}"
@@ -318,18 +321,18 @@ def _check_trainer(trainer, net):
 
 
 @contextlib.contextmanager
-def _stop_on_signals(state):
+def _stop_on_signals(run):
     """While training, SIGINT and SIGTERM ask to stop after the current step; a second aborts."""
     if threading.current_thread() is not threading.main_thread():
         yield   # signal handlers can only be installed from the main thread
         return
 
     def handler(signum, frame):
-        if state.interrupted is not None:
+        if run.interrupted is not None:
             raise KeyboardInterrupt
-        state.interrupted = signal.Signals(signum)
+        run.interrupted = signal.Signals(signum)
         log.warning("%s received: stopping after the current step (send it again to abort now).",
-                    state.interrupted.name)
+                    run.interrupted.name)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -351,72 +354,72 @@ def _append_row(history, logs):
         history.setdefault(key, [math.nan] * rows).append(value)
 
 
-def _run_epoch(state, train_data, val_data, val_metrics, progress):
-    batches, skips_before = state._begin_epoch()   # after the batches done, when resuming in mid-epoch
-    _call(state._callbacks, "on_epoch_begin", state)
+def _run_epoch(run, train_data, val_data, val_metrics, progress):
+    batches, skips_before = run.begin_epoch()   # after the batches done, when resuming in mid-epoch
+    _call(run, "on_epoch_begin")
     total = len(train_data) if hasattr(train_data, "__len__") else None
-    bar = tqdm(total=total, initial=state.batch, disable=not (progress and state.is_main_process), unit="batch",
+    bar = tqdm(total=total, initial=run.batch, disable=not (progress and run.is_main_process), unit="batch",
                leave=True,
-               desc=f"epoch {state.epoch + 1}/{state.epochs}", dynamic_ncols=True)
+               desc=f"epoch {run.epoch + 1}/{run.epochs}", dynamic_ncols=True)
     tic, seen = time.perf_counter(), 0
     next_settle = tic + SETTLE_SECONDS
 
     def show_running(now):
         rate = seen / max(now - tic, 1e-9)
-        bar.set_postfix({**{k: f"{v:.4f}" for k, v in state.logs.items()}, "samples/s": f"{rate:.0f}"},
+        bar.set_postfix({**{k: f"{v:.4f}" for k, v in run.logs.items()}, "samples/s": f"{rate:.0f}"},
                         refresh=False)
 
     norms = []   # the updates' gradient norms, read when the tally settles (a wait anyway)
     try:
         for batch in batches:
-            step = state.step
-            seen += _train_batch(state, batch)
-            if state.step != step:
-                _collect_norm(norms, state.trainer)
-            state.batch += 1
+            step = run.step
+            seen += _train_batch(run, batch)
+            if run.step != step:
+                _collect_norm(norms, run.trainer)
+            run.batch += 1
             now = time.perf_counter()
             if now >= next_settle:   # waits for the batch: at most 0.5 s of work is queued ahead
-                _read_norms(norms, state._tally)
-                state._tally.settle()
+                _read_norms(norms, run.tally)
+                run.tally.settle()
                 if not bar.disable:
                     show_running(now)
                 next_settle = now + SETTLE_SECONDS
             bar.update(1)
-            _call(state._callbacks, "on_batch_end", state)
-            if state.interrupted is not None:
-                _read_norms(norms, state._tally)   # on_train_end may snapshot the tally
+            _call(run, "on_batch_end")
+            if run.interrupted is not None:
+                _read_norms(norms, run.tally)   # on_train_end may snapshot the tally
                 return
         if not bar.disable:
             show_running(time.perf_counter())
     finally:
         bar.close()
-    if state.batch == 0:
-        raise ValueError(f"train_data yielded no batches in epoch {state.epoch + 1}; pass a "
+    if run.batch == 0:
+        raise ValueError(f"train_data yielded no batches in epoch {run.epoch + 1}; pass a "
                          "non-empty loader that can be iterated once per epoch (a generator is "
                          "exhausted after one pass: use a gluon.data.DataLoader).")
-    if getattr(state.trainer, "flush", None) and state.trainer.flush():
-        _updated(state)
-        _collect_norm(norms, state.trainer)
-    _read_norms(norms, state._tally)
+    if getattr(run.trainer, "flush", None) and run.trainer.flush():
+        _updated(run)
+        _collect_norm(norms, run.trainer)
+    _read_norms(norms, run.tally)
     mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
-    logs = {"epoch": state.epoch + 1, **state._tally.values()}
+    logs = {"epoch": run.epoch + 1, **run.tally.values()}
     if val_data is not None:
-        val = _evaluate(state.net, val_data, state.ctx, val_metrics, state._loss_graph, "val_data",
-                        state.eval_fn)
+        val = _evaluate(run.net, val_data, run.ctx, val_metrics, run.loss_graph, "val_data",
+                        run.eval_fn)
         logs.update({f"val_{k}": v for k, v in val.items()})
-    if getattr(state.trainer, "on_nonfinite", "ignore") == "skip":
-        logs["nonfinite_skips"] = state.trainer.nonfinite_skips - skips_before
-    logs.update(lr=state.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
+    if getattr(run.trainer, "on_nonfinite", "ignore") == "skip":
+        logs["nonfinite_skips"] = run.trainer.nonfinite_skips - skips_before
+    logs.update(lr=run.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
                 time=time.perf_counter() - tic)
-    _append_row(state.history, logs)
-    if state.is_main_process:
-        log.info("epoch %d/%d: %s", state.epoch + 1, state.epochs,
+    _append_row(run.history, logs)
+    if run.is_main_process:
+        log.info("epoch %d/%d: %s", run.epoch + 1, run.epochs,
                  ", ".join(f"{k} {v:.4g}" for k, v in logs.items() if k != "epoch"))
-    state._logs, state._phase = logs, "end"
-    _call(state._callbacks, "on_epoch_end", state)
-    state.epoch += 1
-    state._phase = "idle"
+    run.epoch_logs, run.phase = logs, "end"
+    _call(run, "on_epoch_end")
+    run.epoch += 1
+    run.phase = "idle"
 
 
 def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metrics=None,
@@ -517,29 +520,29 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     if loss is None and batch_fn is None:
         raise ValueError("loss is None; pass a gluon.loss.Loss, or a batch_fn that computes the "
                          "losses itself.")
-    state = FitState(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
-                     make_metrics(metrics), outputs_optional=val_data is not None)
-    state.train_data = train_data
-    state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
-    state.batch_fn_keywords = {"state": state} if batch_fn is not None and _takes_state(batch_fn) else {}
-    state._loss_graph = _compiled(loss)
-    state._tally.class_axis = None if batch_fn is not None else _class_axis(loss)
-    state._every_device = check_sync_batchnorm(net, state.ctx)
+    run = Run(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
+              make_metrics(metrics), outputs_optional=val_data is not None)
+    run.train_data = train_data
+    run.batch_fn, run.eval_fn, run.dtype = batch_fn, eval_fn, _input_dtype(net)
+    run.batch_fn_keywords = {"state": run.view} if batch_fn is not None and _takes_state(batch_fn) else {}
+    run.loss_graph = _compiled(loss)
+    run.tally.class_axis = None if batch_fn is not None else _class_axis(loss)
+    run.every_device = check_sync_batchnorm(net, run.ctx)
     if hasattr(trainer, "name_params"):
         trainer.name_params(net)   # structural names in its warnings and state_dict
     val_metrics = make_metrics(metrics)
-    with _stop_on_signals(state):
-        _call(state._callbacks, "on_train_begin", state)
-        state._apply_callback_states()
-        while state.epoch < epochs and not state.stop_training and state.interrupted is None:
-            _run_epoch(state, train_data, val_data, val_metrics, progress)
-        _call(state._callbacks, "on_train_end", state)
-    if state.interrupted is not None:
-        epoch, batch = state.position
-        message = (f"training stopped by {state.interrupted.name} after {epoch} epoch(s) "
+    with _stop_on_signals(run):
+        _call(run, "on_train_begin")
+        run.apply_callback_states()
+        while run.epoch < epochs and not run.stop_training and run.interrupted is None:
+            _run_epoch(run, train_data, val_data, val_metrics, progress)
+        _call(run, "on_train_end")
+    if run.interrupted is not None:
+        epoch, batch = run.position
+        message = (f"training stopped by {run.interrupted.name} after {epoch} epoch(s) "
                    f"and {batch} batch(es)")
         log.warning("%s.", message)
-        if state.interrupted == signal.SIGTERM:
+        if run.interrupted == signal.SIGTERM:
             raise SystemExit(128 + signal.SIGTERM)
         raise KeyboardInterrupt(message)
-    return state.history
+    return run.history

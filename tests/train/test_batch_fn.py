@@ -13,7 +13,7 @@ from mxnet import autograd, gluon
 
 import gluonkit
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
-from gluonkit.train.state import Tally
+from gluonkit.train.tally import Tally
 
 TWO = [mx.cpu(0), mx.cpu(1)]
 CLASSES = ["box", "disc"]

@@ -81,3 +81,24 @@ def test_a_batch_fn_without_a_state_keyword_is_called_as_before():
     gluonkit.fit(net, None, gluonkit.Trainer(net, "sgd"), make_loader(), epochs=1,
                  batch_fn=batch_fn, progress=False)
     assert seen == [4, 4, 4, 4, 4]
+
+
+def test_callbacks_and_the_batch_fn_see_one_read_only_view_that_can_only_stop_training():
+    seen = []
+
+    class Watch(gluonkit.callbacks.Callback):
+        def on_batch_end(self, state):
+            seen.append(state)
+            with pytest.raises(AttributeError):
+                state.epoch = 5                         # the loop's position is not the callback's
+            if state.batch == 2:
+                state.stop_training = True              # asked for: stops after this epoch
+
+    recorder = Recorder()
+    net = make_net()
+    history = gluonkit.fit(net, None, gluonkit.Trainer(net, "sgd"), make_loader(), epochs=3,
+                           batch_fn=lambda *args, state: (seen.append(state), recorder(*args, state=state))[1],
+                           callbacks=[Watch()], progress=False)
+    assert history["epoch"] == [1]
+    assert all(state is seen[0] for state in seen) and len(seen) == 10
+    assert seen[0].position == (1, 0) and seen[0].stop_training

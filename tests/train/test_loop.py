@@ -16,7 +16,7 @@ from mxnet import autograd, gluon
 from conftest import params_of
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.loop import evaluate, fit
-from gluonkit.train.state import Tally
+from gluonkit.train.tally import Tally
 from gluonkit.train.trainer import Trainer
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()

@@ -8,7 +8,7 @@ from mxnet import gluon
 from conftest import TWO_CPUS
 from gluonkit.train.callbacks import Callback
 from gluonkit.train.loop import fit
-from gluonkit.train.state import Tally
+from gluonkit.train.tally import Tally
 from gluonkit.train.trainer import Trainer
 
 

@@ -4,7 +4,10 @@ from mxnet import gluon
 
 from .._validate import is_int, non_negative_int
 
-__all__ = ["seed_or_draw", "Order", "SeededEpochs", "DataLoader"]
+__all__ = ["LAST_BATCH_MODES", "seed_or_draw", "Order", "SeededEpochs", "DataLoader"]
+
+#: What a sampler does with the samples that do not fill a last batch, as gluon's BatchSampler.
+LAST_BATCH_MODES = ("keep", "discard", "rollover")
 
 
 def seed_or_draw(seed):

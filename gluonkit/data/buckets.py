@@ -13,8 +13,8 @@ from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
 from .._validate import choice, is_int, positive_int
-from ._sampling import DataLoader, Order, seed_or_draw, SeededEpochs
-from .multiscale import _LAST_BATCH, _resize
+from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
+from .multiscale import resize_image
 
 __all__ = ["Buckets", "BucketSampler", "BucketPad", "BucketBatchify", "bucket_loader"]
 
@@ -256,7 +256,7 @@ class BucketSampler(SeededEpochs):
                  multiple=1, shuffle=True, last_batch="keep", seed=None):
         shapes = [tuple(s) for s in sample_shapes]
         self._batch_size = positive_int(batch_size, "batch_size")
-        choice(last_batch, _LAST_BATCH, "last_batch")
+        choice(last_batch, LAST_BATCH_MODES, "last_batch")
         if isinstance(buckets, Buckets):
             self.buckets = buckets
         elif is_int(buckets):
@@ -336,7 +336,7 @@ class BucketPad:
                 raise ValueError(f"mode='resize' resizes the last two axes (height, width), but the "
                                  f"buckets' axes are {buckets.axes}; use mode='pad' for other axes.")
             target = buckets.shapes[buckets.assign(arrays[0].shape)]
-            rows = [_resize(x, target) for x in arrays]
+            rows = [resize_image(x, target) for x in arrays]
             valid = np.tile(np.array(target), (len(arrays), 1))
         else:
             full = list(arrays[0].shape)

@@ -14,12 +14,9 @@ from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
 from .._validate import choice, positive_int
-from ._sampling import DataLoader, Order, seed_or_draw, SeededEpochs
+from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
 
-__all__ = ["MultiScaleSampler", "MultiScaleDataset", "resize_first", "multiscale_loader"]
-
-_LAST_BATCH = ("keep", "discard", "rollover")
-
+__all__ = ["MultiScaleSampler", "MultiScaleDataset", "resize_first", "resize_image", "multiscale_loader"]
 
 @functools.lru_cache(maxsize=1024)
 def _interpolation(size_in, size_out):
@@ -34,7 +31,7 @@ def _interpolation(size_in, size_out):
     return matrix
 
 
-def _resize(image, size):
+def resize_image(image, size):
     """Bilinear resize of a (C, H, W) or (H, W) image to ``size`` = (height, width), in NumPy.
 
     Pixel centers are aligned as in OpenCV and ``gluon.data.vision.transforms.Resize``.
@@ -106,7 +103,7 @@ class MultiScaleSampler(SeededEpochs):
         self._interval = positive_int(interval, "interval")
         self._order = Order(range(self._length))
         self._batch_size = positive_int(batch_size, "batch_size")
-        self._last_batch = choice(last_batch, _LAST_BATCH, "last_batch")
+        self._last_batch = choice(last_batch, LAST_BATCH_MODES, "last_batch")
         self._batchers = [gluon.data.BatchSampler(self._order, self._batch_size, self._last_batch)]
         self._num_samples = self._length
         self._shuffle = bool(shuffle)
@@ -133,8 +130,8 @@ def resize_first(sample, size):
     array, the other fields unchanged. The default transform of :class:`MultiScaleDataset`.
     """
     if isinstance(sample, tuple):
-        return (_resize(sample[0], size),) + sample[1:]
-    return _resize(sample, size)
+        return (resize_image(sample[0], size),) + sample[1:]
+    return resize_image(sample, size)
 
 
 class MultiScaleDataset(gluon.data.Dataset):

@@ -9,7 +9,7 @@ import numpy as np
 from mxnet import gluon
 
 from .._validate import choice, finite_real, is_int
-from ..params import first_names
+from ..names import first_names
 
 __all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
            "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",

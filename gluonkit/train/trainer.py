@@ -6,7 +6,7 @@ import warnings
 import mxnet as mx
 from mxnet import gluon
 
-from .. import params as _structure
+from ..names import first_names, select
 from .._validate import is_int, positive_int
 from ._gradients import clip_on_device, read, replicas, sum_of_squares, zero
 from ._loss_scaling import LossScaling
@@ -54,7 +54,7 @@ def _aggregate_updates(optimizer):
 def _named(params):
     """``(params, names)``: what ``gluon.Trainer`` takes, and {Parameter: name} from a Block or dict."""
     if isinstance(params, gluon.Block):
-        params = _structure.first_names(_structure.select(params))
+        params = first_names(select(params))
     if isinstance(params, dict):
         return params, {param: name for name, param in params.items()}
     return params, {}

@@ -18,7 +18,8 @@ from ..train.checkpoint import CheckpointError
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
-           "check_output_options", "output_callbacks", "finish_init", "export_best", "run_command"]
+           "check_output_options", "output_callbacks", "finish_init", "export_best", "run_command",
+           "add_image_limits"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC = "GLUONKIT_THREADS_SET"
@@ -226,6 +227,30 @@ def add_device_options(parser):
     return devices
 
 
+def add_image_limits(group):
+    """``--max-image-pixels`` and ``--max-aspect-ratio``: the limits on the image files a
+    command reads (``gluonkit.data.images``), added to the argument ``group``."""
+    from ..data.images import MAX_ASPECT, MAX_PIXELS, check_limits
+
+    def limit(index, convert):
+        def parse(text):
+            try:
+                values = [MAX_PIXELS, MAX_ASPECT]
+                values[index] = convert(text)
+                return check_limits(*values)[index]
+            except (TypeError, ValueError) as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+        parse.__name__ = "limit"
+        return parse
+
+    group.add_argument("--max-image-pixels", type=limit(0, int), default=MAX_PIXELS, metavar="N",
+                       help="refuse image files of more pixels (Pillow's decompression-bomb "
+                            "limit; at most 2^30, MXNet's decoder's)")
+    group.add_argument("--max-aspect-ratio", type=limit(1, float), default=MAX_ASPECT, metavar="R",
+                       help="refuse image files whose longer side is more than R times the other")
+    return group
+
+
 def add_output_options(parser, default_out):
     """The ``output`` group every training recipe shares: ``--out``, ``--resume``, ``--export``,
     ``--no-progress``; returns the group (a recipe may add to it)."""
@@ -311,7 +336,10 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130, a
-    missing file or a checkpoint that cannot be resumed with one line naming it (status 1)."""
+    missing file, an image file refused, or a checkpoint that cannot be resumed with one line
+    naming it (status 1)."""
+    from ..data.images import ImageError
+
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -319,5 +347,5 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
-    except (FileNotFoundError, CheckpointError) as err:   # a file not there or not fitting: one line
+    except (FileNotFoundError, CheckpointError, ImageError) as err:   # a file: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

@@ -217,7 +217,7 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise ValueError(f"input_shape must be one sample's shape of positive sizes, e.g. "
                          f"(3, 224, 224), got {input_shape!r}.")
     params = net.collect_params()
-    ctx = params.list_ctx()[0] if params else mx.cpu()
+    ctx = next(iter(params.list_ctx()), mx.cpu())       # a network may have no parameters
     try:
         probe = flatten(net(mx.nd.zeros((1,) + shape, ctx=ctx)))   # fails early on a wrong shape
     except mx.base.MXNetError as err:

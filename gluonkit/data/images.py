@@ -19,6 +19,7 @@ before they run (:func:`check_resize`): no image is resized to more than ``max_p
 import io
 import os
 import struct
+import warnings
 
 import mxnet as mx
 from mxnet import gluon
@@ -71,7 +72,9 @@ def _identify(f, name):
             continue
         f.seek(0)
         try:
-            image = factory(f, name)
+            with warnings.catch_warnings():    # such as Pillow's on damaged EXIF data
+                warnings.simplefilter("ignore")
+                image = factory(f, name)
         except (SyntaxError, ValueError, IndexError, TypeError, OSError, struct.error):
             continue
         return fmt, image.size[0], image.size[1]

@@ -108,3 +108,28 @@ def test_record_files_name_the_file_and_the_record(tmp_path):
     assert label == 0.0
     with pytest.raises(ImageError, match=r"data.rec \(record 1\) is cut short"):
         dataset[1]
+
+
+def test_training_on_a_folder_with_a_damaged_file_ends_with_one_line(tmp_path):
+    """Before: MXNet's 'Decoding failed' traceback partway through the epoch, naming no file."""
+    import os
+    import subprocess
+    import sys
+
+    for cls in ("a", "b"):
+        for split in ("train", "val"):
+            os.makedirs(tmp_path / "data" / split / cls)
+            for i in range(4):
+                (tmp_path / "data" / split / cls / f"{i}.png").write_bytes(
+                    encoded(pixels(12, 10, seed=i), ".png"))
+    damaged = tmp_path / "data" / "train" / "b" / "2.png"
+    damaged.write_bytes(b"")
+    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.classify", "--dataset",
+                           f"imagefolder:{tmp_path / 'data'}", "--image-size", "8", "--epochs", "1",
+                           "--batch-size", "4", "--out", "", "--no-progress"],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                          env=dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE"))
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last == f"gluonkit-classify: {damaged} is empty (0 bytes); " \
+                                            "remove it or replace it with an image."
+    assert "Traceback" not in done.stderr

@@ -131,14 +131,16 @@ def _jpeg_complete(data):
 _COMPLETE = {"PNG": _png_complete, "JPEG": _jpeg_complete}
 
 
-def _decode(data, name, header, channels):
-    """Decode ``data`` (its checked ``header``) to an HWC uint8 NDArray, waiting for it."""
+def _decode(data, name, header, channels, path=None):
+    """Decode ``data`` (its checked ``header``) to an HWC uint8 NDArray, waiting for it; MXNet
+    reads the file ``path`` itself if given (faster than copying ``data`` into an NDArray)."""
     fmt, width, height = header
     if fmt in _COMPLETE and not _COMPLETE[fmt](data):
         raise ImageError(f"{name} is cut short: its {fmt} data ends before the image does; "
                          "copy the file again.")
+    flag = 1 if channels == 3 else 0
     try:
-        image = mx.image.imdecode(data, flag=1 if channels == 3 else 0)
+        image = mx.image.imread(path, flag) if path else mx.image.imdecode(data, flag)
         image.wait_to_read()        # MXNet decodes asynchronously: its errors surface here
     except mx.base.MXNetError:
         raise ImageError(f"{name} cannot be decoded: its {fmt} data ({width}x{height} pixels) "
@@ -195,7 +197,7 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
     if len(data) > limit:
         raise ImageError(f"{path} is larger than {limit:,} bytes, more than a "
                          f"{header[1]}x{header[2]} image holds; the file is damaged.")
-    return _decode(data, path, header, channels)
+    return _decode(data, path, header, channels, path)
 
 
 def check_resize(name, size, new_size, max_pixels=MAX_PIXELS):

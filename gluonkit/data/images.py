@@ -3,8 +3,8 @@
 Every image gluonkit reads from a file (an image folder, a RecordIO record, ``gluonkit.predict``)
 goes through :func:`decode_image`:
 
-1. the header is read first (by Pillow, no pixels decoded): a file that is empty or not a
-   PNG, JPEG, BMP or TIFF image is refused;
+1. the header is read first (no pixels decoded; BMP and TIFF headers by Pillow): a file
+   that is empty or not a PNG, JPEG, BMP or TIFF image is refused;
 2. images above ``max_pixels`` pixels (default Pillow's own decompression-bomb limit,
    89,478,485) or longer than ``max_aspect`` times their width or height (default 100) are
    refused before a byte of pixels is allocated;
@@ -40,6 +40,7 @@ DECODER_MAX_PIXELS = 1 << 30
 #: The file name endings of the formats MXNet 1.9.1's decoder reads.
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 _FORMATS = ("PNG", "JPEG", "BMP", "TIFF")   # Pillow's names for them
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _BYTES_PER_PIXEL = 8                          # 16-bit RGBA, uncompressed: the largest they hold
 _METADATA_BYTES = 64 << 20                    # room for profiles, thumbnails and text chunks
 _RAISE = "raise the limit (max_pixels=, or --max-image-pixels on the commands) if you trust it"
@@ -60,32 +61,70 @@ def check_limits(max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     return max_pixels, finite_real(max_aspect, "max_aspect", minimum=1.0)
 
 
+def _jpeg_size(f):
+    """``(width, height)`` from the frame header of the JPEG file ``f``, or None.
+
+    The marker segments are walked by their lengths up to the first frame header (SOFn);
+    Pillow's JPEG plugin parses every segment, which cost more than a small image's decode.
+    """
+    f.seek(2)
+    while True:
+        marker = f.read(2)
+        if len(marker) < 2 or marker[0] != 0xFF:
+            return None
+        code = marker[1]
+        if code == 0xFF:                       # a fill byte before the marker
+            f.seek(-1, 1)
+        elif code in (0xD8, 0xD9, 0xDA):       # an image, its end or a scan before any frame
+            return None
+        elif code != 0x01 and not 0xD0 <= code <= 0xD7:       # those have no length
+            length = f.read(2)
+            if len(length) < 2 or int.from_bytes(length, "big") < 2:   # a length counts itself
+                return None
+            if 0xC0 <= code <= 0xCF and code not in (0xC4, 0xC8, 0xCC):
+                frame = f.read(5)              # precision, height, width
+                return (int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")) \
+                    if len(frame) == 5 else None
+            f.seek(int.from_bytes(length, "big") - 2, 1)
+
+
 def _identify(f, name):
     """``(format, width, height)`` from the header of the open binary file ``f``."""
-    prefix = f.read(16)
+    prefix = f.read(24)
     if not prefix:
         raise ImageError(f"{name} is empty (0 bytes); remove it or replace it with an image.")
-    Image.init()
-    for fmt in _FORMATS:   # Pillow's format plugins read the header only, never the pixels
-        factory, accept = Image.OPEN[fmt]
-        if accept is not None and accept(prefix) is not True:
-            continue
-        f.seek(0)
-        try:
-            with warnings.catch_warnings():    # such as Pillow's on damaged EXIF data
-                warnings.simplefilter("ignore")
-                image = factory(f, name)
-        except (SyntaxError, ValueError, IndexError, TypeError, OSError, struct.error):
-            continue
-        return fmt, image.size[0], image.size[1]
-    raise ImageError(f"{name} cannot be decoded as an image: it is not a whole PNG, JPEG, BMP "
-                     "or TIFF file (the formats MXNet decodes); remove it, or convert it to PNG.")
+    size = None
+    if prefix[:8] == _PNG_SIGNATURE and prefix[12:16] == b"IHDR":  # the first chunk, always
+        size, fmt = struct.unpack(">II", prefix[16:24]), "PNG"
+    elif prefix[:3] == b"\xff\xd8\xff":
+        size, fmt = _jpeg_size(f), "JPEG"
+    else:
+        Image.init()
+        for fmt in _FORMATS[2:]:   # Pillow's plugins read the header only, never the pixels
+            factory, accept = Image.OPEN[fmt]
+            if accept is not None and accept(prefix[:16]) is not True:
+                continue
+            f.seek(0)
+            try:
+                with warnings.catch_warnings():    # such as Pillow's on damaged EXIF data
+                    warnings.simplefilter("ignore")
+                    size = factory(f, name).size
+                break
+            except (SyntaxError, ValueError, IndexError, TypeError, OSError, struct.error):
+                continue
+    if size is None:
+        raise ImageError(f"{name} cannot be decoded as an image: it is not a whole PNG, JPEG, "
+                         "BMP or TIFF file (the formats MXNet decodes); remove it, or convert "
+                         "it to PNG.")
+    return fmt, size[0], size[1]
 
 
 def _header(f, name, max_pixels, max_aspect):
     """The checked ``(format, width, height)`` of the image file open as ``f``."""
     fmt, width, height = _identify(f, name)
-    if width < 1 or height < 1 or width * height > max_pixels:
+    if width < 1 or height < 1:
+        raise ImageError(f"{name} has a header of {width}x{height} pixels; the file is damaged.")
+    if width * height > max_pixels:
         raise ImageError(f"{name} is {width}x{height} = {width * height:,} pixels, above the "
                          f"limit of {max_pixels:,}; shrink it, or {_RAISE}.")
     if max(width, height) > max_aspect * min(width, height):
@@ -131,20 +170,30 @@ def _jpeg_complete(data):
 _COMPLETE = {"PNG": _png_complete, "JPEG": _jpeg_complete}
 
 
-def _decode(data, name, header, channels, path=None):
-    """Decode ``data`` (its checked ``header``) to an HWC uint8 NDArray, waiting for it; MXNet
-    reads the file ``path`` itself if given (faster than copying ``data`` into an NDArray)."""
+def _started(decode):
+    """``decode()``: MXNet decoding an image, or None if it refused the data at once."""
+    try:
+        return decode()
+    except mx.base.MXNetError:
+        return None
+
+
+def _finished(image, data, name, header):
+    """``image`` (MXNet decoding ``data``, whose checked ``header`` it is; None if it failed at
+    once) waited for, and refused unless it is whole and of the header's size."""
     fmt, width, height = header
-    if fmt in _COMPLETE and not _COMPLETE[fmt](data):
+    complete = fmt not in _COMPLETE or _COMPLETE[fmt](data)    # checked while MXNet decodes
+    try:
+        if image is not None:
+            image.wait_to_read()        # MXNet decodes asynchronously: its errors surface here
+    except mx.base.MXNetError:
+        image = None
+    if not complete:
         raise ImageError(f"{name} is cut short: its {fmt} data ends before the image does; "
                          "copy the file again.")
-    flag = 1 if channels == 3 else 0
-    try:
-        image = mx.image.imread(path, flag) if path else mx.image.imdecode(data, flag)
-        image.wait_to_read()        # MXNet decodes asynchronously: its errors surface here
-    except mx.base.MXNetError:
+    if image is None:
         raise ImageError(f"{name} cannot be decoded: its {fmt} data ({width}x{height} pixels) "
-                         "is damaged or cut short; copy the file again.") from None
+                         "is damaged or cut short; copy the file again.")
     if image.shape[:2] != (height, width):
         raise ImageError(f"{name} decodes to {image.shape[1]}x{image.shape[0]} pixels but its "
                          f"header says {width}x{height}; the file is damaged.")
@@ -172,7 +221,8 @@ def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MA
     """
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     header = _header(io.BytesIO(data), name, max_pixels, max_aspect)
-    return _decode(data, name, header, channels)
+    image = _started(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0))
+    return _finished(image, data, name, header)
 
 
 def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
@@ -189,15 +239,18 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
     try:
         with open(path, "rb") as f:
             header = _header(f, path, max_pixels, max_aspect)
-            limit = _BYTES_PER_PIXEL * header[1] * header[2] + _METADATA_BYTES
+            size, limit = os.fstat(f.fileno()).st_size, _BYTES_PER_PIXEL * header[1] * header[2]
+            if size > limit + _METADATA_BYTES:
+                raise ImageError(f"{path} is {size:,} bytes, more than a {header[1]}x{header[2]} "
+                                 "image holds; the file is damaged.")
+            # MXNet reads the file itself (faster than copying bytes into an NDArray) and
+            # decodes it while the bytes read here are checked
+            image = _started(lambda: mx.image.imread(path, flag=1 if channels == 3 else 0))
             f.seek(0)
-            data = f.read(limit + 1)
+            data = f.read(size + 1)   # not read(limit): that would allocate the limit each time
     except OSError as err:
         raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
-    if len(data) > limit:
-        raise ImageError(f"{path} is larger than {limit:,} bytes, more than a "
-                         f"{header[1]}x{header[2]} image holds; the file is damaged.")
-    return _decode(data, path, header, channels, path)
+    return _finished(image, data, path, header)
 
 
 def check_resize(name, size, new_size, max_pixels=MAX_PIXELS):
@@ -238,7 +291,7 @@ class ImageRecordDataset(gluon.data.vision.ImageRecordDataset):
         self._limits = dict(zip(("max_pixels", "max_aspect"), check_limits(max_pixels, max_aspect)))
 
     def __getitem__(self, idx):
-        record = gluon.data.RecordFileDataset.__getitem__(self, idx)   # the raw record
+        record = super(gluon.data.vision.ImageRecordDataset, self).__getitem__(idx)   # raw bytes
         header, data = mx.recordio.unpack(record)
         image = decode_image(data, f"{self.filename} (record {idx})", 3 if self._flag else 1,
                              **self._limits)

@@ -33,7 +33,7 @@ def _cut(suffix, keep=0.5):
 @pytest.mark.parametrize("data, message", [
     (b"", "is empty"),
     (b"name,label\ncat,1\n", "cannot be decoded as an image"),
-    (png_header_only(pixels()), "cannot be decoded as an image"),   # MXNet: blank pixels
+    (png_header_only(pixels()), "is cut short"),                    # MXNet: blank pixels
     (_cut(".png"), "is cut short"),                                 # MXNet: an error later
     (_cut(".png", 0.95), "is cut short"),
     (_cut(".jpg"), "is cut short"),                                 # MXNet: grey pixels
@@ -77,7 +77,7 @@ def test_a_file_larger_than_its_image_can_be_is_not_read(tmp_path):
     with open(path, "wb") as f:
         f.write(encoded(pixels(4, 4), ".png"))
         f.truncate(80 << 20)                              # 80 MB behind a 4 x 4 image
-    with pytest.raises(ImageError, match="padded.png is larger than"):
+    with pytest.raises(ImageError, match="padded.png is 83,886,080 bytes, more than a 4x4 image"):
         read_image(path)
 
 
@@ -133,3 +133,28 @@ def test_training_on_a_folder_with_a_damaged_file_ends_with_one_line(tmp_path):
     assert done.returncode == 1 and last == f"gluonkit-classify: {damaged} is empty (0 bytes); " \
                                             "remove it or replace it with an image."
     assert "Traceback" not in done.stderr
+
+
+def test_a_jpeg_with_a_thumbnail_in_a_large_segment_is_read_past_it(tmp_path):
+    """The header and end-of-image checks walk the marker segments by their lengths: a
+    thumbnail (with markers of its own) in a 60 kB segment before the frame is skipped."""
+    data = encoded(pixels(), ".jpg")
+    thumbnail = encoded(pixels(8, 8, seed=5), ".jpg")               # SOI ... SOS ... EOI
+    payload = b"Exif\x00\x00" + thumbnail + bytes(60000 - len(thumbnail))
+    segment = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(data[:2] + segment + data[2:])
+    np.testing.assert_array_equal(read_image(path).asnumpy(), mx.image.imread(str(path)).asnumpy())
+    assert read_image(path).shape == (40, 50, 3)
+    path.write_bytes(data[:2] + segment + data[2:len(data) - 200])   # the thumbnail ends, the image not
+    with pytest.raises(ImageError, match="photo.jpg is cut short"):
+        read_image(path)
+
+
+@pytest.mark.parametrize("header", [b"\xff\xd8\xff\xe0\x00\x00", b"\xff\xd8\xff\xe0\x00\x01JFIF",
+                                    b"\xff\xd8\xff\xff\xff", b"\xff\xd8\xff\xda\x00\x08"])
+def test_damaged_jpeg_headers_are_refused(tmp_path, header):
+    path = tmp_path / "odd.jpg"
+    path.write_bytes(header)
+    with pytest.raises(ImageError, match="odd.jpg cannot be decoded as an image"):
+        read_image(path)

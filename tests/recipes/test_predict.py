@@ -198,7 +198,7 @@ def test_damaged_files_end_the_command_with_one_line(trained, tmp_path):
         (export / name).write_bytes((out / name).read_bytes())
     params = export / "model-0000.params"
     params.write_bytes(params.read_bytes()[:1000])
-    for argv, message in (([out / "model", cut], f"{cut} cannot be decoded as an image"),
+    for argv, message in (([out / "model", cut], f"{cut} is cut short"),
                           ([export / "model", images], f"{params} is not the file")):
         status, stdout, err, _ = run_command(["--model", *argv], tmp_path)
         assert status == 1 and stdout == "" and err.startswith(f"gluonkit-predict: {message}")

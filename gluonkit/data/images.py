@@ -170,30 +170,19 @@ def _jpeg_complete(data):
 _COMPLETE = {"PNG": _png_complete, "JPEG": _jpeg_complete}
 
 
-def _started(decode):
-    """``decode()``: MXNet decoding an image, or None if it refused the data at once."""
-    try:
-        return decode()
-    except mx.base.MXNetError:
-        return None
-
-
-def _finished(image, data, name, header):
-    """``image`` (MXNet decoding ``data``, whose checked ``header`` it is; None if it failed at
-    once) waited for, and refused unless it is whole and of the header's size."""
+def _decode(decode, data, name, header):
+    """The image that ``decode()`` has MXNet decode from ``data`` (whose checked ``header``
+    it is), refused unless whole, waited for, and of the header's size."""
     fmt, width, height = header
-    complete = fmt not in _COMPLETE or _COMPLETE[fmt](data)    # checked while MXNet decodes
-    try:
-        if image is not None:
-            image.wait_to_read()        # MXNet decodes asynchronously: its errors surface here
-    except mx.base.MXNetError:
-        image = None
-    if not complete:
+    if fmt in _COMPLETE and not _COMPLETE[fmt](data):
         raise ImageError(f"{name} is cut short: its {fmt} data ends before the image does; "
                          "copy the file again.")
-    if image is None:
+    try:
+        image = decode()
+        image.wait_to_read()            # MXNet decodes asynchronously: its errors surface here
+    except mx.base.MXNetError:
         raise ImageError(f"{name} cannot be decoded: its {fmt} data ({width}x{height} pixels) "
-                         "is damaged or cut short; copy the file again.")
+                         "is damaged or cut short; copy the file again.") from None
     if image.shape[:2] != (height, width):
         raise ImageError(f"{name} decodes to {image.shape[1]}x{image.shape[0]} pixels but its "
                          f"header says {width}x{height}; the file is damaged.")
@@ -221,8 +210,8 @@ def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MA
     """
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     header = _header(io.BytesIO(data), name, max_pixels, max_aspect)
-    image = _started(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0))
-    return _finished(image, data, name, header)
+    return _decode(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0), data, name,
+                   header)
 
 
 def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
@@ -243,14 +232,13 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
             if size > limit + _METADATA_BYTES:
                 raise ImageError(f"{path} is {size:,} bytes, more than a {header[1]}x{header[2]} "
                                  "image holds; the file is damaged.")
-            # MXNet reads the file itself (faster than copying bytes into an NDArray) and
-            # decodes it while the bytes read here are checked
-            image = _started(lambda: mx.image.imread(path, flag=1 if channels == 3 else 0))
             f.seek(0)
             data = f.read(size + 1)   # not read(limit): that would allocate the limit each time
     except OSError as err:
         raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
-    return _finished(image, data, path, header)
+    # MXNet reads the file itself: faster than copying the bytes into an NDArray
+    return _decode(lambda: mx.image.imread(path, flag=1 if channels == 3 else 0), data, path,
+                   header)
 
 
 def check_resize(name, size, new_size, max_pixels=MAX_PIXELS):

@@ -5,9 +5,9 @@ safe with deferred initialization, per-block parameter helpers, recipes and benc
 """
 __version__ = "0.1.0"
 
-from ._check import check_versions as _check_versions
+from ._check import check_at_import as _check_at_import
 
-_check_versions()
+_check_at_import()
 
 from . import autograd, data, nn, ops, params  # noqa: E402
 from . import callbacks  # noqa: E402

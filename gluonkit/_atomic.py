@@ -1,14 +1,21 @@
 """Atomic file writes: a temporary file in the same directory, fsynced, then renamed.
 
-A crash (or a full disk) mid-write leaves the previous file intact and no partial one.
+A crash (or a full disk) mid-write leaves the previous file intact and no partial one; a full
+disk raises ``OSError`` (errno ENOSPC) naming the file that could not be written. The
+temporary file a killed writer leaves behind (``.tmp-NAME-PID-XXXXXXXX``) is removed by
+:func:`remove_stale` once that process is gone.
 """
+import errno
 import os
+import re
+import stat
 import uuid
 
 __all__ = ["TMP_PREFIX", "scratch_file", "atomic_write", "atomic_replace", "atomic_create",
-           "atomic_text", "fsync_directory"]
+           "atomic_text", "fsync_directory", "remove_stale"]
 
 TMP_PREFIX = ".tmp-"
+_SCRATCH = re.compile(re.escape(TMP_PREFIX) + r".+-(\d{1,10})-[0-9a-f]{8}")
 
 
 def scratch_file(directory, name):
@@ -20,17 +27,88 @@ def scratch_file(directory, name):
     return path, open(path, "xb")
 
 
-def _written(directory, name, write):
-    """A scratch file in ``directory`` holding what ``write(file)`` wrote, fsynced."""
-    tmp, f = scratch_file(directory, name)
+def _alive(pid):
+    """Whether a process ``pid`` exists on this machine (one of another user's counts)."""
+    if pid <= 0:
+        return True             # not a writer's id: keep its file
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(directory):
+    """Remove the temporary files in ``directory`` whose writer (the PID in the name) is dead.
+
+    A writer killed mid-write (SIGKILL, a power cut) leaves its scratch file, of full size,
+    forever. Only plain files named as :func:`scratch_file` names them are removed, and only
+    when no process with that PID lives here, so call it where no writer on another machine
+    shares the directory (e.g. in a run folder this process has locked).
+
+    Returns
+    -------
+    list of str
+        The names removed, sorted.
+    """
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in sorted(names):
+        match = _SCRATCH.fullmatch(name)
+        if not match or _alive(int(match.group(1))):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            os.remove(path)
+        except FileNotFoundError:   # another cleaner was faster
+            continue
+        removed.append(name)
+    return removed
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)   # a full disk, quota or file size limit
+
+
+def _full(err, path):
+    """A full disk's ``err`` that names no file, as the same error naming ``path``; else None."""
+    if err.errno in _FULL and err.filename is None:
+        return type(err)(err.errno, f"{os.strerror(err.errno)}; free some space there or write "
+                         "elsewhere", path)
+    return None
+
+
+def _written(directory, name, write, shown=None):
+    """A scratch file in ``directory`` holding what ``write(file)`` wrote, fsynced.
+
+    A full disk raises ``OSError`` (errno ENOSPC) naming ``shown`` (default: the file ``name``
+    in ``directory``).
+    """
+    shown = os.path.join(directory, name) if shown is None else shown
+    try:
+        tmp, f = scratch_file(directory, name)
+    except OSError as err:
+        named = _full(err, shown)
+        if named is None:
+            raise
+        raise named from None
     try:
         with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as err:
         os.remove(tmp)
-        raise
+        named = _full(err, shown) if isinstance(err, OSError) else None
+        if named is None:
+            raise
+        raise named from None
     return tmp
 
 
@@ -68,7 +146,7 @@ def atomic_create(directory, names, write):
     names : iterable of str
         Candidate names, tried in order (a generator may look at the directory again).
     """
-    tmp = _written(directory, "new", write)
+    tmp = _written(directory, "new", write, shown=directory)
     try:
         for name in names:
             path = os.path.join(directory, name)

@@ -16,7 +16,7 @@ Example::
 import math
 import numbers
 
-__all__ = ["is_int", "positive_int", "non_negative_int", "finite_real", "choice"]
+__all__ = ["is_int", "positive_int", "non_negative_int", "finite_real", "choice", "context_list"]
 
 
 def is_int(value):
@@ -61,3 +61,26 @@ def choice(value, choices, name):
     if isinstance(value, (list, dict, set)) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}.")
     return value
+
+
+def context_list(ctx, name="ctx"):
+    """``ctx`` (a Context or a non-empty list or tuple of distinct Contexts) as a list.
+
+    ``TypeError`` for anything else (a device given as a string), ``ValueError`` for an
+    empty list or one that names a device twice.
+    """
+    import mxnet as mx   # here, not at import: this module is imported before mxnet is checked
+
+    contexts = [ctx] if isinstance(ctx, mx.Context) else ctx
+    if not isinstance(contexts, (list, tuple)):
+        raise TypeError(f"{name} must be a Context or a list of them, got {ctx!r}; pass mx.cpu() or "
+                        "mx.gpu(0) (not a string), or a list such as [mx.cpu(0), mx.cpu(1)].")
+    if not contexts:
+        raise ValueError(f"{name} is empty; pass at least one context, e.g. [mx.cpu()].")
+    for context in contexts:
+        if not isinstance(context, mx.Context):
+            raise TypeError(f"{name} must hold mx.Context objects, got {ctx!r}; pass mx.cpu() or mx.gpu(0) "
+                            "objects, one per device (use mx.cpu(i) or mx.gpu(i), not strings).")
+    if len(set(contexts)) != len(contexts):
+        raise ValueError(f"{name} names a context twice: {list(contexts)}; list each device once.")
+    return list(contexts)

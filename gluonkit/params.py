@@ -2,9 +2,8 @@
 
 Every function addresses parameters by their structural names, the names
 ``Block.save_parameters`` writes (``features.0.weight``, ``output.bias``), and takes an
-optional regular expression that is searched in those names. :func:`select` is the one
-place in gluonkit that gives these names; :func:`brief_names` and :func:`shape_fits` are the
-shared wording of name lists and the shape test of anything that loads saved arrays.
+optional regular expression that is searched in those names. The names themselves come
+from :mod:`gluonkit.names`; :func:`select` and :func:`first_names` are public here too.
 
 Example::
 
@@ -15,102 +14,22 @@ Example::
 """
 import numbers
 import os
-import re
 import weakref
 
 import mxnet as mx
 import numpy as np
-from mxnet import gluon
 
-from ._validate import finite_real
+from ._validate import context_list, finite_real
+from .names import brief_names, first_names, select, shape_fits
 
 __all__ = ["select", "freeze", "unfreeze", "set_lr_mult", "set_wd_mult", "average_grads",
-           "load_into", "summary", "brief_names", "shape_fits", "first_names"]
+           "load_into", "summary", "first_names"]
 
 _NDARRAY_FILE_MAGIC = (0x112).to_bytes(8, "little")  # the header mx.nd.save writes
 
 
 # grad_req of each parameter before freeze() set it to 'null', for unfreeze() to restore.
 _FROZEN = weakref.WeakKeyDictionary()
-
-
-def brief_names(names, limit=8):
-    """Up to ``limit`` names in their order, quoted and comma-separated, with a count of the rest.
-
-    Example::
-
-        >>> brief_names(['a.weight', 'a.bias', 'b.weight'], limit=2)
-        "'a.weight', 'a.bias' and 1 more"
-    """
-    names = list(names)
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def shape_fits(shape, saved_shape):
-    """Whether a parameter of ``shape`` can take an array of ``saved_shape``.
-
-    ``shape`` may be None or hold 0 for dimensions not known yet (a deferred parameter, a
-    fresh ``SymbolBlock``): any size fits there.
-
-    Example::
-
-        >>> shape_fits((16, 0), (16, 3)), shape_fits(None, (4,)), shape_fits((4,), (5,))
-        (True, True, False)
-    """
-    if shape is None:
-        return True
-    return len(shape) == len(saved_shape) and all(d in (0, s) for d, s in zip(shape, saved_shape))
-
-
-def select(block, pattern=None):
-    """The parameters of ``block`` by structural name, those matching ``pattern`` if given.
-
-    ``select(block)`` gives every parameter under the name ``save_parameters`` writes for it
-    (``trunk.0.weight``); gluonkit names parameters this way everywhere.
-
-    Parameters
-    ----------
-    block : Block
-    pattern : str, optional
-        A regular expression searched in each name (``re.search``); None selects all.
-
-    Returns
-    -------
-    dict of str to Parameter
-        In the block's registration order, the order ``save_parameters`` uses. A parameter
-        shared between blocks appears under each of its names.
-
-    Example::
-
-        >>> net = nn.HybridSequential()
-        >>> net.add(nn.Dense(4, in_units=3), nn.Dense(2, in_units=4))
-        >>> list(select(net, r'weight$'))
-        ['0.weight', '1.weight']
-    """
-    if not isinstance(block, gluon.Block):
-        raise TypeError(f"block must be a gluon.Block, got {type(block).__name__}.")
-    # Gluon computes the structural names only in this private method (save_parameters and
-    # load_parameters use it too); gluonkit reads it here and nowhere else.
-    params = block._collect_params_with_prefix()
-    if pattern is None:
-        return params
-    if not isinstance(pattern, (str, re.Pattern)):
-        raise TypeError(f"pattern must be a regular expression string, got {pattern!r}.")
-    try:
-        regex = re.compile(pattern)
-    except re.error as err:
-        raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {err}.") from None
-    chosen = {name: param for name, param in params.items() if regex.search(name)}
-    if not params:
-        raise ValueError(f"pattern {pattern!r} matches nothing: the block "
-                         f"({type(block).__name__}) has no parameters; pass the block that "
-                         "holds the layers you mean.")
-    if not chosen:
-        raise ValueError(f"pattern {pattern!r} matches none of the {len(params)} parameter names "
-                         f"of the block, which are: {brief_names(params)}; pass a regular expression "
-                         "that one of them contains (it is searched, not matched in full).")
-    return chosen
 
 
 def freeze(block, pattern=None):
@@ -213,23 +132,6 @@ def set_wd_mult(block, mult, pattern=None):
         ['0.bias', '1.bias']
     """
     return _set_mult(block, "wd_mult", mult, pattern)
-
-
-def first_names(params):
-    """``params`` (name -> Parameter) with each parameter once, under its first name.
-
-    A parameter shared by two blocks is collected from both (``select(net)`` lists it under
-    each structural name); gluonkit names it by the first.
-
-    Example::
-
-        >>> list(first_names({"a.weight": w, "b.weight": w, "b.bias": b}))
-        ['a.weight', 'b.bias']
-    """
-    firsts = {}
-    for name, param in params.items():
-        firsts.setdefault(param, name)
-    return {name: param for param, name in firsts.items()}
 
 
 def average_grads(block, pattern=None):
@@ -398,7 +300,7 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
         raise ValueError(f"block {block.name!r} has no parameters to load.")
     if not isinstance(filename, (str, os.PathLike)):
         raise TypeError(f"filename must be a path (str or os.PathLike), got {filename!r}.")
-    ctx = _context_list(ctx)
+    ctx = None if ctx is None else context_list(ctx)
     if not isinstance(strict, (bool, np.bool_)):
         raise TypeError(f"strict must be True or False, got {strict!r}.")
     if prefix is not None and not isinstance(prefix, str):
@@ -413,21 +315,6 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
     block.collect_params().load_dict({param.name: array for param, array in plan}, ctx=ctx,
                                      allow_missing=True, filename=path)
     return prefix
-
-
-def _context_list(ctx):
-    """``ctx`` (None, a Context or a list of them) as None or a list of distinct Contexts."""
-    if ctx is None:
-        return None
-    contexts = [ctx] if isinstance(ctx, mx.Context) else ctx
-    if not isinstance(contexts, (list, tuple)) or not contexts \
-            or not all(isinstance(c, mx.Context) for c in contexts):
-        raise TypeError(f"ctx must be an mx.Context or a non-empty list of them, got {ctx!r}; "
-                        "pass mx.cpu() or mx.gpu(0) (not a string), or None to keep the "
-                        "parameters' contexts.")
-    if len(set(contexts)) != len(contexts):
-        raise ValueError(f"ctx lists a context twice: {list(contexts)}; list each device once.")
-    return list(contexts)
 
 
 def _state(param):

@@ -4,11 +4,13 @@ Test modules import the helpers with ``from conftest import params_of``.
 """
 import os
 import random
+import signal
 
 import mxnet as mx
 import numpy as np
 import pytest
 
+from gluonkit.callbacks import Callback
 from gluonkit.params import select
 
 #: The clone's root (where the ``benchmarks`` and ``recipes`` folders are).
@@ -18,6 +20,18 @@ CLONE_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.e
 
 ONE_CPU = [mx.cpu(0)]
 TWO_CPUS = [mx.cpu(0), mx.cpu(1)]
+
+
+class StopAt(Callback):
+    """Ctrl-C (SIGINT) after batch ``batch`` of epoch ``epoch`` (0-based): fit stops after that
+    step and ``ModelCheckpoint`` saves, as when a user interrupts a run."""
+
+    def __init__(self, epoch, batch):
+        self.at = (epoch, batch)
+
+    def on_batch_end(self, state):
+        if (state.epoch, state.batch) == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 def params_of(net):

@@ -1,10 +1,13 @@
 """The import-time version check names the installed version and the pip command that fixes it."""
+import os
+import subprocess
 import sys
 
 import mxnet
 import numpy
 import pytest
 
+import gluonkit
 from gluonkit._check import check_versions
 
 
@@ -30,3 +33,40 @@ def test_missing_mxnet_gives_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "mxnet", None)
     with pytest.raises(ImportError, match=r"not importable.*pip install \"mxnet==1.9.1\""):
         check_versions()
+
+
+NUMPY_124 = '__version__ = "1.24.0"\n'
+
+
+def _with_numpy_124(tmp_path):
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text(NUMPY_124)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gluonkit.__file__)))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), root]))
+
+
+CLONE_WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "recipes", "detect.py")
+
+
+@pytest.mark.parametrize("command, name", [
+    (["-m", "gluonkit.recipes.classify"], "python -m gluonkit.recipes.classify"),
+    (["-m", "gluonkit.recipes.multitask", "--help"], "python -m gluonkit.recipes.multitask"),
+    ([CLONE_WRAPPER], os.path.join("python recipes", "detect.py"))])
+def test_a_command_prints_the_version_check_as_one_line(tmp_path, command, name):
+    result = subprocess.run([sys.executable, *command], cwd=tmp_path, env=_with_numpy_124(tmp_path),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"{name}: gluonkit needs numpy>=1.16,<1.24 (mxnet 1.9.1 uses aliases "
+        "removed in numpy 1.24), but numpy 1.24.0 is installed. Fix: pip install "
+        "\"mxnet==1.9.1\" \"numpy>=1.16,<1.24\"   (GPU: \"mxnet-cu112==1.9.1\" instead of \"mxnet\")"]
+
+
+def test_a_program_that_imports_gluonkit_gets_the_import_error(tmp_path):
+    result = subprocess.run([sys.executable, "-c", "import gluonkit"], cwd=tmp_path,
+                            env=_with_numpy_124(tmp_path), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "ImportError: gluonkit needs numpy>=1.16,<1.24")

@@ -1,109 +1,78 @@
-"""Every ```python block of README.md runs, so the documentation cannot drift from the code.
+"""Every ```python block of README.md and docs/*.md runs as pasted, so the docs cannot rot.
 
-Blocks run in the order of their section, the blocks of one section in one namespace, in a
-temporary directory, after a prelude that defines the names the README's examples take as
-given (a small CNN ``net`` with ``features`` and ``output`` on two CPU devices, digits loaders,
-a batch ``x, y``, ``micro_batches``, a variable-size ``dataset``, ``trainer``, ``loss``, ...).
-A block preceded by the line ``<!-- no-test -->`` (one that needs a GPU, the network or a
-cluster) is skipped. Sections are found by their headings, so edits elsewhere in the README
-never break this test's bookkeeping.
+Each block runs alone in a fresh ``python`` process, in an empty temporary directory, with a
+timeout: it must import what it uses and build its own network and data. A failure names the
+file and the block's index and first line. Blocks that are not Python say so (```bash,
+```text); a fence without a language is refused, so no example escapes the test.
 """
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-NO_TEST = "<!-- no-test -->"
+from conftest import CLONE_ENV, ROOT
 
-PRELUDE = '''
-import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon, init, nd
-from mxnet.gluon import nn
-import gluonkit
-
-ctx = [mx.cpu(0), mx.cpu(1)]
-mx.random.seed(0)
-np.random.seed(0)
+DOCS = [Path(ROOT) / "README.md", *sorted((Path(ROOT) / "docs").glob("*.md"))]
+LANGUAGES = {"python", "bash", "text"}
+TIMEOUT = 180   # each block runs in well under 60 s on 2 cores; the margin is for a loaded machine
 
 
-class CNN(nn.HybridBlock):
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        with self.name_scope():
-            self.features = nn.HybridSequential()
-            self.features.add(nn.Conv2D(8, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
-                              nn.Conv2D(8, 3, padding=1), nn.GlobalAvgPool2D(), nn.Flatten())
-            self.output = nn.Dense(10)
-
-    def hybrid_forward(self, F, x):
-        return self.output(self.features(x))
-
-
-net = CNN()
-net.initialize(init.Xavier(), ctx=ctx)
-net(nd.zeros((1, 1, 8, 8)))
-net.save_parameters("whole.params")
-digits = gluonkit.data.digits()
-small = gluon.data.SimpleDataset([digits[i] for i in range(64)])
-train_loader = train_data = gluon.data.DataLoader(small, batch_size=16, shuffle=True)
-test_loader = gluon.data.DataLoader(gluon.data.SimpleDataset([digits[i] for i in range(64, 96)]),
-                                    batch_size=16)
-x, y = next(iter(train_loader))
-micro_batches = [(x[:5], y[:5]), (x[5:16], y[5:16]), (x[:3], y[:3])]
-rng = np.random.RandomState(0)
-dataset = gluon.data.SimpleDataset([(rng.rand(1, s, s + 2).astype("float32"), i % 10)
-                                    for i, s in enumerate([8, 9, 10, 12, 8, 11, 9, 12] * 2)])
-loss = loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
-aux_head = nn.Dense(3)
-aux_head.initialize(ctx=ctx)
-score_grad = nd.ones((x.shape[0], 10))
-'''
-
-def _slug(heading):
-    return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")
-
-
-def readme_sections():
-    """[(section slug, [code of each block])] for the ```python blocks, in README order."""
-    sections, heading, previous = {}, "top", ""
-    block, kind = None, None          # inside a fence: its lines and 'python' / 'skip' / 'other'
-    for line in README.read_text().splitlines():
-        if kind is not None:
+def fenced_blocks(text):
+    """[(language, line number, code)] of the fenced blocks in Markdown ``text``."""
+    blocks, language, start, lines = [], None, 0, []
+    for number, line in enumerate(text.splitlines(), 1):
+        if language is None:
             if line.startswith("```"):
-                if kind == "python":
-                    sections.setdefault(heading, []).append("\n".join(block))
-                kind = None
-            else:
-                block.append(line)
-            continue
-        if line.startswith("```python"):
-            block, kind = [], "skip" if previous == NO_TEST else "python"
+                language, start, lines = line[3:].strip(), number, []
         elif line.startswith("```"):
-            block, kind = [], "other"
-        elif line.startswith("## "):
-            heading = _slug(line[3:])
-        if line.strip():
-            previous = line.strip()
-    return list(sections.items())
+            blocks.append((language, start, "\n".join(lines) + "\n"))
+            language = None
+        else:
+            lines.append(line)
+    if language is not None:
+        raise ValueError(f"the block opened at line {start} is never closed")
+    return blocks
 
 
-@pytest.mark.parametrize("blocks", [pytest.param(blocks, id=slug) for slug, blocks in readme_sections()])
-def test_readme_section_runs(blocks, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    namespace = {"__name__": "readme"}
-    exec(compile(PRELUDE, "prelude", "exec"), namespace)
-    for index, code in enumerate(blocks):
-        exec(compile(code, f"README block {index}", "exec"), namespace)
+def python_blocks():
+    params = []
+    for path in DOCS:
+        code_blocks = [b for b in fenced_blocks(path.read_text()) if b[0] == "python"]
+        for index, (_, line, code) in enumerate(code_blocks):
+            params.append(pytest.param(path, line, code, id=f"{path.name}-{index}"))
+    return params
 
 
-def test_the_parser_finds_blocks_and_honours_no_test(tmp_path, monkeypatch):
-    text = "## A b\n```python\nx = 1\n```\n<!-- no-test -->\n```python\nraise SystemExit\n```\n" \
-           "## C\n```bash\nls\n```\n```python\ny = 2\n```\n"
-    fake = tmp_path / "README.md"
-    fake.write_text(text)
-    monkeypatch.setattr(sys.modules[__name__], "README", fake)
-    assert readme_sections() == [("a-b", ["x = 1"]), ("c", ["y = 2"])]
+@pytest.mark.slow
+@pytest.mark.parametrize("path, line, code", python_blocks())
+def test_python_block_runs_as_pasted(path, line, code, tmp_path):
+    (tmp_path / "block.py").write_text(code)
+    result = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, env=CLONE_ENV,
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, (f"{path.name}, the block at line {line} "
+                                    f"({code.splitlines()[0]!r}):\n{result.stderr[-3000:]}")
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_every_block_names_its_language(path):
+    languages = [(language, line) for language, line, _ in fenced_blocks(path.read_text())]
+    assert [(lang, line) for lang, line in languages if lang not in LANGUAGES] == []
+
+
+def test_the_docs_link_only_to_pages_that_exist():
+    missing = []
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", path.read_text()):
+            if not (path.parent / target).exists():
+                missing.append(f"{path.name} -> {target}")
+    assert missing == []
+
+
+def test_the_block_parser_reads_languages_lines_and_code():
+    text = "# T\n```python\nx = 1\n```\ntext\n```bash\nls\n```\n```\nbare\n```\n"
+    assert fenced_blocks(text) == [("python", 2, "x = 1\n"), ("bash", 6, "ls\n"),
+                                   ("", 9, "bare\n")]
+    with pytest.raises(ValueError, match="line 2 is never closed"):
+        fenced_blocks("#\n```python\nx = 1\n")

@@ -1,8 +1,15 @@
-"""Datasets and loaders: the embedded digits and shapes, bucketing by shape, multi-scale batches."""
+"""Datasets and loaders: the embedded digits and shapes, bucketing by shape, multi-scale batches,
+and checked readers of VOC folders and RecordIO files."""
+from ._sampling import DataLoader
 from .buckets import BucketBatchify, BucketPad, Buckets, BucketSampler, bucket_loader
 from .digits import digits
+from .errors import DataFileError
+from .records import class_labels, detection_labels, read_labels
 from .shapes import ShapesDetection
 from .multiscale import MultiScaleDataset, MultiScaleSampler, multiscale_loader, resize_first
+from .voc import VOCFolder, load_voc, read_annotation
 
 __all__ = ["digits", "ShapesDetection", "Buckets", "BucketSampler", "BucketPad", "BucketBatchify",
-           "bucket_loader", "MultiScaleSampler", "MultiScaleDataset", "multiscale_loader", "resize_first"]
+           "bucket_loader", "DataLoader", "MultiScaleSampler", "MultiScaleDataset", "multiscale_loader",
+           "resize_first", "DataFileError", "read_labels", "class_labels", "detection_labels", "VOCFolder",
+           "load_voc", "read_annotation"]

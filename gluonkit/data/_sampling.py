@@ -1,10 +1,10 @@
-"""Seeded sampling shared by the bucketing and multi-scale samplers."""
+"""Seeded sampling shared by the bucketing and multi-scale samplers, and their loader."""
 import numpy as np
 from mxnet import gluon
 
 from .._validate import is_int, non_negative_int
 
-__all__ = ["seed_or_draw", "Order", "SeededEpochs"]
+__all__ = ["seed_or_draw", "Order", "SeededEpochs", "DataLoader"]
 
 
 def seed_or_draw(seed):
@@ -29,8 +29,36 @@ class Order(gluon.data.Sampler):
         return len(self.order)
 
 
+class DataLoader(gluon.data.DataLoader):
+    """A ``gluon.data.DataLoader`` that shows its batch sampler as ``batch_sampler``.
+
+    gluon keeps the sampler private; gluonkit's loaders return this class so that their
+    sampler (its bucket shapes or sizes, its ``state_dict``) can be reached, and so that
+    ``fit`` finds the sampler whose state a checkpoint carries.
+
+    Example::
+
+        >>> loader = DataLoader(dataset, batch_sampler=BucketSampler(shapes, 32))
+        >>> loader.batch_sampler.buckets.shapes
+    """
+
+    @property
+    def batch_sampler(self):
+        """The sampler of batches of indices (gluon's ``BatchSampler`` unless one was given)."""
+        return self._batch_sampler
+
+
 class SeededEpochs(gluon.data.Sampler):
-    """A sampler whose every epoch is drawn from (seed, epoch) alone, so a run can resume."""
+    """A sampler whose every epoch is drawn from (seed, epoch) alone, so a run can resume.
+
+    Subclasses cut each epoch into batches with the gluon ``BatchSampler``s in
+    ``self._batchers``; with ``last_batch='rollover'`` the samples they carry into the next
+    epoch are part of the state.
+    """
+
+    def _carried(self):
+        """The samples each batcher carries into the next epoch (MXNet keeps them in ``_prev``)."""
+        return [list(batcher._prev) for batcher in self._batchers]
 
     @property
     def epoch(self):
@@ -42,18 +70,38 @@ class SeededEpochs(gluon.data.Sampler):
         self._epoch = non_negative_int(epoch, "epoch")
 
     def state_dict(self):
-        """dict: The seed and the epoch the next iteration yields; ``fit`` checkpoints it."""
-        return {"seed": self._seed, "epoch": self._epoch}
+        """dict: The seed and the epoch the next iteration yields and, with
+        ``last_batch='rollover'``, the samples carried into it ('rollover', a list per
+        batcher); ``fit`` checkpoints it. JSON values only."""
+        state = {"seed": self._seed, "epoch": self._epoch}
+        if self._last_batch == "rollover":
+            state["rollover"] = self._carried()
+        return state
 
     def load_state_dict(self, state):
-        """Continue from ``state_dict()``: the next iteration yields the saved epoch's order."""
-        if not isinstance(state, dict) or set(state) != {"seed", "epoch"}:
-            raise ValueError(f"state must be a sampler's state_dict() ({{'seed': ..., 'epoch': ...}}), "
-                             f"got {state!r}.")
+        """Continue from ``state_dict()``: the next iteration yields the saved epoch's order
+        (after the samples it carries over). Checked first: on ``ValueError`` or ``TypeError``
+        nothing changed."""
+        keys = {"seed", "epoch"} | ({"rollover"} if self._last_batch == "rollover" else set())
+        if not isinstance(state, dict) or not {"seed", "epoch"} <= set(state) <= keys:
+            raise ValueError(f"state must be this sampler's state_dict() ({sorted(keys)}), got {state!r}.")
         if state["seed"] is None:
             raise ValueError("state['seed'] is None; pass what state_dict() returned.")
         seed, epoch = seed_or_draw(state["seed"]), non_negative_int(state["epoch"], "state['epoch']")
+        carried = self._check_carried(state.get("rollover", [[] for _ in self._batchers]))
         self._seed, self._epoch = seed, epoch
+        for batcher, samples in zip(self._batchers, carried):
+            batcher._prev = samples   # gluon's BatchSampler has no public setter
+
+    def _check_carried(self, carried):
+        """Lists of sample indices, fewer than a batch per batcher; ValueError otherwise."""
+        if not (isinstance(carried, list) and len(carried) == len(self._batchers) and all(
+                isinstance(samples, list) and len(samples) < self._batch_size
+                and all(is_int(i) and 0 <= i < self._num_samples for i in samples) for samples in carried)):
+            raise ValueError(f"state['rollover'] must hold {len(self._batchers)} list(s) of fewer than "
+                             f"{self._batch_size} sample indices below {self._num_samples}, got {carried!r}; "
+                             "pass what state_dict() returned.")
+        return [[int(i) for i in samples] for samples in carried]
 
     def _next_epoch_rng(self):
         """The generator of the epoch about to be yielded; moves on to the next epoch."""

@@ -13,7 +13,7 @@ from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
 from .._validate import choice, is_int, positive_int
-from ._sampling import Order, seed_or_draw, SeededEpochs
+from ._sampling import DataLoader, Order, seed_or_draw, SeededEpochs
 from .multiscale import _LAST_BATCH, _resize
 
 __all__ = ["Buckets", "BucketSampler", "BucketPad", "BucketBatchify", "bucket_loader"]
@@ -271,6 +271,8 @@ class BucketSampler(SeededEpochs):
         self._orders = [Order(m) for m in self._members]
         self._batchers = [gluon.data.BatchSampler(order, self._batch_size, last_batch)
                           for order in self._orders]
+        self._last_batch = last_batch
+        self._num_samples = len(shapes)
         self._shuffle = bool(shuffle)
         self._seed = seed_or_draw(seed)
         self._epoch = 0
@@ -443,7 +445,7 @@ def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", 
     It yields ``(data, label)`` (or with ``extra`` a third array, see :class:`BucketBatchify`),
     every batch padded or resized to one of a few bucket shapes; ``gluonkit.fit`` takes it.
     ``loader.batch_sampler`` is its :class:`BucketSampler` (bucket shapes in
-    ``loader.batch_sampler.buckets.shapes``; ``set_epoch`` to resume).
+    ``loader.batch_sampler.buckets.shapes``; ``state_dict`` to resume: ``fit`` saves it).
 
     Parameters
     ----------
@@ -469,7 +471,5 @@ def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", 
     sampler = BucketSampler(_sample_shapes(dataset) if shapes is None else shapes, batch_size,
                             buckets, axes=axes, mode=mode, multiple=multiple, shuffle=shuffle,
                             last_batch=last_batch, seed=seed)
-    loader = gluon.data.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
-                                   batchify_fn=BucketBatchify(sampler.buckets, label_fn, pad_val, extra))
-    loader.batch_sampler = sampler   # Gluon keeps its own reference private
-    return loader
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
+                      batchify_fn=BucketBatchify(sampler.buckets, label_fn, pad_val, extra))

@@ -26,6 +26,7 @@ from mxnet import gluon
 from PIL import Image
 
 from .._validate import finite_real, positive_int
+from .errors import DataFileError
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
            "check_limits", "decode_image", "read_image", "check_resize", "ImageFolderDataset",
@@ -46,9 +47,9 @@ _METADATA_BYTES = 64 << 20                    # room for profiles, thumbnails an
 _RAISE = "raise the limit (max_pixels=, or --max-image-pixels on the commands) if you trust it"
 
 
-class ImageError(ValueError):
+class ImageError(DataFileError):
     """An image that gluonkit does not decode: empty, not an image, cut short, damaged or
-    beyond the limits. The message names the file."""
+    beyond the limits. The message names the file (a ``DataFileError``, so a ``ValueError``)."""
 
 
 def check_limits(max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):

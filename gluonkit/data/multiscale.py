@@ -14,7 +14,7 @@ from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
 from .._validate import choice, positive_int
-from ._sampling import Order, seed_or_draw, SeededEpochs
+from ._sampling import DataLoader, Order, seed_or_draw, SeededEpochs
 
 __all__ = ["MultiScaleSampler", "MultiScaleDataset", "resize_first", "multiscale_loader"]
 
@@ -105,8 +105,10 @@ class MultiScaleSampler(SeededEpochs):
         self.sizes = _check_sizes(sizes)
         self._interval = positive_int(interval, "interval")
         self._order = Order(range(self._length))
-        self._batcher = gluon.data.BatchSampler(self._order, positive_int(batch_size, "batch_size"),
-                                                choice(last_batch, _LAST_BATCH, "last_batch"))
+        self._batch_size = positive_int(batch_size, "batch_size")
+        self._last_batch = choice(last_batch, _LAST_BATCH, "last_batch")
+        self._batchers = [gluon.data.BatchSampler(self._order, self._batch_size, self._last_batch)]
+        self._num_samples = self._length
         self._shuffle = bool(shuffle)
         self._seed = seed_or_draw(seed)
         self._epoch = 0
@@ -115,13 +117,13 @@ class MultiScaleSampler(SeededEpochs):
         rng = self._next_epoch_rng()
         indices = rng.permutation(self._length) if self._shuffle else np.arange(self._length)
         self._order.order = [int(i) for i in indices]
-        batches = list(self._batcher)
+        batches = list(self._batchers[0])
         picks = rng.integers(len(self.sizes), size=-(-len(batches) // self._interval))
         return iter([[(i, self.sizes[picks[b // self._interval]]) for i in batch]
                      for b, batch in enumerate(batches)])
 
     def __len__(self):
-        return len(self._batcher)
+        return len(self._batchers[0])
 
 
 def resize_first(sample, size):
@@ -199,8 +201,6 @@ def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, l
         >>> history = gluonkit.fit(net, loss, trainer, loader, epochs=10)
     """
     sampler = MultiScaleSampler(len(dataset), batch_size, sizes, interval, shuffle, last_batch, seed)
-    loader = gluon.data.DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=sampler,
-                                   batchify_fn=_StackFields() if batchify_fn is None else batchify_fn,
-                                   num_workers=num_workers)
-    loader.batch_sampler = sampler   # Gluon keeps its own reference private
-    return loader
+    return DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=sampler,
+                      batchify_fn=_StackFields() if batchify_fn is None else batchify_fn,
+                      num_workers=num_workers)

@@ -10,7 +10,7 @@ gives the exact gradient; ``freeze_batchnorm`` sets it on every BatchNorm layer 
 from mxnet import gluon
 from mxnet.gluon.nn.basic_layers import _BatchNorm
 
-from ..params import select
+from ..names import select
 
 __all__ = ["freeze_batchnorm", "check_sync_batchnorm"]
 

@@ -1,9 +1,11 @@
 """The command-line kit the recipes and benchmarks share.
 
-One ``--config`` loader (JSON or YAML) that sets a parser's defaults, one device-list parser,
-the OpenMP thread settings a command applies in its ``main()``, argparse types built on
-:mod:`gluonkit._validate`, and a recipe's outputs in ``--out``: the resolved arguments, the
-callbacks that write checkpoints, history and curves, and the best checkpoint exported.
+One ``--config`` loader (JSON or YAML) that sets a parser's defaults, and the options a run
+in ``--out`` recorded when a command resumes or exports it; one device-list parser, the
+OpenMP thread settings a command applies in its ``main()``, argparse types built on
+:mod:`gluonkit._validate`, and a recipe's outputs in ``--out`` (a :mod:`run folder
+<gluonkit.recipes.runs>`): the resolved arguments, the callbacks that write checkpoints,
+history and curves, and the best checkpoint exported.
 """
 import argparse
 import difflib
@@ -13,81 +15,170 @@ import os
 import sys
 
 from .. import _validate
+from ..data import DataFileError
 from ..train.checkpoint import CheckpointError
+from . import runs
+from .runs import RunFolderError, save_args
 
 __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
-           "check_output_options", "output_callbacks", "finish_init", "export_best", "run_command",
-           "add_image_limits"]
+           "check_output_options", "output_callbacks", "finish_init", "export_best",
+           "export_summary", "run_command", "add_image_limits"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC = "GLUONKIT_THREADS_SET"
+_CONFIG_BYTES = 1 << 20     # a config is a page of options: anything larger is not one
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that names the options closest to one it does not know."""
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            hints = []
+            for token in extras:
+                option = token.split("=", 1)[0]
+                if option.startswith("-"):
+                    known = sorted(self._option_string_actions)
+                    close = ([name for name in known if name.startswith(option)]   # abbreviated
+                             or difflib.get_close_matches(option, known, n=1))     # misspelled
+                    if close:
+                        hints.append(f"did you mean {' or '.join(close)}?")
+            self.error(f"unrecognized arguments: {' '.join(extras)}"
+                       + (f" ({'; '.join(hints)})" if hints else ""))
+        return namespace
 
 
 def build_parser(description, **kwargs):
-    """An ``ArgumentParser`` with ``--config FILE`` (option defaults from JSON or YAML)."""
-    parser = argparse.ArgumentParser(description=description, **kwargs)
+    """An ``ArgumentParser`` with ``--config FILE`` (option defaults from JSON or YAML).
+
+    Options must be spelled out (``--epoch`` is not taken for ``--epochs``), and one it does
+    not know is refused with the closest names (``--epcohs``: did you mean ``--epochs``?).
+    """
+    parser = _Parser(description=description, allow_abbrev=False, **kwargs)
     parser.add_argument("--config", metavar="FILE",
                         help="JSON or YAML file of option defaults (keys as in --help, e.g. "
                              "batch_size); options on the command line override it")
     return parser
 
 
-def _read_config(path, parser):
+def _yaml_error(err):
+    """A YAML parse error in one line: what is wrong and where."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return (getattr(err, "problem", None) or " ".join(str(err).split())) + where
+
+
+def _read_config(path, parser, label="--config"):
+    """The mapping in the JSON or YAML file ``path``; ``parser.error`` (one line naming the
+    file) if it cannot be read, is not UTF-8, JSON or YAML, or holds no mapping."""
     try:
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read(_CONFIG_BYTES + 1)
     except OSError as err:
-        parser.error(f"--config {path}: cannot read it ({err.strerror}).")
+        parser.error(f"{label} {path}: cannot read it ({err.strerror}).")
+    if len(data) > _CONFIG_BYTES:
+        parser.error(f"{label} {path} is over {_CONFIG_BYTES >> 20} MiB: not a file of options.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        parser.error(f"{label} {path} is not UTF-8 text (byte {err.start}: "
+                     f"{data[err.start:err.start + 1]!r}); save it as UTF-8.")
     if path.endswith((".yaml", ".yml")):
         try:
             import yaml
         except ImportError:
-            parser.error(f"--config {path}: reading YAML needs PyYAML (pip install pyyaml), "
+            parser.error(f"{label} {path}: reading YAML needs PyYAML (pip install pyyaml), "
                          "or write the file as JSON.")
-        config = yaml.safe_load(text)
+        try:
+            config = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            parser.error(f"{label} {path} is not valid YAML ({_yaml_error(err)}).")
     else:
         try:
             config = json.loads(text)
         except ValueError as err:
-            parser.error(f"--config {path} is not valid JSON ({err}).")
+            parser.error(f"{label} {path} is not valid JSON ({err}).")
     if not isinstance(config, dict):
-        parser.error(f"--config {path} must hold a mapping of option names to values.")
+        parser.error(f"{label} {path} must hold a mapping of option names to values.")
     return config
 
 
-def parse_with_config(parser, argv=None):
+def _config_defaults(parser, path, config, dests, label="--config"):
+    """Parser defaults from the mapping ``config`` read from ``path``: each value as text that
+    goes through the option's own type when parsed (a switch takes true/false)."""
+    defaults = {}
+    for key, value in config.items():
+        dest = str(key).replace("-", "_")
+        if dest not in dests:
+            close = difflib.get_close_matches(dest, dests, n=3)
+            parser.error(f"{label} {path}: unknown option {key!r}"
+                         + (f" (did you mean {', '.join(close)}?)" if close else "")
+                         + f"; valid: {', '.join(dests)}.")
+        if isinstance(parser.get_default(dest), bool):
+            if not isinstance(value, bool):
+                parser.error(f"{label} {path}: {key} is a switch; write true or false, "
+                             f"got {value!r}.")
+            defaults[dest] = value
+        elif value is None:
+            defaults[dest] = None
+        elif isinstance(value, (list, tuple)) and all(
+                isinstance(v, (str, int, float)) for v in value):
+            defaults[dest] = ",".join(map(str, value))
+        elif isinstance(value, (str, int, float)):
+            defaults[dest] = str(value)
+        else:
+            parser.error(f"{label} {path}: {key} must be a value or a list of values, got "
+                         f"{type(value).__name__}.")
+    return defaults
+
+
+def parse_with_config(parser, argv=None, fixed=()):
     """Parse ``argv`` (default ``sys.argv[1:]``) after a ``--config FILE`` set the defaults.
 
     A config value goes through the option's own type check, as if typed on the command line
     (a flag takes ``true``/``false``); an unknown key is an error that names close matches.
+    A run's ``args.json`` is such a file: ``--config runs/a/args.json`` replays that run.
+
+    With ``--resume`` or ``--export``, the options the run in ``--out`` recorded (its
+    ``args.json``) are the defaults, under any ``--config`` file and the command line: so
+    ``--out DIR --resume`` continues the run as it was started, and ``--epochs`` given again
+    extends it. An option of ``fixed`` (those that build the network or choose the data)
+    whose value differs from the run's is an error that names it.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     known, _ = parser.parse_known_args(argv)
+    dests = sorted(key for key in vars(known) if key != "config")
+    config = {}
     if getattr(known, "config", None):
-        path = known.config
-        dests = sorted(key for key in vars(known) if key != "config")
-        defaults = {}
-        for key, value in _read_config(path, parser).items():
-            dest = key.replace("-", "_")
-            if dest not in dests:
-                close = difflib.get_close_matches(dest, dests, n=3)
-                parser.error(f"--config {path}: unknown option {key!r}"
-                             + (f" (did you mean {', '.join(close)}?)" if close else "")
-                             + f"; valid: {', '.join(dests)}.")
-            if isinstance(parser.get_default(dest), bool):
-                if not isinstance(value, bool):
-                    parser.error(f"--config {path}: {key} is a switch; write true or false, "
-                                 f"got {value!r}.")
-                defaults[dest] = value
-            elif value is None:
-                defaults[dest] = None
-            else:   # a string default goes through the option's type when parsed
-                defaults[dest] = (",".join(map(str, value)) if isinstance(value, (list, tuple))
-                                  else str(value))
-        parser.set_defaults(**defaults)
-    return parser.parse_args(argv)
+        values = _read_config(known.config, parser)
+        values.pop("config", None)         # a run's args.json of an earlier version has it
+        config = _config_defaults(parser, known.config, values, dests)
+        parser.set_defaults(**config)
+        known, _ = parser.parse_known_args(argv)
+    run = None
+    out = getattr(known, "out", None)
+    if out and (getattr(known, "resume", False) or getattr(known, "export", False)):
+        path = os.path.join(out, runs.ARGS_FILE)
+        if os.path.isfile(path):
+            label = f"--out {out}:"
+            values = {key: value for key, value in _read_config(path, parser, label).items()
+                      if str(key).replace("-", "_") not in runs.INVOCATION}
+            recorded = _config_defaults(parser, path, values, dests, label)
+            parser.set_defaults(**{d: v for d, v in recorded.items() if d in fixed})
+            run = parser.parse_args([])    # the run's network and data (its --ctx may be absent)
+            parser.set_defaults(**recorded)
+            parser.set_defaults(**config)  # under the --config file's
+    args = parser.parse_args(argv)
+    for dest in fixed if run else ():
+        if getattr(args, dest) != getattr(run, dest):
+            name = "--" + dest.replace("_", "-")
+            parser.error(f"{name} {getattr(args, dest)} differs from the run in {out}, made with "
+                         f"{getattr(run, dest)} (its {runs.ARGS_FILE}), and changes the network "
+                         f"or the data: drop {name} to continue that run, or pass another --out.")
+    return args
 
 
 def parse_ctx(spec):
@@ -194,16 +285,6 @@ def apply_threads(module=None, argv=None):
                                   *(sys.argv[1:] if argv is None else argv)])
 
 
-def save_args(args, directory, name="args.json"):
-    """Write the resolved arguments ``vars(args)`` as JSON into ``directory``; returns the path."""
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, name)
-    with open(path, "w") as f:
-        json.dump(vars(args), f, indent=1, default=str)
-        f.write("\n")
-    return path
-
-
 def seed_all(seed):
     """Seed Python's, NumPy's and MXNet's generators."""
     import random
@@ -251,18 +332,24 @@ def add_image_limits(group):
     return group
 
 
-def add_output_options(parser, default_out):
-    """The ``output`` group every training recipe shares: ``--out``, ``--resume``, ``--export``,
-    ``--no-progress``; returns the group (a recipe may add to it)."""
+def add_output_options(parser, default_out, export=True):
+    """The ``output`` group every training recipe shares: ``--out``, ``--resume``,
+    ``--overwrite``, ``--export`` (unless ``export`` is False), ``--no-progress``; returns the
+    group (a recipe may add to it)."""
     output = parser.add_argument_group("output")
     output.add_argument("--out", default=default_out, metavar="DIR",
-                        help="checkpoints, history.csv, curves.png, args.json, the exported "
-                             "model ('' for none)")
+                        help="the run folder: checkpoints, history.csv, curves.png, args.json, "
+                             "the exported model ('' for none)")
     output.add_argument("--resume", action="store_true",
-                        help="continue from the latest checkpoint in --out, if there is one")
-    output.add_argument("--export", action="store_true",
-                        help="train nothing: export the best (else the latest) checkpoint in "
-                             "--out as --out/model-*")
+                        help="continue the run in --out (its options from its args.json, "
+                             "unless given again) from its latest checkpoint, if there is one")
+    output.add_argument("--overwrite", action="store_true",
+                        help="replace the run that --out holds (its files are removed first); "
+                             "without it, or --resume, such a folder is refused")
+    if export:
+        output.add_argument("--export", action="store_true",
+                            help="train nothing: export the best (else the latest) checkpoint "
+                                 "of the run in --out as --out/model-*")
     output.add_argument("--no-progress", dest="progress", action="store_false",
                         help="hide the progress bars")
     return output
@@ -283,23 +370,33 @@ def check_out(parser, out):
 
 
 def check_output_options(parser, args):
-    """``parser.error`` if ``--resume`` or ``--export`` is given without an ``--out``, or if
-    ``--out`` cannot be written (:func:`check_out`)."""
-    if (args.resume or args.export) and not args.out:
+    """``parser.error`` if ``--resume`` or ``--export`` is given without an ``--out`` or with
+    ``--overwrite``, if ``--out`` cannot be written (:func:`check_out`), or if it cannot be
+    taken now (:func:`runs.check_folder`: in use, or holding a run that would be overwritten).
+    """
+    export = getattr(args, "export", False)
+    if (args.resume or export) and not args.out:
         parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
                      "--out; pass --out DIR.")
+    if args.overwrite and (args.resume or export):
+        parser.error(f"--overwrite starts a new run, --{'resume' if args.resume else 'export'} "
+                     "continues the one in --out: pass one of them.")
     check_out(parser, args.out)
+    try:
+        runs.check_folder(args.out, resume=args.resume or export, overwrite=args.overwrite)
+    except RunFolderError as err:
+        parser.error(f"--out {err}")
 
 
-def output_callbacks(out, monitor, resume):
+def output_callbacks(out, monitor, resume, held_out="val"):
     """``fit`` callbacks that write into ``out``: checkpoints/ (the last few, and the best by
     the history key ``monitor``; ``resume`` continues from the latest), history.csv and
-    curves.png."""
-    from ..train.callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
+    curves.png (whose ``val_`` curves are labelled ``held_out``)."""
+    from ..callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
 
     return [ModelCheckpoint(os.path.join(out, "checkpoints"), monitor=monitor, resume=resume),
             HistoryLogger(os.path.join(out, "history.csv")),
-            PlotCurves(os.path.join(out, "curves.png"))]
+            PlotCurves(os.path.join(out, "curves.png"), held_out=held_out)]
 
 
 def finish_init(net, input_shape, ctx):
@@ -333,13 +430,23 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
                         **export_options)
 
 
+def export_summary(metadata, history, monitor):
+    """One line that says which epoch the exported model (``metadata`` from
+    :func:`export_best`) comes from, with its value of the history key ``monitor`` beside the
+    last epoch's: the final network and the exported one may differ."""
+    epoch, path = metadata["epoch_trained"], metadata["files"]["symbol"]
+    epochs, values = list(history.get("epoch", ())), list(history.get(monitor, ()))
+    if epoch not in epochs or len(values) != len(epochs):
+        return f"exported epoch {epoch}: {path}"
+    return (f"exported epoch {epoch}, {monitor} {values[epochs.index(epoch)]:.4f} "
+            f"(the last epoch, {epochs[-1]}: {values[-1]:.4f}): {path}")
+
+
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
-    ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130, a
-    missing file, an image file refused, or a checkpoint that cannot be resumed with one line
-    naming it (status 1)."""
-    from ..data.images import ImageError
-
+    ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
+    that cannot be read or written (a full disk too), a refused data file, a checkpoint that
+    cannot be resumed or a run folder that cannot be taken, with one line naming it (status 1)."""
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -347,5 +454,5 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
-    except (FileNotFoundError, CheckpointError, ImageError) as err:   # a file: one line
+    except (OSError, CheckpointError, RunFolderError, DataFileError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

@@ -5,13 +5,17 @@
     gluonkit-classify --dataset imagefolder:photos --model resnet18_v1b --image-size 224 \\
         --pretrained --ctx gpu:0,1 --hybridize --out runs/photos
     gluonkit-classify --out runs/photos --resume             # continue after a stop
+    gluonkit-classify --out runs/photos --resume --epochs 30 # train it further
     gluonkit-classify --out runs/photos --export             # export its best checkpoint again
+    gluonkit-classify --config runs/photos/args.json --out runs/again   # replay it
 
-(or ``python -m gluonkit.recipes.classify ...``). Outputs in --out: checkpoints/ (the last few
-and the best by test accuracy), history.csv, curves.png, args.json (the resolved arguments)
-and the best model exported for inference: model-symbol.json, model-0000.params and
-model.json (see ``gluonkit-predict``). Ctrl-C or SIGTERM stop after the current step and save
-a checkpoint that --resume continues from exactly.
+(or ``python -m gluonkit.recipes.classify ...``). Outputs in --out, a run folder
+(``gluonkit.recipes.runs``): checkpoints/ (the last few and the best by test accuracy),
+history.csv, curves.png, args.json (the resolved arguments, which --resume and --export
+reuse) and the best model exported for inference: model-symbol.json, model-0000.params and
+model.json (see ``gluonkit-predict``). A folder that holds a run is refused without --resume
+or --overwrite, and so is a folder another live process uses. Ctrl-C or SIGTERM stop after
+the current step and save a checkpoint that --resume continues from exactly.
 """
 import argparse
 import logging
@@ -25,12 +29,13 @@ from mxnet import gluon
 from ..data import bucket_loader, multiscale_loader
 from ..nn import ShapeCache
 from ..train import amp
-from ..train.callbacks import LRSchedule
+from ..callbacks import LRSchedule
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 from . import _cli
 from .datasets import load_dataset
 from .models import build_model, check_model_name
+from .runs import RunFolder
 
 __all__ = ["parse_args", "train", "export_checkpoint", "main", "optimizer_params",
            "lr_schedule", "make_loaders", "worker_shard", "no_wd_on_bias"]
@@ -39,6 +44,10 @@ log = logging.getLogger("gluonkit")
 
 _SCHEDULES = ("none", "step", "cosine", "poly")
 _MODULE = "gluonkit.recipes.classify"
+_MONITOR = "val_accuracy"
+#: Options that build the network or choose the data: a resumed run must keep them.
+_FIXED = ("dataset", "image_size", "max_size", "buckets", "multiscale", "multiscale_interval",
+          "limit", "model", "pretrained", "pretrained_file", "seed")
 
 
 def _build_parser():
@@ -110,7 +119,7 @@ def _build_parser():
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv)
+    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
     _cli.check_output_options(parser, args)
     if not 0 <= args.label_smoothing < 1:
         parser.error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}.")
@@ -224,7 +233,8 @@ def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, prep
 
 def train(args):
     """Train and evaluate as ``args`` (from ``parse_args``) says; with ``--out``, export the
-    best model. With ``args.export``, only export the checkpoint in ``--out``.
+    best model. With ``args.export``, only export the checkpoint in ``--out``. The run folder
+    ``--out`` is held by this process until training ends.
 
     Returns
     -------
@@ -232,6 +242,11 @@ def train(args):
         'test_accuracy', 'history' (from ``fit``), 'seconds', 'out', the trained 'net' and
         'export' (the exported model's metadata, or None).
     """
+    with RunFolder(args.out) as folder:
+        return _train(args, folder)
+
+
+def _train(args, folder):
     ctx = _cli.parse_ctx(args.ctx)
     if args.amp and not args.export:
         amp.init(ctx)     # before anything is loaded, built or written
@@ -249,6 +264,7 @@ def train(args):
     model_prefix = os.path.join(args.out, "model") if args.out else None
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.export:
+        folder.take(resume=True)
         metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
                                      input_shape, preprocessing)
         print(f"exported {metadata['files']['symbol']} (epoch {metadata['epoch_trained']})")
@@ -274,11 +290,13 @@ def train(args):
         callbacks.append(schedule)
     if args.out:
         if main_process:
+            folder.take(resume=args.resume, overwrite=args.overwrite)
             _cli.save_args(args, args.out)
-        callbacks += _cli.output_callbacks(args.out, "val_accuracy", args.resume)
+        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
     if main_process:
-        log.info("Training %s on %s (%d images, %d classes) on %s.", args.model, args.dataset,
-                 len(train_set), classes, ctx)
+        log.info("Training %s on %s (%d images, %d classes) on %s; val_* in the history and "
+                 "the epoch lines are on the test set (%d images).", args.model, args.dataset,
+                 len(train_set), classes, ctx, len(test_set))
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if args.label_smoothing:
         loss = _SmoothedLoss(classes, args.label_smoothing)
@@ -295,8 +313,10 @@ def train(args):
         metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
                                      input_shape, preprocessing, ctx[0] if args.amp else None)
     if main_process:
-        print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images "
+        print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images after the last epoch "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+    if metadata:
+        print(_cli.export_summary(metadata, history, _MONITOR))
     return {"test_accuracy": accuracy, "history": history, "seconds": seconds, "out": args.out,
             "net": net, "export": metadata}
 

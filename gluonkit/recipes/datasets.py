@@ -5,19 +5,23 @@ resized crops and flips for training, a resize and center crop for evaluation, a
 normalization. The preprocessing needed at inference is returned alongside, as a dict that the
 exported ``model.json`` stores (see :mod:`gluonkit.export`).
 """
+import contextlib
+import io
+import logging
 import os
 
-import mxnet as mx
 import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
-from ..data import digits
+from ..data import DataFileError, class_labels, digits
 from ..data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, ImageRecordDataset
 from ..inference import preprocess, shrink_to
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "load_dataset", "dataset_labels",
-           "stratified_indices", "stratified_split"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
+           "dataset_labels", "stratified_indices", "stratified_split"]
+
+log = logging.getLogger("gluonkit")
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _CIFAR_MEAN, _CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -69,9 +73,7 @@ def dataset_labels(dataset):
     if isinstance(dataset, gluon.data.vision.ImageFolderDataset):
         return np.array([label for _, label in dataset.items], dtype=np.int64)
     if isinstance(dataset, gluon.data.vision.ImageRecordDataset):
-        raw = gluon.data.RecordFileDataset(dataset.filename)
-        return np.array([int(np.ravel(mx.recordio.unpack(raw[i])[0].label)[0])
-                         for i in range(len(raw))], dtype=np.int64)
+        return class_labels(dataset.filename)
     return np.array([int(np.ravel(dataset[i][1])[0]) for i in range(len(dataset))], dtype=np.int64)
 
 
@@ -134,15 +136,29 @@ def _preprocessing(channels, mean, std, resize=None, resize_short=None, crop=Non
             "std": list(std), "layout": "NCHW"}
 
 
+class DatasetUnavailable(FileNotFoundError, RuntimeError):
+    """A dataset that is not on disk and could not be downloaded.
+
+    A ``FileNotFoundError``, which the commands print as one line, and a ``RuntimeError``,
+    as this error was before it had its own type.
+    """
+
+
 def _cifar10(data_dir):
     root = os.path.expanduser(data_dir)
+    log.info("CIFAR-10 from %s (downloaded there first if missing, 170 MB).", root)
     try:
-        return (gluon.data.vision.CIFAR10(root=root, train=True),
-                gluon.data.vision.CIFAR10(root=root, train=False))
-    except OSError as err:   # requests' ConnectionError is an OSError
-        raise RuntimeError(f"CIFAR-10 is not in {root} and downloading it failed ({err}). Connect "
-                           "to the internet, or copy cifar-10-binary.tar.gz there, or use "
-                           "--dataset digits (embedded, no download).") from err
+        with contextlib.redirect_stdout(io.StringIO()):   # gluon prints every retry
+            return (gluon.data.vision.CIFAR10(root=root, train=True),
+                    gluon.data.vision.CIFAR10(root=root, train=False))
+    except (OSError, RuntimeError) as err:   # requests' ConnectionError is an OSError
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if len(reason) > 160:
+            reason = reason[:160] + "..."
+        raise DatasetUnavailable(
+            f"CIFAR-10 is not in {root} and downloading it failed ({reason}). Connect to the "
+            "internet, or copy cifar-10-binary.tar.gz there, or use --dataset digits "
+            "(embedded, no download).") from None
 
 
 def _image_folders(dataset, where, limits):
@@ -150,6 +166,7 @@ def _image_folders(dataset, where, limits):
         raise FileNotFoundError(f"--dataset {dataset}: expected class folders in "
                                 f"{os.path.join(where, 'train')}.")
     train = ImageFolderDataset(os.path.join(where, "train"), **limits)
+    _check_classes_hold_images(train, os.path.join(where, "train"))
     held = [os.path.join(where, d) for d in ("val", "test") if os.path.isdir(os.path.join(where, d))]
     test = None
     if held:
@@ -160,15 +177,34 @@ def _image_folders(dataset, where, limits):
     return train, test, list(train.synsets)
 
 
+def _check_classes_hold_images(folder, root):
+    """The ``ImageFolderDataset`` ``folder`` of ``root`` must have class folders, each holding an
+    image it reads; DataFileError naming the first empty one."""
+    if not folder.synsets:
+        raise DataFileError(f"{root}: no class folders; put each class's images in a folder "
+                            "named after the class.")
+    found = {label for _, label in folder.items}
+    empty = [name for label, name in enumerate(folder.synsets) if label not in found]
+    if empty:
+        more = f" (nor in {len(empty) - 1} more)" if len(empty) > 1 else ""
+        raise DataFileError(f"{os.path.join(root, empty[0])}: no .jpg, .jpeg or .png image in "
+                            f"this class folder{more}; "
+                            "add images of the class or remove the folder (a class without images "
+                            "cannot be learned, yet would be exported as one).")
+
+
 def _record_files(dataset, where, limits):
     files = where.split(",")
     for path in files:
         if not (os.path.isfile(path) and os.path.isfile(os.path.splitext(path)[0] + ".idx")):
             raise FileNotFoundError(f"--dataset {dataset}: need {path} and its .idx index "
                                     "(made by im2rec.py).")
+    classes = int(class_labels(files[0]).max()) + 1   # one more than the largest label
+    if len(files) > 1:
+        class_labels(files[1], classes, f"{files[0]} holds no other: relabel it, or add training "
+                                        "samples of that class")
     train = ImageRecordDataset(files[0], **limits)
     test = ImageRecordDataset(files[1], **limits) if len(files) > 1 else None
-    classes = int(dataset_labels(train).max()) + 1   # one more than the largest label
     return train, test, [str(c) for c in range(classes)]
 
 

@@ -7,38 +7,42 @@
     gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
     gluonkit-detect --model ssd_300_mobilenet0.25_custom --dataset voc:DIR --image-size 300
     gluonkit-detect --dataset rec:train.rec,val.rec --classes cat,dog   # GluonCV's im2rec files
-    gluonkit-detect --out runs/detect --resume       # continue after a stop
+    gluonkit-detect --out runs/detect --resume       # continue after a stop (its own options)
 
-Outputs in --out: checkpoints/, history.csv (loss, VOC07 AP of every class and mAP per
-epoch), curves.png, args.json, the best model exported as model-symbol.json,
-model-0000.params and model.json, and predictions.png (boxes drawn on validation images).
+Outputs in --out, a run folder as for ``gluonkit-classify``: checkpoints/, history.csv (loss,
+VOC07 AP of every class and mAP per epoch), curves.png, args.json, the best model exported as
+model-symbol.json, model-0000.params and model.json, and predictions.png (boxes drawn on
+validation images).
 Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
 """
 import logging
 import math
 import os
 import time
-import xml.etree.ElementTree as ET
 
 import mxnet as mx
 import numpy as np
-from gluoncv.data import CustomVOCDetectionBase, RecordFileDetection
+from gluoncv.data import RecordFileDetection
 
 from . import _cli
 from . import detection as det
-from ..data import Buckets, MultiScaleSampler, ShapesDetection
+from .runs import RunFolder
+from ..data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
 from ..export import export_model
 from ..train import amp
-from ..train.callbacks import Callback, HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
+from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
 from ..train.checkpoint import Checkpoint
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
 
-__all__ = ["parse_args", "load_detection", "make_loaders", "SamplerEpoch", "train",
+__all__ = ["parse_args", "load_detection", "make_loaders", "train",
            "draw_predictions", "main"]
 
 log = logging.getLogger("gluonkit")
 _MODULE = "gluonkit.recipes.detect"
+#: Options that build the network or choose the data: a resumed run must keep them.
+_FIXED = ("dataset", "classes", "image_size", "buckets", "multiscale", "multiscale_interval",
+          "limit", "model", "pretrained_base", "batchnorm", "seed")
 
 
 def _build_parser():
@@ -51,7 +55,8 @@ def _build_parser():
                            "Annotations, DIR/JPEGImages, DIR/ImageSets/Main/{train,val}.txt) | "
                            "rec:TRAIN.rec,VAL.rec (GluonCV detection RecordIO, each with its .idx)")
     data.add_argument("--classes", type=lambda text: text.split(","), metavar="NAMES",
-                      help="class names in label order for rec: data (default: the ids)")
+                      help="class names in label order (default: rec: the ids; voc: the names "
+                           "in the training annotations, sorted)")
     data.add_argument("--image-size", type=_cli.non_negative_int, default=128,
                       help="train and test at this square size; 0 keeps the images' own sizes, "
                            "padded (bottom and right, boxes unchanged) to --buckets shapes")
@@ -95,23 +100,15 @@ def _build_parser():
     train.add_argument("--amp", action="store_true",
                        help="mixed precision (float16) with dynamic loss scaling; GPUs only")
     _cli.add_device_options(parser)
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", default=os.path.join("runs", "detect"), metavar="DIR",
-                        help="checkpoints, history, curves, exported model, predictions ('' for none)")
-    output.add_argument("--resume", action="store_true",
-                        help="continue from the latest checkpoint in --out, if there is one")
-    output.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="hide the progress bars")
+    _cli.add_output_options(parser, os.path.join("runs", "detect"), export=False)
     return parser
 
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv)
-    if args.resume and not args.out:
-        parser.error("--resume continues from the checkpoints in --out; pass --out DIR.")
-    _cli.check_out(parser, args.out)
+    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
+    _cli.check_output_options(parser, args)
     if args.multiscale and args.image_size == 0:
         parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")
     if args.clip_global_norm is not None and not args.clip_global_norm > 0:
@@ -134,32 +131,6 @@ def parse_args(argv=None):
     return args
 
 
-def _voc_classes(root):
-    """The object names in a VOC folder's annotations, sorted (as GluonCV lower-cases them)."""
-    folder = os.path.join(root, "Annotations")
-    names = set()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".xml"):
-            names.update(o.find("name").text.strip().lower()
-                         for o in ET.parse(os.path.join(folder, name)).getroot().iter("object"))
-    return sorted(names)
-
-
-def _rec_class_count(path):
-    """1 + the largest class id in a detection RecordIO file (labels read, images not decoded)."""
-    stem = os.path.splitext(path)[0]
-    record = mx.recordio.MXIndexedRecordIO(stem + ".idx", path, "r")
-    try:
-        largest = -1
-        for key in record.keys:
-            label = np.asarray(mx.recordio.unpack(record.read_idx(key))[0].label).ravel()
-            header, width = int(label[0]), int(label[1])
-            largest = max([largest] + [int(c) for c in label[header::width]])
-    finally:
-        record.close()
-    return largest + 1
-
-
 def _with_difficult(image, label):
     """A RecordIO label (N, 5+) given the VOC 'difficult' column (0) when it has none."""
     if label.shape[1] == 5:
@@ -176,12 +147,15 @@ def _load_rec(where, names=None):
     if missing:
         raise FileNotFoundError(f"--dataset rec:{where}: missing {', '.join(missing)} (a .rec "
                                 "and its .idx, as GluonCV's detection im2rec writes them).")
-    count = max(_rec_class_count(f) for f in files)
-    if names is None:
-        names = [str(i) for i in range(count)]
-    elif len(names) < count:
-        raise ValueError(f"--classes names {len(names)} classes ({','.join(names)}) but the "
-                         f"labels hold ids up to {count - 1}; name every class.")
+    checked = files
+    if names is None:   # the training file's ids; the validation file may hold no others
+        largest = max((int(ids.max()) for ids in detection_labels(files[0]) if ids.size), default=-1)
+        names, checked = [str(i) for i in range(largest + 1)], files[1:]
+        fix = f"{files[0]} holds no other: relabel it, or add training images of that class"
+    else:
+        fix = f"--classes names {len(names)} ({','.join(names)}): name every class"
+    for path in checked:
+        detection_labels(path, len(names), fix)
     train, val = (RecordFileDetection(f).transform(_with_difficult) for f in files)
     return train, val, list(names)
 
@@ -189,7 +163,8 @@ def _load_rec(where, names=None):
 def load_detection(dataset, limit=None, classes=None):
     """``(train, val, class names)`` for a --dataset value; samples as GluonCV's VOCDetection.
 
-    ``classes`` names the ids of 'rec:' data (default: the ids as strings).
+    ``classes`` names the ids of 'rec:' data (default: the ids as strings) and orders the
+    names of 'voc:' data (default: the names in the training annotations, sorted).
     """
     kind, _, where = dataset.partition(":")
     if kind == "shapes" and not where:
@@ -201,9 +176,7 @@ def load_detection(dataset, limit=None, classes=None):
         if missing:
             raise FileNotFoundError(f"--dataset {dataset}: missing {', '.join(missing)} (Pascal "
                                     "VOC layout: Annotations/, JPEGImages/, ImageSets/Main/).")
-        classes = _voc_classes(where)
-        train, val = (CustomVOCDetectionBase(classes=classes, root=where, splits=(("", s),))
-                      for s in ("train", "val"))
+        (train, val), classes = load_voc(where, ("train", "val"), classes)
     elif kind == "rec" and where:
         train, val, classes = _load_rec(where, classes)
     else:
@@ -241,16 +214,6 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
         val_set, val_sampler, det.SizedTransform(det.val_transforms(family, val_sizes), pad),
         det.val_batchify(), num_workers)
     return train_loader, val_loader
-
-
-class SamplerEpoch(Callback):
-    """Sets a seeded sampler's epoch before each epoch, so a resumed run draws the same batches."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def on_epoch_begin(self, state):
-        self.sampler.set_epoch(state.epoch)
 
 
 def _schedule(lr, epochs, warmup_epochs, updates_per_epoch):
@@ -317,6 +280,11 @@ def train(args):
         'map' (VOC07 mAP of the final network on the validation set), 'history', 'seconds',
         'out', the trained 'net' and 'export' (the exported model's metadata, or None).
     """
+    with RunFolder(args.out) as folder:     # held by this process until training ends
+        return _train(args, folder)
+
+
+def _train(args, folder):
     ctx = _cli.parse_ctx(args.ctx)
     if args.amp:
         amp.init(ctx)     # before anything is loaded, built or written
@@ -342,12 +310,12 @@ def train(args):
                       kvstore=kvstore, accumulate=args.accumulate,
                       **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
     main_process = trainer.rank == 0
-    callbacks = [SamplerEpoch(train_loader.batch_sampler),
-                 _schedule(args.lr, args.epochs, args.warmup_epochs,
+    callbacks = [_schedule(args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))]
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.out:
         if main_process:
+            folder.take(resume=args.resume, overwrite=args.overwrite)
             _cli.save_args(args, args.out)
         callbacks += [ModelCheckpoint(checkpoints, monitor="val_mAP", mode="max", resume=args.resume),
                       HistoryLogger(os.path.join(args.out, "history.csv")),
@@ -377,6 +345,8 @@ def train(args):
     if main_process:
         print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+    if metadata:
+        print(_cli.export_summary(metadata, history, "val_mAP"))
     return {"map": mean_ap, "history": history, "seconds": seconds, "out": args.out, "net": net,
             "export": metadata}
 

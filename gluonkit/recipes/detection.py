@@ -16,7 +16,7 @@ from gluoncv.loss import SSDMultiBoxLoss
 from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 from mxnet import autograd, gluon
 
-from ..data import BucketSampler, MultiScaleDataset
+from ..data import BucketSampler, DataLoader, MultiScaleDataset
 from ..nn import freeze_batchnorm
 from ..train.split import split_and_load
 
@@ -162,9 +162,13 @@ class BucketSizes(gluon.data.Sampler):
         self.sampler = sampler
         self._sizes = [sampler.buckets.shapes[b] for b in sampler.assignment]
 
-    def set_epoch(self, epoch):
-        """As ``BucketSampler.set_epoch``."""
-        self.sampler.set_epoch(epoch)
+    def state_dict(self):
+        """The ``BucketSampler``'s ``state_dict()``: what ``fit`` checkpoints to resume exactly."""
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state):
+        """As ``BucketSampler.load_state_dict``."""
+        self.sampler.load_state_dict(state)
 
     def __iter__(self):
         return iter([[(i, self._sizes[i]) for i in batch] for batch in self.sampler])
@@ -180,10 +184,8 @@ def sample_shapes(dataset):
 
 def detection_loader(dataset, batch_sampler, transform, batchify_fn, num_workers=0):
     """A DataLoader of ``dataset`` whose ``batch_sampler`` yields (index, size) pairs."""
-    loader = gluon.data.DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=batch_sampler,
-                                   batchify_fn=batchify_fn, num_workers=num_workers)
-    loader.batch_sampler = batch_sampler   # Gluon keeps its own reference private
-    return loader
+    return DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=batch_sampler,
+                      batchify_fn=batchify_fn, num_workers=num_workers)
 
 
 def bucket_sampler(shapes, batch_size, buckets, shuffle, seed):

@@ -13,7 +13,9 @@ it too, and Branches still initializes it, so it is saved and trained like the o
 
 (or ``python -m gluonkit.recipes.multitask``). Training runs in ``gluonkit.fit``; the history
 holds each head's accuracy (``digit_accuracy``, ..., and ``val_`` ones on the test set).
-Outputs in --out, as for ``gluonkit-classify``: checkpoints/ (the last few and the best by
+Outputs in --out, a run folder as for ``gluonkit-classify`` (``--resume`` and ``--export``
+with only ``--out`` reuse its args.json; a folder that holds a run needs ``--resume`` or
+``--overwrite``): checkpoints/ (the last few and the best by
 test digit accuracy), history.csv, curves.png, args.json and the best checkpoint exported for
 inference (``model-symbol.json``, ``model-0000.params``, ``model.json``: three outputs, one per
 head). Ctrl-C or SIGTERM stop after the current batch and save a checkpoint that --resume
@@ -21,7 +23,9 @@ continues from exactly. Run as a command, MXNet gets one OpenMP thread per core 
 ``OMP_NUM_THREADS`` is set; this network is so small that one thread is faster, several times
 so when other programs share the cores: ``OMP_NUM_THREADS=1 gluonkit-multitask``.
 """
+import logging
 import os
+import warnings
 
 import mxnet as mx
 from mxnet import gluon
@@ -30,12 +34,12 @@ from mxnet.gluon import nn
 from .._validate import positive_int
 from ..data import digits
 from ..nn import Branches
-from ..train.callbacks import Callback
 from ..train.loop import evaluate, fit
 from ..train.split import split_and_load
 from ..train.trainer import Trainer
 from . import _cli
 from .datasets import load_dataset
+from .runs import RunFolder
 
 __all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "HeadAccuracy", "eval_batch",
            "main", "parse_args", "train"]
@@ -56,6 +60,12 @@ _EVERY_BATCH = ("digit", "parity")
 _INPUT_SHAPE = (1, 8, 8)
 _MONITOR = "val_digit_accuracy"
 _MODULE = "gluonkit.recipes.multitask"
+_FIXED = ("train_size", "seed")    # they choose the data: a resumed run must keep them
+# The Trainer's warning about parameters without a gradient, for the auxiliary head that the
+# schedule leaves out by design (said once per run as an INFO line instead).
+_AUX_SKIPPED = r"Skipping 2 parameter\(s\) that got no gradient .*: aux\.bias, aux\.weight\."
+
+log = logging.getLogger("gluonkit")
 
 
 class MultiTaskNet(Branches):
@@ -90,40 +100,28 @@ def _forward(route, names, data, label, ctx_list):
     return results
 
 
-class HeadSchedule(Callback):
+class HeadSchedule:
     """``fit``'s ``batch_fn`` that trains the auxiliary head on every ``every``-th batch only.
 
     Batch ``i`` of an epoch (counted from 0) trains every head when ``i % every == every - 1``,
-    else the route ``'digit', 'parity'``. As a callback it reads the batch's position from
-    ``fit``, so a run resumed in mid-epoch picks the same heads as one never stopped: pass the
-    same object as ``batch_fn`` and among the callbacks.
+    else the route ``'digit', 'parity'``. ``fit`` hands it the run's ``state``, so a run
+    resumed in mid-epoch picks the same heads as one never stopped.
 
     Example::
 
-        schedule = HeadSchedule(every=3)
-        fit(net, None, trainer, loader, epochs=5, batch_fn=schedule, callbacks=[schedule])
+        fit(net, None, trainer, loader, epochs=5, batch_fn=HeadSchedule(every=3))
     """
 
     def __init__(self, every):
         self.every = positive_int(every, "every", "the auxiliary head's batch interval")
         self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
-        self._state = None
-
-    def on_train_begin(self, state):
-        self._state = state
-
-    def on_train_end(self, state):
-        self._state = None
 
     def heads(self, index):
         """The heads that batch ``index`` of an epoch trains."""
         return tuple(HEADS) if index % self.every == self.every - 1 else _EVERY_BATCH
 
-    def __call__(self, net, batch, ctx_list):
-        if self._state is None:
-            raise RuntimeError("HeadSchedule reads the batch's position from fit: pass it in "
-                               "callbacks too, e.g. fit(..., batch_fn=s, callbacks=[s]).")
-        names = self.heads(self._state.batch)
+    def __call__(self, net, batch, ctx_list, *, state):
+        names = self.heads(state.batch)
         data, label = batch
         losses, outputs, labels = [], [], []
         for out, target in _forward(net.route(*names), names, data, label, ctx_list):
@@ -185,7 +183,7 @@ def parse_args(argv=None):
     """Parse the command line; ``--config FILE`` (JSON or YAML) supplies defaults that flags
     override."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv)
+    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
     _cli.check_output_options(parser, args)
     return args
 
@@ -216,9 +214,15 @@ def train(args, callbacks=()):
         (from ``fit``), 'out', the trained 'net' and 'export' (the exported model's metadata,
         or None).
     """
+    with RunFolder(args.out) as folder:     # held by this process until training ends
+        return _train(args, callbacks, folder)
+
+
+def _train(args, callbacks, folder):
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     model_prefix = os.path.join(args.out, "model") if args.out else None
     if args.export:
+        folder.take(resume=True)
         metadata = _export(checkpoints, model_prefix)
         print(f"exported {metadata['files']['symbol']} (epoch {metadata['epoch_trained']})")
         return {"export": metadata, "out": args.out}
@@ -229,7 +233,8 @@ def train(args, callbacks=()):
     if args.train_size:
         train_set = train_set.take(args.train_size)
     train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
-    test_loader = gluon.data.DataLoader(digits(train=False), batch_size=args.batch_size)
+    test_set = digits(train=False)
+    test_loader = gluon.data.DataLoader(test_set, batch_size=args.batch_size)
 
     net = MultiTaskNet()
     net.initialize(mx.init.Xavier(), ctx=ctx_list)
@@ -240,21 +245,30 @@ def train(args, callbacks=()):
     trainer = Trainer(net, "sgd", {"learning_rate": args.lr, "momentum": args.momentum,
                                    "wd": args.wd})
     schedule = HeadSchedule(args.aux_every)
-    callbacks = [schedule, *callbacks]
+    callbacks = list(callbacks)
     main_process = trainer.rank == 0
     if args.out:
         if main_process:
+            folder.take(resume=args.resume, overwrite=args.overwrite)
             _cli.save_args(args, args.out)
-        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume)
+        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
     metrics = [HeadAccuracy(head) for head in HEADS]
-    history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx_list,
-                  val_data=test_loader, metrics=metrics, callbacks=callbacks,
-                  progress=args.progress, batch_fn=schedule, eval_fn=eval_batch)
+    if main_process:
+        log.info("The aux head trains on one batch in %d; the Trainer leaves it unchanged on "
+                 "the others. val_* in the history and the epoch lines are on the test set "
+                 "(%d images).", args.aux_every, len(test_set))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_AUX_SKIPPED, category=UserWarning)
+        history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx_list,
+                      val_data=test_loader, metrics=metrics, callbacks=callbacks,
+                      progress=args.progress, batch_fn=schedule, eval_fn=eval_batch)
     logs = evaluate(net, test_loader, ctx=ctx_list, metrics=metrics, eval_fn=eval_batch)
     accuracy = {head: logs[f"{head}_accuracy"] for head in HEADS}
     metadata = _export(checkpoints, model_prefix) if args.out and main_process else None
     if main_process:
         print("test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in accuracy.items()))
+    if metadata:
+        print(_cli.export_summary(metadata, history, _MONITOR))
     return {"test_accuracy": accuracy, "history": history, "out": args.out, "net": net,
             "export": metadata}
 

@@ -1,4 +1,7 @@
-"""Callbacks for ``fit``: checkpoints, early stopping, learning-rate schedules, logs and plots."""
+"""Callbacks for ``fit``: checkpoints, early stopping, learning-rate schedules, logs and plots.
+
+The implementation; import them from their public address, ``gluonkit.callbacks``.
+"""
 import csv
 import errno
 import io
@@ -33,6 +36,14 @@ def _writable_directory(directory, writer):
     if not os.access(directory, os.W_OK | os.X_OK):
         raise PermissionError(errno.EACCES, f"{writer} cannot write into {directory!r}; pass a "
                                             "directory you can write to.")
+
+
+def _writable_file(path, writer):
+    """:func:`_writable_directory` for ``path``'s directory, and ``path`` not a directory."""
+    _writable_directory(os.path.dirname(os.path.abspath(path)), writer)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"{writer} cannot write {path!r}: it is a "
+                                              "directory; remove it or pass another path.")
 
 
 class Callback:
@@ -71,7 +82,7 @@ class Callback:
         """Called once at the end, also when a signal stopped training."""
 
     def state_dict(self):
-        """dict: What a checkpoint must remember of this callback (picklable)."""
+        """dict: What a checkpoint must remember of this callback: JSON values and arrays."""
         return {}
 
     def load_state_dict(self, state):
@@ -331,7 +342,7 @@ class HistoryLogger(Callback):
         atomic_text(self.path, text)
 
     def on_train_begin(self, state):
-        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "HistoryLogger")
+        _writable_file(self.path, "HistoryLogger")
 
     def on_epoch_end(self, state):
         self._write(state.history)
@@ -343,19 +354,58 @@ class HistoryLogger(Callback):
 class PlotCurves(Callback):
     """Plot the training curves to a PNG after every epoch (matplotlib, no display needed).
 
-    One panel per quantity: the loss and each metric (train and val together), and the
-    learning rate.
+    One panel per quantity: the loss and each metric, on the training batches and on the
+    held-out data (``val_data``: the history's ``val_`` keys, labelled ``held_out``); one
+    panel for the held-out values that have no training twin (a detector's mAP and AP per
+    class); and the learning rate. Losses are drawn on a log scale (when all positive), so a
+    small gap between training and held-out loss stays visible late in training. The
+    learning rate is drawn per batch (as set before the next update: a warm-up shows), with
+    the history's value at each epoch's end as a marker; a resumed run draws its batches
+    from the resume on.
+
+    Parameters
+    ----------
+    path : str
+        The PNG file, replaced atomically after every epoch.
+    held_out : str, default 'val'
+        What the ``val_`` curves are called in the legend: ``'test'`` when ``val_data`` is
+        the test set, as in the classification recipes.
+
+    Attributes
+    ----------
+    learning_rates : list of (float, float)
+        The learning rate after each batch of this process, at its position in epochs
+        (``epoch - 1 + batch / batches``: 1.0 is the end of the first epoch).
 
     Example::
 
-        PlotCurves("runs/cnn/curves.png")
+        PlotCurves("runs/cnn/curves.png", held_out="test")
     """
 
     main_process_only = True
 
-    def __init__(self, path):
+    def __init__(self, path, held_out="val"):
+        if not isinstance(held_out, str) or not held_out:
+            raise TypeError(f"held_out must be a non-empty str such as 'val' or 'test', got "
+                            f"{held_out!r}.")
         self.path = os.fspath(path)
+        self.held_out = held_out
         self._rows = None
+        self.learning_rates = []
+        self._epoch_lrs = []     # this epoch's (batch, learning rate)
+
+    def _panels(self, history):
+        """[(title, [(label, history key), ...])]: one panel per quantity, its training and
+        held-out curves together; held-out values without a training twin (a detector's mAP
+        and per-class AP) share one panel."""
+        skip = {"epoch", "time", "samples_per_sec", "lr"}
+        panels = [(key, [("train", key)] + ([(self.held_out, f"val_{key}")]
+                                            if f"val_{key}" in history else []))
+                  for key in history if key not in skip and not key.startswith("val_")]
+        alone = [key for key in history if key.startswith("val_") and key[4:] not in history]
+        if alone:
+            panels.append((f"on the {self.held_out} data", [(key[4:], key) for key in alone]))
+        return panels
 
     def _plot(self, history):
         rows = len(history.get("epoch", ()))
@@ -365,31 +415,54 @@ class PlotCurves(Callback):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
-        skip = {"epoch", "time", "samples_per_sec"}
-        names = [k for k in history if k not in skip and not k.startswith("val_")]
-        if not names:
+        panels = self._panels(history)
+        count = len(panels) + ("lr" in history)
+        if not count:
             return
-        fig = Figure(figsize=(4 * len(names), 3.2), tight_layout=True)
+        fig = Figure(figsize=(4 * count, 3.2), tight_layout=True)
         FigureCanvasAgg(fig)
-        epochs = history.get("epoch", list(range(1, len(history[names[0]]) + 1)))
-        for i, name in enumerate(names):
-            ax = fig.add_subplot(1, len(names), i + 1)
-            ax.plot(epochs, history[name], marker="o", label="train" if name != "lr" else name)
-            if f"val_{name}" in history:
-                ax.plot(epochs, history[f"val_{name}"], marker="o", label="val")
-            ax.set_xlabel("epoch")
-            ax.set_title(name)
-            ax.grid(alpha=0.3)
-            ax.legend()
+        first = next(iter(history.values()))
+        epochs = history.get("epoch", list(range(1, len(first) + 1)))
+        for i, (title, curves) in enumerate(panels):
+            ax = fig.add_subplot(1, count, i + 1)
+            for label, key in curves:
+                ax.plot(epochs, history[key], marker="o", label=label)
+            values = [v for _, key in curves for v in history[key] if not math.isnan(v)]
+            if "loss" in title and values and min(values) > 0:
+                ax.set_yscale("log")
+                title += " (log scale)"
+            self._finish(ax, title)
+        if "lr" in history:
+            ax = fig.add_subplot(1, count, count)
+            if self.learning_rates:
+                ax.plot(*zip(*self.learning_rates), label="per batch")
+            ax.plot(epochs, history["lr"], marker="o", linestyle="none", label="epoch end")
+            self._finish(ax, "learning rate")
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         directory = os.path.dirname(os.path.abspath(self.path))
         atomic_write(directory, os.path.basename(self.path), lambda f: f.write(buf.getvalue()))
 
+    @staticmethod
+    def _finish(ax, title):
+        ax.set_xlabel("epoch")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+
     def on_train_begin(self, state):
-        _writable_directory(os.path.dirname(os.path.abspath(self.path)), "PlotCurves")
+        _writable_file(self.path, "PlotCurves")
+
+    def on_epoch_begin(self, state):
+        self._epoch_lrs = []
+
+    def on_batch_end(self, state):
+        self._epoch_lrs.append((state.batch, state.trainer.learning_rate))
 
     def on_epoch_end(self, state):
+        batches = max(state.batch, 1)
+        self.learning_rates += [(state.epoch + b / batches, lr) for b, lr in self._epoch_lrs]
+        self._epoch_lrs = []
         self._plot(state.history)
 
     def on_train_end(self, state):

@@ -1,5 +1,6 @@
 """fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
 import contextlib
+import inspect
 import logging
 import math
 import signal
@@ -11,11 +12,11 @@ import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
-from .._validate import is_int, non_negative_int
+from .._validate import context_list, is_int, non_negative_int
 from ..nn.norm import check_sync_batchnorm
 from .callbacks import Callback
 from .metrics import make_metrics
-from .rng import set_rng_state
+from .resume import batch_length
 from .state import FitState, Tally
 from .split import split_and_load
 
@@ -33,10 +34,7 @@ def _call(callbacks, hook, state):
 
 def _contexts(ctx, net):
     if ctx is not None:
-        ctx = [ctx] if isinstance(ctx, mx.Context) else list(ctx)
-        if not ctx or not all(isinstance(c, mx.Context) for c in ctx):
-            raise TypeError(f"ctx must be a Context or a non-empty list of them, got {ctx!r}.")
-        return ctx
+        return context_list(ctx)
     params = list(net.collect_params().values())
     if not params:
         return [mx.current_context()]
@@ -58,7 +56,7 @@ def _check_callbacks(callbacks):
     for cb in callbacks:
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be gluonkit Callback instances, got {cb!r}; "
-                            "subclass gluonkit.train.callbacks.Callback.")
+                            "subclass gluonkit.callbacks.Callback.")
     return callbacks
 
 
@@ -119,6 +117,15 @@ def _compiled(loss):
     return _LossGraph(loss)
 
 
+def _class_axis(loss):
+    """The axis of the outputs that ``loss`` picks its labels from (a softmax cross-entropy
+    with class-index labels), else None."""
+    # MXNet keeps both options private; a one-hot label (sparse_label=False) is not picked
+    if isinstance(loss, gluon.loss.SoftmaxCrossEntropyLoss) and loss._sparse_label:
+        return loss._axis
+    return None
+
+
 def _per_sample_losses(loss, outputs, ys):
     """``loss`` on each device's outputs; ValueError if it returns a mean, not one per sample."""
     losses = [loss(out, y) for out, y in zip(outputs, ys)]
@@ -132,15 +139,6 @@ def _per_sample_losses(loss, outputs, ys):
 def _forward_losses(net, loss, xs, ys):
     outputs = [net(x) for x in xs]
     return outputs, _per_sample_losses(loss, outputs, ys)
-
-
-def _batch_length(batch):
-    """Samples in a batch given to a batch_fn or eval_fn, for samples/s: the length of its
-    first array (a batch of fields), or of the batch itself (a list of samples)."""
-    first = batch[0] if isinstance(batch, (tuple, list)) and len(batch) else batch
-    if hasattr(first, "shape") and len(first.shape):
-        return first.shape[0]
-    return len(batch) if hasattr(batch, "__len__") else 1
 
 
 def _check_arrays(value, what, index):
@@ -198,10 +196,10 @@ def _train_batch(state, batch):
     """Forward, backward and trainer.step on one batch split over the contexts; its samples."""
     if state.batch_fn is not None:
         with autograd.record():
-            result = state.batch_fn(state.net, batch, state.ctx)
+            result = state.batch_fn(state.net, batch, state.ctx, **state.batch_fn_keywords)
         losses, count, outputs, labels = _unpack_step(result, state.batch)
         _step(state, losses, count, labels, outputs)
-        return _batch_length(batch)
+        return batch_length(batch)
     data, label = _unpack(batch, state.batch, "train_data")
     xs = split_and_load(_as_dtype(data, state._dtype), state.ctx)
     if state._every_device and len(xs) < len(state.ctx):
@@ -227,7 +225,7 @@ def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
                 raise TypeError(f"eval_fn must return (outputs, labels), lists over the devices; "
                                 f"got {type(result).__name__} for batch {index}.")
             outputs, ys = _per_device(result[0]), _per_device(result[1])
-            count = _batch_length(batch)
+            count = batch_length(batch)
             losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
         else:
             x, y = _unpack(batch, index, name)
@@ -283,6 +281,16 @@ def _check_hook(fn, name):
         raise TypeError(f"{name} must be a function of (net, batch, ctx_list) or None, got {fn!r}.")
 
 
+def _takes_state(fn):
+    """Whether ``fn`` accepts a ``state`` keyword (named, or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):   # a callable whose signature Python cannot read
+        return False
+    return any(p.kind == p.VAR_KEYWORD or (p.name == "state" and p.kind != p.POSITIONAL_ONLY)
+               for p in params)
+
+
 def _check_trainer(trainer, net):
     """The trainer must be a gluon.Trainer that updates some of the network's parameters."""
     if not isinstance(trainer, gluon.Trainer):
@@ -330,22 +338,14 @@ def _append_row(history, logs):
 
 
 def _run_epoch(state, train_data, val_data, val_metrics, progress):
-    skip, rng_after_skip = state._begin_epoch()
+    batches, skips_before = state._begin_epoch()   # after the batches done, when resuming in mid-epoch
     _call(state._callbacks, "on_epoch_begin", state)
-    batches = iter(train_data)
-    for _ in range(skip):
-        if next(batches, None) is None:
-            raise ValueError(f"train_data yielded fewer than the {skip} batches the checkpoint "
-                             "was saved after; resume with the same data and batch size.")
-    if rng_after_skip is not None:
-        set_rng_state(rng_after_skip)
     total = len(train_data) if hasattr(train_data, "__len__") else None
-    bar = tqdm(total=total, initial=skip, disable=not (progress and state.is_main_process), unit="batch",
+    bar = tqdm(total=total, initial=state.batch, disable=not (progress and state.is_main_process), unit="batch",
                leave=True,
                desc=f"epoch {state.epoch + 1}/{state.epochs}", dynamic_ncols=True)
     tic, seen = time.perf_counter(), 0
     next_settle = tic + SETTLE_SECONDS
-    skips_before = getattr(state.trainer, "nonfinite_skips", 0)
 
     def show_running(now):
         rate = seen / max(now - tic, 1e-9)
@@ -376,6 +376,7 @@ def _run_epoch(state, train_data, val_data, val_metrics, progress):
                          "exhausted after one pass: use a gluon.data.DataLoader).")
     if getattr(state.trainer, "flush", None) and state.trainer.flush():
         _updated(state)
+    mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
     logs = {"epoch": state.epoch + 1, **state._tally.values()}
     if val_data is not None:
@@ -410,7 +411,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
 
     Any other training step (detection, multi-task, losses normalized by positive anchors or
     valid pixels) goes through ``batch_fn(net, batch, ctx_list)``, called inside
-    ``autograd.record()``; it returns ``(losses, count)`` or ``(losses, count, outputs,
+    ``autograd.record()``. A ``batch_fn`` that accepts a ``state`` keyword also gets the
+    ``FitState`` (``state.epoch``, ``state.batch``, ``state.step``: where the run is, also
+    after a resume), as Estimator's batch processor sees its estimator. It returns ``(losses, count)`` or ``(losses, count, outputs,
     labels)``: ``losses`` a list of NDArrays, one per device, of any shape (the sum of all
     their elements is back-propagated), ``count`` what that sum is normalized by, handed to
     ``trainer.step`` (an int, or a one-element NDArray if the trainer takes it), and
@@ -458,7 +461,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     progress : bool, default True
         Show the progress bar.
     batch_fn : callable, optional
-        ``batch_fn(net, batch, ctx_list) -> (losses, count[, outputs, labels])``, see above.
+        ``batch_fn(net, batch, ctx_list[, state=FitState]) -> (losses, count[, outputs,
+        labels])``, see above.
     eval_fn : callable, optional
         ``eval_fn(net, batch, ctx_list) -> (outputs, labels)`` for ``val_data``, as in
         ``evaluate``.
@@ -493,7 +497,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
                      make_metrics(metrics), outputs_optional=val_data is not None)
     state.train_data = train_data
     state.batch_fn, state.eval_fn, state._dtype = batch_fn, eval_fn, _input_dtype(net)
+    state.batch_fn_keywords = {"state": state} if batch_fn is not None and _takes_state(batch_fn) else {}
     state._loss_graph = _compiled(loss)
+    state._tally.class_axis = None if batch_fn is not None else _class_axis(loss)
     state._every_device = check_sync_batchnorm(net, state.ctx)
     if hasattr(trainer, "name_params"):
         trainer.name_params(net)   # structural names in its warnings and state_dict

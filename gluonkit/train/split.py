@@ -3,7 +3,7 @@ import mxnet as mx
 import numpy as np
 from gluoncv.data.batchify import Pad
 
-from .._validate import is_int, positive_int
+from .._validate import context_list, is_int, positive_int
 
 __all__ = ["split_and_load", "split_sizes"]
 
@@ -26,24 +26,6 @@ def split_sizes(batch_size, num_parts):
     parts = min(batch_size, num_parts)
     base, extra = divmod(batch_size, parts)
     return [base + 1 if i < extra else base for i in range(parts)]
-
-
-def _check_ctx_list(ctx_list):
-    if isinstance(ctx_list, mx.Context):
-        return [ctx_list]
-    if not isinstance(ctx_list, (list, tuple)):
-        raise TypeError(f"ctx_list must be a Context or a list of them, got {ctx_list!r}; "
-                        "e.g. [mx.cpu(0), mx.cpu(1)].")
-    ctx_list = list(ctx_list)
-    if not ctx_list:
-        raise ValueError("ctx_list is empty; pass at least one context, e.g. [mx.cpu()].")
-    for ctx in ctx_list:
-        if not isinstance(ctx, mx.Context):
-            raise TypeError(f"ctx_list must hold mx.Context objects, got {ctx!r}; "
-                            "use mx.cpu(i) or mx.gpu(i).")
-    if len(set(ctx_list)) != len(ctx_list):
-        raise ValueError(f"ctx_list {ctx_list} names a context twice; list each device once.")
-    return ctx_list
 
 
 def split_and_load(data, ctx_list, batch_axis=0, pad_value=None):
@@ -86,7 +68,7 @@ def split_and_load(data, ctx_list, batch_axis=0, pad_value=None):
         >>> [[x.shape for x in part] for part in split_and_load(images, [mx.cpu(0), mx.cpu(1)])]
         [[(3, 64, 64), (3, 96, 80)], [(3, 32, 32)]]
     """
-    ctx_list = _check_ctx_list(ctx_list)
+    ctx_list = context_list(ctx_list, "ctx_list")
     if not is_int(batch_axis):
         raise TypeError(f"batch_axis must be an int, got {batch_axis!r}.")
     if isinstance(data, (list, tuple)):

@@ -1,12 +1,9 @@
 """The state of a ``fit`` run: position, history, running tally, and what resuming needs."""
-import copy
-
 import mxnet as mx
 import numpy as np
-from mxnet import gluon
 
 from .metrics import MetricFeeder, metric_values
-from .rng import get_rng_state, reseed_mxnet, set_rng_state
+from .resume import Resumer
 
 __all__ = ["FitState", "Tally"]
 
@@ -22,7 +19,9 @@ class Tally:
     settles. Metrics,
     which need the outputs on the host, get them ``METRIC_BATCHES`` batches at a time (which
     bounds the outputs held) or when read. ``settle`` counts every batch. The mean 'loss' is
-    the sum of the losses over the sum of the counts.
+    the sum of the losses over the sum of the counts. With ``class_axis`` set (labels that the
+    loss picks from that axis of the outputs), the labels are checked against the outputs'
+    classes at each settle, reduced on the device with the losses.
     """
 
     METRIC_BATCHES = 16
@@ -39,6 +38,8 @@ class Tally:
         self._loss_parts = []      # float32 (1,) sums of the batches since the last settle
         self._restored = 0.0       # a loss sum from a checkpoint: where ``_loss`` starts
         self._queued = []          # (labels, outputs) not yet given to the metrics
+        self.class_axis = None     # fit's loss picks labels from this axis of the outputs: checked
+        self._labels = []          # (labels, classes) per device since the last settle
 
     @property
     def loss_sum(self):
@@ -75,6 +76,9 @@ class Tally:
                 self._count += count.as_in_context(self._count.context)
         else:
             self._samples += count
+        if self.class_axis is not None:   # flat views: no operator until the settle
+            self._labels += [(y if y.ndim == 1 else y.reshape((-1,)), out.shape[self.class_axis])
+                             for y, out in zip(labels, outputs)]
         for value in losses or ():
             # float16 sums overflow from 65504 on, float64 ones cannot be concatenated with the rest
             self._loss_parts.append(value.sum() if value.dtype == np.float32 else value.astype("float32").sum())
@@ -91,10 +95,42 @@ class Tally:
         queued, self._queued = self._queued, []
         for labels, outputs in queued:
             self._feeder.update(labels, outputs)
+        ends = self._label_ends()   # pushed first: computed by the time the losses are
         self._fold_losses()
         for pending in (self._loss, self._count):
             if pending is not None:
                 pending.wait_to_read()
+        self._check_labels(ends)
+
+    def _label_ends(self):
+        """The smallest and largest label since the last settle, and the classes of the outputs
+        (an NDArray per device, not yet read, and an int); None if no labels are checked."""
+        held, self._labels = self._labels, []
+        if not held:
+            return None
+        by_device = {}
+        for labels, _ in held:
+            by_device.setdefault(labels.context, []).append(labels)
+        ends = []
+        for parts in by_device.values():
+            flat = mx.nd.concat(*[p.astype(parts[0].dtype, copy=False) for p in parts], dim=0)
+            ends.append(mx.nd.concat(flat.min(), flat.max(), dim=0))
+        return ends, min(count for _, count in held)
+
+    def _check_labels(self, ends):
+        """ValueError if a label is no class of the outputs (MXNet's pick would clip it to one
+        silently); ``ends`` from ``_label_ends``."""
+        if ends is None:
+            return
+        ends, classes = ends
+        ends = np.array([e.asnumpy() for e in ends], dtype=np.float64)
+        low, high = ends[:, 0].min(), ends[:, 1].max()
+        if not (low >= 0 and high < classes):
+            label = low if not low >= 0 else high
+            raise ValueError(f"fit: a label {label:g} reached the loss, but the outputs have "
+                             f"{classes} classes along axis {self.class_axis} (labels 0..{classes - 1}), "
+                             "and MXNet's pick would clip it to a class silently; relabel the data "
+                             f"0..{classes - 1}, or give the network's output one unit per class.")
 
     def _fold_losses(self):
         """Add the batches' loss sums to the float64 total, in a few operators for them all."""
@@ -117,20 +153,6 @@ class Tally:
             for metric in self.metrics:
                 logs.update(metric_values(metric))
         return logs
-
-
-class _Rollover:
-    """The state of a ``gluon.data.BatchSampler(last_batch='rollover')``: the samples it
-    carries into its next epoch (MXNet 1.9.1 keeps them in ``_prev``)."""
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def state_dict(self):
-        return {"rollover": list(self.sampler._prev)}
-
-    def load_state_dict(self, state):
-        self.sampler._prev = list(state["rollover"])
 
 
 class FitState:
@@ -176,10 +198,7 @@ class FitState:
         self._callbacks = callbacks
         self._tally = Tally(metrics, outputs_optional)
         self._phase = "idle"          # 'train' inside an epoch, 'end' at on_epoch_end
-        self._epoch_rng = None        # generator states at the start of the epoch
-        self._resume = None           # mid-epoch resumption: batches to skip, states after them
-        self._epoch_sampler = None    # the sampler's state at the start of the epoch
-        self._callback_states = None
+        self._resumer = Resumer()     # generator and sampler states, snapshots, the replay of an epoch
 
     @property
     def logs(self):
@@ -192,99 +211,52 @@ class FitState:
         """tuple: ``(epochs completed, batches done in the next epoch)``."""
         if self._phase == "train":
             return self.epoch, self.batch
-        if self._resume is not None:
-            return self.epoch, self._resume["batch"]
+        if self._resumer.pending is not None:
+            return self.epoch, self._resumer.pending["batch"]
         return self.epoch + (self._phase == "end"), 0
 
-    @property
-    def _sampler(self):
-        """The loader's batch sampler if it has a state to save (gluonkit's samplers, gluon's
-        ``last_batch='rollover'``), with ``state_dict`` / ``load_state_dict``; else None."""
-        sampler = getattr(self.train_data, "batch_sampler", None)
-        if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict"):
-            return sampler
-        sampler = getattr(self.train_data, "_batch_sampler", sampler)   # gluon.data.DataLoader's
-        if isinstance(sampler, gluon.data.BatchSampler) and sampler._last_batch == "rollover":
-            return _Rollover(sampler)
-        return None
-
     def snapshot(self):
-        """Everything ``restore`` needs to continue exactly from here (picklable).
+        """Everything ``restore`` needs to continue exactly from here: JSON values and arrays.
 
-        It holds the loader's sampler state when the loader has one (gluonkit's
-        ``bucket_loader`` and ``multiscale_loader``). In mid-epoch it reseeds MXNet's
-        generator (whose state cannot be read) and keeps the seed: this run and a run
-        resumed from the snapshot continue with the same MXNet random stream.
+        It holds the position, history, callbacks' states, the loader's sampler state when
+        the loader has one (gluonkit's ``bucket_loader`` and ``multiscale_loader``, gluon's
+        ``last_batch='rollover'``) and the settings (``accumulate``, devices). In mid-epoch
+        it also holds the epoch's sums (loss, counts, each metric's sums) and the samples of
+        the batches done, and it reseeds MXNet's generator (whose state cannot be read) and
+        keeps the seed: this run and a run resumed from the snapshot continue with the same
+        MXNet random stream.
 
         Example::
 
             ckpt.save(state.net, state.trainer, state.position[0], fit=state.snapshot())
         """
-        epoch, batch = self.position
-        if self._resume is not None:   # resumed but not started yet: the snapshot loaded
-            return {**self._resume, "history": copy.deepcopy(self.history),
-                    "callbacks": self._callback_state_list()}
-        snap = {"epoch": epoch, "batch": batch, "step": self.step,
-                "history": copy.deepcopy(self.history), "callbacks": self._callback_state_list()}
-        sampler = self._sampler
-        if sampler is not None:
-            snap["sampler"] = self._epoch_sampler if batch else sampler.state_dict()
-        if batch:
-            tally = self._tally
-            tally.settle()
-            rng = get_rng_state()
-            rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, batch, self.step))
-            snap.update(epoch_rng=self._epoch_rng, rng=rng, loss_sum=tally.loss_sum,
-                        samples=tally.samples, metrics=copy.deepcopy(tally.metrics),
-                        grad_norms=list(tally.grad_norms))
-        return snap
-
-    def _callback_state_list(self):
-        return [(type(cb).__name__, cb.state_dict()) for cb in self._callbacks]
+        return self._resumer.snapshot(self, self._tally, self._callbacks)
 
     def restore(self, saved):
         """Continue from what ``Checkpoint.load`` returned (a ``snapshot`` under 'fit').
 
         A checkpoint saved without a snapshot resumes at the start of the epoch after its
-        ``epoch``.
+        ``epoch``. A mid-epoch snapshot taken with another ``accumulate`` or other devices is
+        refused (``ValueError`` naming both); at an epoch's end they may change (a warning
+        names them). A loader whose first batches hold other numbers of samples than the
+        interrupted run's is refused when the epoch resumes.
         """
-        snap = saved.get("fit")
-        if snap is None:
-            self.epoch, self.step = saved["epoch"], saved.get("step", 0)
-            return
-        self.epoch, self.step = snap["epoch"], snap["step"]
-        self.history = copy.deepcopy(snap["history"])
-        self._callback_states = snap["callbacks"]
-        self._resume = snap if snap["batch"] else None
-        sampler = self._sampler
-        if sampler is not None and snap.get("sampler") is not None:
-            sampler.load_state_dict(snap["sampler"])
+        self.epoch, self.step, self.history = self._resumer.restore(self, saved)
 
     def _apply_callback_states(self):
-        saved, self._callback_states = self._callback_states, None
-        if saved is None:
-            return
-        for cb, (name, cb_state) in zip(self._callbacks, saved):
-            if type(cb).__name__ == name:
-                cb.load_state_dict(cb_state)
+        self._resumer.load_callback_states(self._callbacks)
 
     def _begin_epoch(self):
-        """Reset the epoch's sums, or take them from a mid-epoch snapshot; return batches to skip."""
+        """Reset the epoch's sums, or take them from a mid-epoch snapshot.
+
+        Returns the epoch's batches (an iterator, after those done when resuming in mid-epoch)
+        and the trainer's ``nonfinite_skips`` when the epoch began.
+        """
         self._phase = "train"
-        sampler = self._sampler
-        self._epoch_sampler = None if sampler is None else sampler.state_dict()
-        snap, self._resume = self._resume, None
-        tally = self._tally
-        if snap is None:
+        if self._resumer.pending is not None:
+            self.batch = self._resumer.pending["batch"]
+        else:
             self.batch = 0
-            tally.reset()
-            self._epoch_rng = get_rng_state()
-            self._epoch_rng["mxnet_seed"] = reseed_mxnet(salt=self.epoch)
-            return 0, None
-        self.batch, tally.loss_sum, tally.samples = snap["batch"], snap["loss_sum"], snap["samples"]
-        tally.grad_norms = list(snap.get("grad_norms", ()))
-        if [m.name for m in snap["metrics"]] == [m.name for m in tally.metrics]:
-            tally.metrics[:] = snap["metrics"]
-        self._epoch_rng = snap["epoch_rng"]
-        set_rng_state(self._epoch_rng)   # replay the epoch's data order from its start
-        return snap["batch"], snap["rng"]
+            self._tally.reset()
+        batches = self._resumer.begin_epoch(self, self._tally)
+        return batches, self._resumer.skips_at_start

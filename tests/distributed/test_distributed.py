@@ -4,9 +4,12 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import uuid
 
 import pytest
 
+from command_lines import WAITING_ROLE, leaks, role_files, wait_for_files
 from gluonkit.launch import launch
 from job_check import JOB, assert_trained_like_one_process
 from watch import Watched, no_process_left
@@ -117,3 +120,22 @@ def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
                                        "model-0000.params", "model-symbol.json", "model.json"]
     with open(out / "history.csv") as f:
         assert len(f.read().strip().splitlines()) == 3     # a header and one row per epoch
+
+
+def test_environment_values_reach_the_roles_and_no_command_line(tmp_path):
+    secret, worker_secret = f"gk-secret-{uuid.uuid4().hex}", f"gk-worker-{uuid.uuid4().hex}"
+    result = {}
+    job = threading.Thread(target=lambda: result.update(code=launch(
+        [sys.executable, "-c", WAITING_ROLE, str(tmp_path)], 2, 1, timeout=60,
+        env=[f"GK_SECRET={secret}"], env_worker=[f"GK_WORKER_SECRET={worker_secret}"])))
+    job.start()
+    try:
+        wait_for_files(tmp_path, role_files(2, 1))
+        seen = leaks([secret, worker_secret])
+    finally:
+        (tmp_path / "stop").touch()
+        job.join(90)
+    assert result == {"code": 0}
+    assert seen == []
+    for name in role_files(2, 1):
+        assert (tmp_path / name).read_text() == f"{secret} {worker_secret if 'worker' in name else '-'}"

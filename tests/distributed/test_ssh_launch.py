@@ -10,9 +10,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 
 import pytest
 
+from command_lines import WAITING_ROLE, leaks, role_files, wait_for_files
 from job_check import JOB, assert_trained_like_one_process
 from simulated_hosts import SimulatedHosts, missing
 from watch import Watched
@@ -80,6 +82,28 @@ def test_two_hosts_train_like_one_process_with_arguments_and_environment_intact(
     assert sorted(r["task_id"] for r in records) == ["0", "1"]
     places = set(re.findall(r"worker \d started \(pid \d+\) on (\S+)", output))
     assert places == {f"{hosts.hosts['A'][1]}:22", f"root@{hosts.hosts['B'][1]}:2222"}
+    assert hosts.wait_for_no_strays() == []
+
+
+def test_environment_values_reach_the_remote_roles_and_no_command_line_on_either_host(hosts, tmp_path):
+    secret, worker_secret = f"gk-secret-{uuid.uuid4().hex}", f"gk-worker-{uuid.uuid4().hex}"
+    out = tmp_path / "out"
+    out.mkdir()
+    run = _launch(hosts, tmp_path, [sys.executable, "-c", WAITING_ROLE, str(out)], 60, "--env", "GK_SECRET",
+                  "--env-worker", "GK_WORKER_SECRET",
+                  env=dict(os.environ, GK_SECRET=secret, GK_WORKER_SECRET=worker_secret))
+    try:
+        wait_for_files(out, role_files(2, 1))
+        seen = leaks([secret, worker_secret])
+    finally:
+        (out / "stop").touch()
+    code, output = run.finish()
+    assert code == 0, output[-3000:]
+    assert seen == []
+    for name in role_files(2, 1)[1:]:     # the scheduler runs here, in the launcher's own environment
+        assert (out / name).read_text() == f"{secret} {worker_secret if 'worker' in name else '-'}"
+    assert (out / "scheduler").read_text().startswith(f"{secret} ")
+    assert re.search(r"worker \d started \(pid \d+\) on root@", output)   # one ran on the other host
     assert hosts.wait_for_no_strays() == []
 
 

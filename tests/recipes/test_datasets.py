@@ -1,11 +1,16 @@
 """The classification recipe's data: stratified subsets, size cap, GluonCV-style normalization."""
 import os
+import re
+import subprocess
+import sys
 
 import cv2
 import mxnet as mx
 import numpy as np
 import pytest
 
+from conftest import CLONE_ENV
+from gluonkit.data import DataFileError
 from gluonkit.recipes.datasets import (IMAGENET_MEAN, IMAGENET_STD, CapSize, dataset_labels,
                                        load_dataset, stratified_indices, stratified_split)
 
@@ -97,3 +102,49 @@ def test_digits_limit_is_stratified():
 def test_unknown_dataset():
     with pytest.raises(ValueError, match="--dataset 'mnist' is not one of"):
         load_dataset("mnist")
+
+
+def _write_rec(path, labels, seed=0):
+    """A classification RecordIO file and its .idx as im2rec writes them: a 9x9 PNG per label."""
+    rng = np.random.RandomState(seed)
+    record = mx.recordio.MXIndexedRecordIO(str(path.with_suffix(".idx")), str(path), "w")
+    for key, label in enumerate(labels):
+        record.write_idx(key, mx.recordio.pack_img(mx.recordio.IRHeader(0, float(label), key, 0),
+                                                   rng.randint(0, 255, (9, 9, 3), np.uint8), img_fmt=".png"))
+    record.close()
+    return path
+
+
+def test_a_class_folder_without_images_is_refused_before_training(tmp_path):
+    image_tree(tmp_path, {"a": 3, "b": 3})
+    os.makedirs(tmp_path / "train" / "c")
+    (tmp_path / "train" / "c" / "notes.txt").write_text("not an image")
+    with pytest.raises(DataFileError, match=r"train/c: no \.jpg, \.jpeg or \.png image in this class "
+                                            r"folder; add images of the class or remove the folder"):
+        load_dataset(f"imagefolder:{tmp_path}", image_size=8)
+    os.remove(tmp_path / "train" / "c" / "notes.txt")
+    os.makedirs(tmp_path / "train" / "d")
+    with pytest.raises(DataFileError, match=r"train/c: .* class folder \(nor in 1 more\)"):
+        load_dataset(f"imagefolder:{tmp_path}", image_size=8)
+
+
+def test_test_labels_beyond_the_training_classes_are_refused_when_loading(tmp_path):
+    train = _write_rec(tmp_path / "train.rec", [0, 1, 2, 0, 1, 2])
+    test = _write_rec(tmp_path / "test.rec", [0, 1, 5, 2], seed=1)
+    with pytest.raises(DataFileError, match=rf"test\.rec, record 2: class 5 is not one of the 3 classes "
+                                            rf"\(0..2\); {train} holds no other"):
+        load_dataset(f"rec:{train},{test}", image_size=8)
+    _write_rec(tmp_path / "test.rec", [0, 1, 2, 2], seed=1)
+    assert load_dataset(f"rec:{train},{test}", image_size=8)[2] == ["0", "1", "2"]
+
+
+def test_the_classify_command_prints_a_damaged_file_in_one_line(tmp_path):
+    train = _write_rec(tmp_path / "train.rec", [0, 1, 2, 0, 1, 2])
+    train.write_bytes(train.read_bytes()[:-40])
+    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.classify", "--dataset", f"rec:{train}",
+                           "--out", str(tmp_path / "out"), "--epochs", "1", "--image-size", "8"],
+                          capture_output=True, text=True, timeout=120, env=CLONE_ENV)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert re.fullmatch(rf"gluonkit-classify: {train}, record 5 \(byte \d+\): the record claims \d+ bytes "
+                        r"but the file ends \d+ bytes later; the file is truncated or damaged \(re-create "
+                        r"the \.rec and its \.idx with im2rec\)\.", done.stderr.strip().splitlines()[-1])

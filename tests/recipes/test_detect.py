@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from gluonkit.data import ShapesDetection
+from gluonkit.data import DataFileError, ShapesDetection
 from gluonkit.recipes import detect
 
 TINY = ["--limit", "8", "--epochs", "1", "--batch-size", "4", "--image-size", "64", "--no-progress"]
@@ -178,6 +178,24 @@ def test_a_recordio_file_packed_here_reads_back_as_its_source_and_trains(tmp_pat
         detect.load_detection(dataset, classes=["circle"])
     result = _run(tmp_path, "--dataset", dataset, "--classes", "circle,square,triangle")
     assert {"val_circle", "val_square", "val_triangle"} <= set(result["history"])
+
+
+def test_validation_ids_beyond_the_training_classes_are_refused_when_loading(tmp_path):
+    train, val = tmp_path / "train.rec", tmp_path / "val.rec"
+    _write_rec(train, ShapesDetection("train", length=6), False)      # ids 0..2
+    record = mx.recordio.MXIndexedRecordIO(str(val.with_suffix(".idx")), str(val), "w")
+    for key, ids in enumerate([(0, 1), (2, 5)]):
+        label = np.array([2, 5] + [v for c in ids for v in (c, 0.1, 0.1, 0.6, 0.6)], np.float32)
+        record.write_idx(key, mx.recordio.pack_img(mx.recordio.IRHeader(0, label, key, 0),
+                                                   np.zeros((16, 16, 3), np.uint8), img_fmt=".png"))
+    record.close()
+    with pytest.raises(DataFileError, match=rf"val\.rec, record 1, object 1: class 5 is not one of the 3 "
+                                            rf"classes \(0..2\); {train} holds no other"):
+        detect.load_detection(f"rec:{train},{val}")
+    with pytest.raises(DataFileError, match=r"val\.rec, record 1, object 1: class 5 is not one of the 5 "
+                                            r"classes \(0..4\); --classes names 5 \(a,b,c,d,e\)"):
+        detect.load_detection(f"rec:{train},{val}", classes=list("abcde"))
+    assert len(detect.load_detection(f"rec:{train},{val}", classes=list("abcdef"))[1]) == 2
 
 
 def test_amp_on_a_cpu_context_fails_before_anything_is_written(tmp_path, capsys):

@@ -49,8 +49,12 @@ def test_tiny_run_beats_chance_agrees_across_devices_and_writes_its_outputs(tmp_
     out = tmp_path / "one"
     one = run(*TINY, "--ctx", "cpu:0", "--hybridize", "--out", str(out))
     accuracy = one["test_accuracy"]
-    assert capsys.readouterr().out.strip() == "test accuracy: " + ", ".join(
+    report, exported = capsys.readouterr().out.strip().split("\n")
+    assert report == "test accuracy: " + ", ".join(
         f"{head} {accuracy[head]:.3f}" for head in ("digit", "parity", "aux"))
+    epoch, history = one["export"]["epoch_trained"], one["history"]["val_digit_accuracy"]
+    assert exported == (f"exported epoch {epoch}, val_digit_accuracy {history[epoch - 1]:.4f} "
+                        f"(the last epoch, 3: {history[-1]:.4f}): {out / 'model-symbol.json'}")
     two = recipe.train(recipe.parse_args(TINY + ["--ctx", "cpu:0,cpu:1", "--no-hybridize",
                                                 "--out", ""]))
     assert "epoch 1/3" in capsys.readouterr().err  # the progress bars
@@ -145,7 +149,7 @@ def test_resume_after_a_stop_in_mid_epoch_equals_an_uninterrupted_run(tmp_path):
 def test_head_schedule_trains_aux_on_every_nth_batch_only():
     schedule = recipe.HeadSchedule(every=3)
     assert [len(schedule.heads(i)) for i in range(7)] == [2, 2, 3, 2, 2, 3, 2]
-    with pytest.raises(RuntimeError, match="pass it in callbacks too"):
+    with pytest.raises(TypeError, match="state"):   # fit passes the run's state; a bare call cannot
         schedule(recipe.MultiTaskNet(), (mx.nd.zeros((2, 1, 8, 8)), mx.nd.zeros(2)), [mx.cpu()])
     with pytest.raises(ValueError, match=r"every \(.*\) must be a positive integer, got 0"):
         recipe.HeadSchedule(every=0)

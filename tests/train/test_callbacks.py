@@ -2,6 +2,7 @@
 import csv
 import json
 import math
+import os
 import re
 
 import matplotlib
@@ -238,6 +239,19 @@ def test_a_destination_that_cannot_be_a_directory_is_refused_before_training(tmp
     for k, v in params_of(net).items():
         np.testing.assert_array_equal(v, before[k], err_msg=k)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+@pytest.mark.parametrize("make, name", [(HistoryLogger, "history.csv"), (PlotCurves, "curves.png")])
+def test_a_file_destination_that_is_a_directory_is_refused_before_training(tmp_path, make, name):
+    (tmp_path / name).mkdir()
+    net = make_net()
+    batches = Batches()
+    with pytest.raises(IsADirectoryError) as refused:
+        fit(net, LOSS, Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}),
+            make_loader(), epochs=1, progress=False, callbacks=[batches, make(tmp_path / name)])
+    assert refused.value.strerror == (f"{make.__name__} cannot write {str(tmp_path / name)!r}: "
+                                      "it is a directory; remove it or pass another path.")
+    assert batches.count == 0 and os.listdir(tmp_path / name) == []
 
 
 def test_a_resume_that_adds_validation_keeps_one_entry_per_epoch(tmp_path):

@@ -9,7 +9,7 @@ from mxnet import autograd, gluon
 
 from conftest import params_of
 from gluonkit.train.checkpoint import Checkpoint
-from gluonkit.train.rng import get_rng_state, reseed_mxnet, set_rng_state
+from gluonkit.train.resume import get_rng_state, reseed_mxnet, set_rng_state
 from gluonkit.train.split import split_and_load
 from gluonkit.train.trainer import Trainer
 
@@ -425,12 +425,33 @@ def test_every_flipped_byte_is_a_value_error_naming_the_file(tmp_path):
     assert other_trainer.pending == (0, 0)
 
 
-def test_state_that_cannot_be_pickled_is_named_and_nothing_is_written(tmp_path):
+@pytest.mark.parametrize("value, where", [
+    (lambda: 0, r"state\['callback'\] is a function"),
+    ({"a": [1, object()]}, r"state\['callback'\]\['a'\]\[1\] is a object"),
+    ({1: 2}, r"state\['callback'\] has the key 1"),
+    (np.array([None]), r"state\['callback'\] is an array of Python objects"),
+])
+def test_state_that_is_not_json_or_arrays_is_named_and_nothing_is_written(tmp_path, value, where):
     net = make_net([mx.cpu()])
     trainer = make_trainer(net)
-    with pytest.raises(TypeError, match=r"state\['callback'\] cannot be pickled"):
-        Checkpoint(tmp_path / "ck").save(net, trainer, 1, fine=[1, 2], callback=lambda: 0)
+    with pytest.raises(TypeError, match=where + ".*which a checkpoint does not store|" + where):
+        Checkpoint(tmp_path / "ck").save(net, trainer, 1, fine=[1, 2], callback=value)
     assert not os.path.exists(tmp_path / "ck")
+
+
+def test_user_state_round_trips_as_json_values_and_arrays(tmp_path):
+    net = make_net([mx.cpu()])
+    state = {"note": "x", "n": np.int64(3), "f": np.float32(0.5), "nan": float("nan"), "flag": np.bool_(True),
+             "nested": {"a": (1, [2.5, None]), "w": np.arange(6, dtype="float16").reshape(2, 3),
+                        "nd": mx.nd.array([1, 2], dtype="int32")}}
+    Checkpoint(tmp_path).save(net, None, 1, **state)
+    back = Checkpoint(tmp_path).load(net)
+    assert (back["note"], back["n"], back["f"], back["flag"]) == ("x", 3, 0.5, True)
+    assert type(back["n"]) is int and np.isnan(back["nan"])
+    assert back["nested"]["a"] == [1, [2.5, None]]
+    np.testing.assert_array_equal(back["nested"]["w"], state["nested"]["w"])
+    assert back["nested"]["w"].dtype == np.float16
+    np.testing.assert_array_equal(back["nested"]["nd"], np.array([1, 2], dtype="int32"))
 
 
 def test_numpy_integers_are_integers(tmp_path):

@@ -1,7 +1,5 @@
 """Exact resumption through fit: gluonkit's samplers, gluon's rollover of the last batch,
 BatchNorm statistics per device, mid-epoch saves."""
-import os
-import signal
 
 import mxnet as mx
 import numpy as np
@@ -14,6 +12,8 @@ from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import fit
 from gluonkit.train.trainer import Trainer
+
+from conftest import StopAt
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
 
@@ -64,19 +64,16 @@ def cropped(samples):
 LOADERS = {
     "bucket": lambda data: bucket_loader(data, batch_size=6, buckets=3, mode="resize", seed=0),
     "multiscale": lambda data: multiscale_loader(data, batch_size=6, sizes=[8, 10, 12], seed=0),
+    "bucket-rollover": lambda data: bucket_loader(data, batch_size=6, buckets=3, mode="resize", seed=0,
+                                                  last_batch="rollover"),
+    "multiscale-rollover": lambda data: multiscale_loader(data, batch_size=6, sizes=[8, 10, 12], seed=0,
+                                                          last_batch="rollover"),
     # 40 samples in batches of 6: the 4 left over start the next epoch, 2 the one after
     "rollover": lambda data: gluon.data.DataLoader(data, batch_size=6, shuffle=True,
                                                    last_batch="rollover", batchify_fn=cropped),
 }
 
 
-class StopAt(Callback):
-    def __init__(self, epoch, batch):
-        self.at = (epoch, batch)
-
-    def on_batch_end(self, state):
-        if (state.epoch, state.batch) == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 def run(directory, epochs, kind, ctx, *, resume=False, callbacks=(), seed=1, **net_args):

@@ -481,3 +481,22 @@ def test_evaluate_refuses_a_loss_that_returns_a_mean():
     assert evaluate(net, loader(x, y), loss=LOSS)["loss"] == pytest.approx(per_sample.mean(), rel=1e-6)
     with pytest.raises(ValueError, match=r"loss returned shape \(1,\) for 8 samples.*not a mean"):
         evaluate(net, loader(x, y), loss=lambda out, label: LOSS(out, label).mean())
+
+
+@pytest.mark.parametrize("ctx,error,match", [
+    ([mx.cpu(0), mx.cpu(0)], ValueError, r"ctx names a context twice: \[cpu\(0\), cpu\(0\)\]"),
+    ([], ValueError, "ctx is empty"),
+    ("cpu:0", TypeError, "'cpu:0'; pass mx.cpu()"),
+])
+def test_fit_and_evaluate_check_ctx_as_split_and_load_does(ctx, error, match):
+    net = gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    before = net.weight.data().asnumpy()
+    data = gluon.data.DataLoader(gluon.data.ArrayDataset(np.ones((4, 3), "float32"), np.zeros(4, "float32")),
+                                 batch_size=2)
+    with pytest.raises(error, match=match):
+        fit(net, gluon.loss.L2Loss(), Trainer(net.collect_params(), "sgd"), data, epochs=1, ctx=ctx,
+            progress=False)
+    with pytest.raises(error, match=match):
+        evaluate(net, data, ctx=ctx, metrics="mse")
+    np.testing.assert_array_equal(net.weight.data().asnumpy(), before)

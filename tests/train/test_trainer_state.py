@@ -3,7 +3,6 @@ import copy
 import warnings
 
 import mxnet as mx
-import numpy as np
 import pytest
 from mxnet import gluon
 
@@ -176,17 +175,27 @@ def _with(state, change):
     elif change == "optimizer state of an unknown parameter":
         state["states"]["9.weight"] = state["states"]["0.weight"]
     elif change == "update count of an unknown parameter":
-        state["update_counts"][0]["9.weight"] = 1
+        state["update_counts"]["0"]["9.weight"] = 1
     elif change == "window of an unknown parameter":
         state["window"]["9.weight"] = state["window"]["0.weight"]
     elif change == "window without gradients":
         del state["window"]["0.weight"]["grads"]
     elif change == "states not a dict":
         state["states"] = None
+    elif change == "update counts of a device that is not a number":
+        state["update_counts"]["gpu"] = state["update_counts"].pop("0")
+    elif change == "a negative update count":
+        state["update_counts"]["0"]["0.weight"] = -1
+    elif change == "nonfinite_skips not a count":
+        state["nonfinite_skips"] = "3"
+    elif change == "loss scaler not a dict of numbers":
+        state["loss_scaler"] = {"loss_scale": object()}
+    elif change == "optimizer field not a number":
+        state["optimizer"]["fields"]["momentum"] = [0.9]
     elif change == "optimizer state of another shape":
         state["states"]["0.weight"] = mx.nd.zeros((7, 7))
-    elif change == "optimizer state not an NDArray":
-        state["states"]["0.weight"] = np.zeros((8, 4), dtype="float32")
+    elif change == "optimizer state not an array":
+        state["states"]["0.weight"] = "x"
     return state
 
 
@@ -199,9 +208,15 @@ def _with(state, change):
     ("window of an unknown parameter", r"window names parameters this trainer does not have: '9.weight'"),
     ("window without gradients", r"window\['0.weight'\] must be a dict of 'grads' and 'fresh'"),
     ("states not a dict", r"states must be a dict by parameter name, got None"),
-    ("optimizer state of another shape", r"optimizer state of 0.weight is laid out as \(7, 7\) \(array shapes\) "
-                                         r"where SGD keeps \(8, 4\) for a parameter of shape \(8, 4\)"),
-    ("optimizer state not an NDArray", r"optimizer state of 0.weight is laid out as ndarray .*where SGD keeps \(8, 4\)"),
+    ("update counts of a device that is not a number", r"update_counts must map device numbers .*got 'gpu'"),
+    ("a negative update count", r"update_counts must map device numbers .*counts >= 0 .*got '0'"),
+    ("nonfinite_skips not a count", r"nonfinite_skips must be an int >= 0 .*got '3'"),
+    ("loss scaler not a dict of numbers", r"loss_scaler must be a dict of numbers"),
+    ("optimizer field not a number", r"SGD fields \['momentum'\] are not number or string fields"),
+    ("optimizer state of another shape", r"optimizer state of 0.weight is laid out as \(\(7, 7\), 'float32'\) \(array "
+                                         r"shapes, dtypes\) where SGD keeps \(\(8, 4\), 'float32'\) for a parameter of "
+                                         r"shape \(8, 4\)"),
+    ("optimizer state not an array", r"optimizer state of 0.weight is laid out as str .*where SGD keeps \(\(8, 4\), "),
 ])
 def test_a_corrupted_state_is_refused_clearly_and_changes_nothing(change, message):
     ctx = [mx.cpu()]
@@ -247,8 +262,9 @@ def test_a_state_of_a_network_of_other_shapes_is_refused_at_a_window_boundary():
     train(net, trainer, data, ctx)
     assert trainer.pending == (0, 0)
     _, other_trainer = wide(6)
-    with pytest.raises(ValueError, match=r"optimizer state of 0.bias is laid out as \(\(8,\), \(8,\)\) \(array "
-                                         r"shapes\) where Adam keeps \(\(6,\), \(6,\)\) .*load a state of this network"):
+    with pytest.raises(ValueError, match=r"optimizer state of 0.bias is laid out as \(\(\(8,\), 'float32'\), \(\(8,\), "
+                                         r"'float32'\)\) \(array shapes, dtypes\) where Adam keeps \(\(\(6,\), "
+                                         r"'float32'\), \(\(6,\), 'float32'\)\) .*load a state of this network"):
         other_trainer.load_state_dict(trainer.state_dict())
 
 

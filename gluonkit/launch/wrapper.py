@@ -1,9 +1,11 @@
 """The wrapper that runs one role of a launched job, on whichever host the role runs on.
 
-``gluonkit.launch`` runs it as ``python -c SOURCE SPEC`` (locally, or through ssh on another
-host), so it needs nothing but the standard library: it never imports gluonkit or mxnet
-(with ``DMLC_ROLE=server`` set, ``import mxnet`` would turn it into a parameter server).
-``SPEC`` is JSON: ``{"env": {...}, "workdir": DIR, "command": [PROGRAM, ARG, ...]}``.
+The launcher runs it as ``python -I FILE`` here and as ``python -I -c SOURCE`` through ssh
+on another host, so it needs nothing but the standard library: it never imports gluonkit or
+mxnet (with ``DMLC_ROLE=server`` set, ``import mxnet`` would turn it into a parameter server).
+The role's specification arrives as the first line on the wrapper's stdin, never on a
+command line (where any user of the machine could read its environment with ``ps``): JSON,
+``{"env": {...}, "workdir": DIR, "command": [PROGRAM, ARG, ...]}``.
 
 The wrapper starts the command in its own process group and reports on stderr, one line
 each, prefixed with :data:`MARK`: ``started PID``, ``exited CODE`` (negative: killed by that
@@ -26,14 +28,14 @@ import tempfile
 import threading
 import time
 
-__all__ = ["MARK", "run"]
+__all__ = ["MARK", "main", "read_spec", "run"]
 
 MARK = "@gluonkit-role "
 _TERM_SECONDS = 3.0
 _KILL_SECONDS = 5.0
 
 _EXIT_ON_EXCEPTION = '''\
-"""Exit at once on an uncaught exception (see gluonkit/_launch_role.py), then chain on."""
+"""Exit at once on an uncaught exception (see gluonkit/launch/wrapper.py), then chain on."""
 import os
 import sys
 
@@ -127,6 +129,17 @@ def _stop(proc):
             continue
 
 
+def read_spec():
+    """The specification: the first line on stdin, as JSON; None if stdin closed before it."""
+    data = bytearray()
+    while b"\n" not in data:
+        chunk = os.read(0, 65536)  # the raw descriptor: what follows the line is the stop signal's
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data[:data.index(b"\n")])
+
+
 def _watch_stdin(stop):
     try:  # the raw descriptor: a buffered reader left blocked would abort the interpreter's exit
         while os.read(0, 4096):
@@ -177,5 +190,14 @@ def run(spec):
         shutil.rmtree(hook_dir, ignore_errors=True)
 
 
+def main():
+    """Read the specification on stdin and run the role; return the wrapper's exit code."""
+    spec = read_spec()
+    if spec is None:
+        _report("cannot-start", "no specification arrived on stdin")
+        return 127
+    return run(spec)
+
+
 if __name__ == "__main__":
-    sys.exit(run(json.loads(sys.argv[1])))
+    sys.exit(main())

@@ -1,21 +1,16 @@
-"""Launch a parameter-server job on MXNet's kvstore, on this machine or on several over ssh.
-
-Usage::
-
-    python -m gluonkit.launch -n 2 -s 1 --timeout 600 -- python recipes/classify.py --kvstore dist_sync
-    python -m gluonkit.launch -n 4 -s 2 --launcher ssh -H hosts.txt -- python train.py
+"""The launcher: start every role of a parameter-server job, watch them, end them all.
 
 The job is the dmlc tracker's: a scheduler on this machine, then servers and workers with
 the ``DMLC_*`` variables MXNet's ps-lite reads, which carries all the training traffic.
-``--launcher local`` runs every role here over loopback; ``ssh`` runs the servers and the
-workers in turn on the hosts of ``--hostfile``. Each role runs under a small wrapper that
-reports its process and exit status back to the launcher (over the ssh connection itself)
-and ends everything the role started when the launcher asks, or when the connection breaks.
-The launcher ends the job when every worker finished, when one role fails (naming it, with
-its last lines on stderr), when ``--timeout`` runs out and on SIGINT/SIGTERM, and says when
-it could not confirm that a role's processes are gone.
+``local`` runs every role here over loopback; ``ssh`` runs the servers and the workers in
+turn on the hosts of a host file. Each role runs under the wrapper of
+:mod:`gluonkit.launch.wrapper`, which gets the role's specification on its stdin, reports
+its process and exit status back (over the ssh connection itself) and ends everything the
+role started when the launcher asks, or when the connection breaks. The launcher ends the
+job when every worker finished, when one role fails (naming it, with its last lines on
+stderr), when the timeout runs out and on SIGINT/SIGTERM, and says when it could not
+confirm that a role's processes are gone.
 """
-import argparse
 import collections
 import inspect
 import json
@@ -30,19 +25,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import _launch_hosts, _launch_role
-from ._validate import choice, finite_real, positive_int
+from .._validate import choice, finite_real, positive_int
+from . import wrapper
+from .hosts import read_hostfile, remote_env, ssh_command, sync_dir
+from .output import forward, say
+from .ports import reserve_port
 
-__all__ = ["launch", "main", "TIMEOUT_EXIT_CODE"]
+__all__ = ["launch", "TIMEOUT_EXIT_CODE"]
 
 TIMEOUT_EXIT_CODE = 124
 _GRACE_SECONDS = 10.0     # for servers and the scheduler to finish after the last worker
 _END_SECONDS = 15.0       # for every role to report that its processes are gone
 _ENV_ITEM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$", re.DOTALL)
-
-
-def _say(message):
-    print(f"gluonkit.launch: {message}", file=sys.stderr, flush=True)
 
 
 def _describe_exit(code):
@@ -57,12 +51,17 @@ def _describe_exit(code):
 class _Role:
     """One process of the job, seen from the launcher: the wrapper (or the ssh client running it)."""
 
-    def __init__(self, name, kind, host, argv, wake):
+    def __init__(self, name, kind, host, argv, spec, wake):
         self.name, self.kind, self.host, self._wake = name, kind, host, wake
         self.pid = self.code = self.problem = self.left = self.client_code = None
         self.failed_at = self.exited_at = None
         self.tail = collections.deque(maxlen=8)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:  # the specification, environment included, travels on stdin: never on a command line
+            self.proc.stdin.write(json.dumps(spec).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # the wrapper (or ssh) is gone already: its exit code tells why
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -73,14 +72,13 @@ class _Role:
     def _read(self):
         for raw in self.proc.stderr:
             line = raw.decode(errors="replace")
-            output, mark, event = line.partition(_launch_role.MARK)
+            output, mark, event = line.partition(wrapper.MARK)
             if not mark:
-                sys.stderr.write(line)
-                sys.stderr.flush()
+                forward(line)
                 self.tail.append(line.rstrip())
                 continue
             if output.strip():  # a last line of the program's without a newline
-                sys.stderr.write(output + "\n")
+                forward(output)
                 self.tail.append(output.rstrip())
             kind, _, value = event.strip().partition(" ")
             self._on_event(kind, value)
@@ -92,7 +90,7 @@ class _Role:
             return  # not the wrapper's: only it writes these words after the mark, with a number
         if kind == "started":
             self.pid = int(value)
-            _say(f"{self.name} started (pid {self.pid}){self.where}")
+            say(f"{self.name} started (pid {self.pid}){self.where}")
         elif kind == "exited":
             self.code, self.exited_at = int(value), time.monotonic()
         elif kind == "cannot-start":
@@ -199,13 +197,15 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     launcher : {'local', 'ssh'}
         ``ssh`` runs servers and workers in turn on the hosts of ``hostfile``.
     hostfile : str, optional
-        ``host``, ``host:port`` or ``user@host:port`` per line; ``#`` comments.
+        ``host``, ``host:port`` or ``user@host:port`` per line; ``#`` comments. Checked when
+        read (:func:`~gluonkit.launch.hosts.read_hostfile`): nothing in it reaches ssh as an option.
     timeout : float, optional
         Seconds after which every process is ended and the launch fails.
     host_ip : str, optional
         The scheduler's address: 127.0.0.1 for ``local``, found by the dmlc tracker for ``ssh``.
     env, env_worker, env_server : list of str
         ``NAME=VALUE``, or ``NAME`` for this machine's value, for every role, the workers, the servers.
+        The values reach the roles on their wrappers' stdin, never on a command line.
     workdir : str, optional
         Where the roles run (default: the current directory).
     sync_dst_dir : str, optional
@@ -218,6 +218,13 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     int
         0 on success, 1 if a role failed, 124 on timeout.
 
+    Raises
+    ------
+    ValueError
+        A bad option or host file, before anything starts.
+    RuntimeError
+        No port, a port lock directory that is not private, or a failed ``sync_dst_dir`` copy.
+
     Example::
 
         code = launch(["python", "train.py"], num_workers=2, num_servers=1, timeout=300)
@@ -227,7 +234,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
                                       sync_dst_dir, ssh_config)
     extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
              for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
-    hosts = _launch_hosts.read_hostfile(hostfile) if launcher == "ssh" else None
+    hosts = read_hostfile(hostfile) if launcher == "ssh" else None
     if hosts and not shutil.which("ssh"):
         raise ValueError("launcher='ssh' needs the ssh client; install it (apt-get install openssh-client).")
     if host_ip is None:
@@ -237,28 +244,28 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     elif launcher == "local":
         workdir = os.path.abspath(workdir)
     started = time.monotonic()
-    if sync_dst_dir:
-        _sync(hosts, sync_dst_dir, ssh_config, timeout)
-    port, port_lock = _launch_hosts.reserve_port()
-    _say(f"scheduler at {host_ip}:{port}")
-    common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_WORKER": str(num_workers),
-              "DMLC_NUM_SERVER": str(num_servers), "DMLC_JOB_CLUSTER": launcher}
-    if launcher == "local":
-        common["DMLC_INTERFACE"] = "lo"
+    port, port_lock = reserve_port()   # first: a refused lock directory leaves the hosts untouched
     wake, roles = queue.Queue(), []
-    source = inspect.getsource(_launch_role)
     try:
+        if sync_dst_dir:
+            _sync(hosts, sync_dst_dir, ssh_config, timeout)
+        say(f"scheduler at {host_ip}:{port}")
+        common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_WORKER": str(num_workers),
+                  "DMLC_NUM_SERVER": str(num_servers), "DMLC_JOB_CLUSTER": launcher}
+        if launcher == "local":
+            common["DMLC_INTERFACE"] = "lo"
+        source = inspect.getsource(wrapper)
         plan = [("scheduler", "scheduler", None, None)] + _plan(num_workers, num_servers, hosts)
         for name, kind, task_id, host in plan:
             role_env = dict(common, DMLC_ROLE=kind, DMLC_NODE_HOST=host.address if host else host_ip,
                             **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra[kind])
             spec = {"env": role_env, "workdir": workdir, "command": list(command)}
-            if host:
-                spec["env"] = {**_launch_hosts.remote_env(os.environ), **role_env}
-                argv = _launch_hosts.ssh_command(host, [sys.executable, "-c", source, json.dumps(spec)], ssh_config)
+            if host:  # -I: the wrapper imports nothing from the directory it runs in (or lies in)
+                spec["env"] = {**remote_env(os.environ), **role_env}
+                argv = ssh_command(host, [sys.executable, "-I", "-c", source], ssh_config)
             else:
-                argv = [sys.executable, _launch_role.__file__, json.dumps(spec)]
-            roles.append(_Role(name, kind, host, argv, wake))
+                argv = [sys.executable, "-I", wrapper.__file__]
+            roles.append(_Role(name, kind, host, argv, spec, wake))
         return _supervise(roles, wake, num_workers, started, timeout)
     finally:
         _end(roles)
@@ -272,9 +279,9 @@ def _tracker_host_ip():
 
 def _sync(hosts, remote_dir, ssh_config, timeout):
     distinct = list(dict.fromkeys(hosts))
-    _say(f"copying {os.getcwd()} to {remote_dir} on {len(distinct)} host(s)")
+    say(f"copying {os.getcwd()} to {remote_dir} on {len(distinct)} host(s)")
     with ThreadPoolExecutor(len(distinct)) as pool:
-        for future in [pool.submit(_launch_hosts.sync_dir, os.getcwd(), h, remote_dir, ssh_config, timeout)
+        for future in [pool.submit(sync_dir, os.getcwd(), h, remote_dir, ssh_config, timeout)
                        for h in distinct]:
             future.result()
 
@@ -292,7 +299,8 @@ def _supervise(roles, wake, num_workers, started, timeout):
         if failed:
             role = failed[0]
             tail = "".join(f"\n    {line}" for line in role.tail)
-            _say(f"{role.failure(workers_done)}; ending the job." + (" Its last lines on stderr:" + tail if tail else ""))
+            say(f"{role.failure(workers_done)}; ending the job."
+                + (" Its last lines on stderr:" + tail if tail else ""))   # one message: its lines stay together
             return 1
         if workers_done:
             finished_at = finished_at or now
@@ -300,7 +308,7 @@ def _supervise(roles, wake, num_workers, started, timeout):
                 return 0   # servers still running after the grace period are ended with the rest
         if timeout is not None and now - started > timeout:
             running = [r.name for r in roles if r.code is None]
-            _say(f"timed out after {timeout:g} s; still running: {', '.join(running) or 'nothing yet'}. "
+            say(f"timed out after {timeout:g} s; still running: {', '.join(running) or 'nothing yet'}. "
                  "Ending every process.")
             return TIMEOUT_EXIT_CODE
         try:
@@ -318,52 +326,5 @@ def _end(roles):
         role.wait_ended(deadline)
     unsure = [f"{r.name}{r.where} (pid {r.pid})" for r in roles if r.pid is not None and r.left != 0]
     if unsure:
-        _say(f"could not confirm that every process ended: {', '.join(unsure)}; check those hosts.")
+        say(f"could not confirm that every process ended: {', '.join(unsure)}; check those hosts.")
 
-
-def _parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m gluonkit.launch", description=__doc__.split("\n\n")[0])
-    job = parser.add_argument_group("job")
-    job.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
-    job.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")
-    job.add_argument("--timeout", type=float, help="seconds before every process is ended (exit code 124)")
-    where = parser.add_argument_group("where")
-    where.add_argument("--launcher", default="local", choices=["local", "ssh"])
-    where.add_argument("-H", "--hostfile", help="ssh: hosts, one per line (host, host:port, user@host:port)")
-    where.add_argument("--host-ip", help="scheduler address (default 127.0.0.1 for local, found for ssh)")
-    where.add_argument("--ssh-config", help="ssh: configuration file for the ssh client (ssh -F)")
-    run = parser.add_argument_group("environment")
-    run.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
-                     help="set (or pass on this machine's) NAME in every role; repeatable")
-    run.add_argument("--env-worker", action="append", default=[], metavar="NAME[=VALUE]", help="workers only")
-    run.add_argument("--env-server", action="append", default=[], metavar="NAME[=VALUE]", help="servers only")
-    run.add_argument("--workdir", help="directory the roles run in (default: the current one)")
-    run.add_argument("--sync-dst-dir", help="ssh: copy the current directory there on every host and run there")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
-    args = parser.parse_args(argv)
-    if args.command[:1] == ["--"]:
-        args.command = args.command[1:]
-    return args
-
-
-def main(argv=None):
-    """Command-line entry point; returns the exit code."""
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # clean up on the way out
-    try:
-        return launch(args.command, args.num_workers, args.num_servers, args.launcher, args.hostfile, args.timeout,
-                      args.host_ip, args.env, args.env_worker, args.env_server, args.workdir, args.sync_dst_dir,
-                      args.ssh_config)
-    except ValueError as err:
-        _say(str(err))
-        return 2
-    except RuntimeError as err:
-        _say(str(err))
-        return 1
-    except KeyboardInterrupt:
-        _say("interrupted; every process was ended.")
-        return 128 + signal.SIGINT
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The command line of ``gluonkit-launch`` (``python -m gluonkit.launch``): options, exit codes."""
+import argparse
+import signal
+import sys
+
+from .launcher import launch
+from .output import say
+
+__all__ = ["parse_args", "main"]
+
+_DESCRIPTION = ("Launch a parameter-server job on MXNet's kvstore, on this machine or on several over ssh. "
+                "Exit codes: 0 success, 1 a role failed, 124 timeout, 130/143 SIGINT/SIGTERM, 2 bad arguments.")
+
+
+def parse_args(argv):
+    """The options of ``argv`` (a list of str, without the program name) as a namespace."""
+    parser = argparse.ArgumentParser(prog="python -m gluonkit.launch", description=_DESCRIPTION)
+    job = parser.add_argument_group("job")
+    job.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
+    job.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")
+    job.add_argument("--timeout", type=float, help="seconds before every process is ended (exit code 124)")
+    where = parser.add_argument_group("where")
+    where.add_argument("--launcher", default="local", choices=["local", "ssh"])
+    where.add_argument("-H", "--hostfile", help="ssh: hosts, one per line (host, host:port, user@host:port)")
+    where.add_argument("--host-ip", help="scheduler address (default 127.0.0.1 for local, found for ssh)")
+    where.add_argument("--ssh-config", help="ssh: configuration file for the ssh client (ssh -F)")
+    run = parser.add_argument_group("environment")
+    run.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                     help="set (or pass on this machine's) NAME in every role; repeatable. For a secret, export it "
+                          "and give NAME alone: this command line is visible to every user (ps)")
+    run.add_argument("--env-worker", action="append", default=[], metavar="NAME[=VALUE]", help="workers only")
+    run.add_argument("--env-server", action="append", default=[], metavar="NAME[=VALUE]", help="servers only")
+    run.add_argument("--workdir", help="directory the roles run in (default: the current one)")
+    run.add_argument("--sync-dst-dir", help="ssh: copy the current directory there on every host and run there")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    args = parser.parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    return args
+
+
+def main(argv=None):
+    """Command-line entry point; returns the exit code."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # clean up on the way out
+    try:
+        return launch(args.command, args.num_workers, args.num_servers, args.launcher, args.hostfile, args.timeout,
+                      args.host_ip, args.env, args.env_worker, args.env_server, args.workdir, args.sync_dst_dir,
+                      args.ssh_config)
+    except ValueError as err:
+        say(str(err))
+        return 2
+    except RuntimeError as err:
+        say(str(err))
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted; every process was ended.")
+        return 128 + signal.SIGINT

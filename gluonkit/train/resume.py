@@ -1,0 +1,346 @@
+"""Everything an exact resume needs, in one place.
+
+This module alone gets and sets the random generators' states and the samplers' states, takes
+``fit``'s snapshots and restores them, and skips and replays the batches of an interrupted
+epoch. Every object asked for its state answers through ``state_dict()`` and takes it back
+through ``load_state_dict()``: the trainer, the callbacks, and the samplers that carry state
+across epochs (gluonkit's ``BucketSampler`` and ``MultiScaleSampler``, and gluon's
+``BatchSampler(last_batch='rollover')`` through ``RolloverState``). A snapshot holds JSON
+values and NumPy arrays only, so a ``Checkpoint`` stores it without pickling.
+"""
+import hashlib
+import logging
+import random
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+
+from ._archive import CheckpointError
+
+__all__ = ["get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
+           "RolloverState", "Resumer", "convert_legacy_snapshot"]
+
+log = logging.getLogger("gluonkit")
+
+
+def get_rng_state():
+    """The Python and NumPy generator states (JSON values and an array), as ``set_rng_state``
+    takes them.
+
+    MXNet's generator state cannot be read; see ``reseed_mxnet``.
+
+    Example::
+
+        >>> state = get_rng_state()
+        >>> a = np.random.rand(); set_rng_state(state); a == np.random.rand()
+        True
+    """
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(internal), gauss],
+            "numpy": [name, keys, int(pos), int(has_gauss), float(cached)]}
+
+
+def _rng_tuples(state):
+    """The Python and NumPy states of ``get_rng_state`` as ``random.setstate`` and
+    ``np.random.set_state`` take them; ValueError if they would not take them."""
+    try:
+        version, internal, gauss = state["python"]
+        python = (version, tuple(internal), gauss)
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        numpy = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached)
+        random.Random().setstate(python)          # checked on generators of their own
+        np.random.RandomState().set_state(numpy)
+    except Exception as err:   # TypeError, ValueError, KeyError from the generators or the unpacking
+        raise ValueError(f"not a generator state of get_rng_state() ({type(err).__name__}: {err})") from None
+    return python, numpy
+
+
+def check_rng_state(state):
+    """Raise ``ValueError`` if ``set_rng_state(state)`` would fail; changes nothing."""
+    _rng_tuples(state)
+
+
+def set_rng_state(state):
+    """Restore generator states from ``get_rng_state`` (and seed MXNet if it holds a seed).
+
+    Everything is checked first: on ``ValueError`` no generator changed.
+
+    Example::
+
+        >>> set_rng_state({**get_rng_state(), "mxnet_seed": 7})
+    """
+    python, numpy = _rng_tuples(state)
+    random.setstate(python)
+    np.random.set_state(numpy)
+    if state.get("mxnet_seed") is not None:
+        mx.random.seed(state["mxnet_seed"])
+
+
+def reseed_mxnet(salt=0):
+    """Seed MXNet's generators from the Python and NumPy states and ``salt``; return the seed.
+
+    The seed is a hash of the two states, which are read but not advanced. MXNet cannot
+    report its own generator state, so exact resumption reseeds it at points that a resumed
+    run passes through too: ``fit`` does it at the start of every epoch and when it takes a
+    mid-epoch snapshot (``FitState.snapshot``).
+
+    Example::
+
+        >>> np.random.seed(0); a = reseed_mxnet(salt=3)
+        >>> np.random.seed(0); a == reseed_mxnet(salt=3)
+        True
+    """
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    digest = hashlib.blake2b(digest_size=4)
+    digest.update(repr(random.getstate()).encode())
+    digest.update(keys.tobytes())
+    digest.update(repr((pos, has_gauss, gauss, salt)).encode())
+    seed = int.from_bytes(digest.digest(), "little") & 0x7FFFFFFF
+    mx.random.seed(seed)
+    return seed
+
+
+def batch_length(batch):
+    """Samples in a batch: the length of its first array (a batch of fields), or of the batch
+    itself (a list of samples)."""
+    first = batch[0] if isinstance(batch, (tuple, list)) and len(batch) else batch
+    if hasattr(first, "shape") and len(first.shape):
+        return first.shape[0]
+    return len(batch) if hasattr(batch, "__len__") else 1
+
+
+class RolloverState:
+    """``state_dict`` / ``load_state_dict`` for a ``gluon.data.BatchSampler(last_batch='rollover')``:
+    the samples it carries into its next epoch."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def state_dict(self):
+        """dict: ``{'rollover': [the carried samples' indices]}``."""
+        return {"rollover": list(self.sampler._prev)}   # MXNet 1.9.1 keeps the carry in _prev only
+
+    def load_state_dict(self, state):
+        """Carry the saved samples into the next epoch."""
+        if not (isinstance(state, dict) and isinstance(state.get("rollover"), list)):
+            raise ValueError(f"state must be {{'rollover': [indices]}} from state_dict(), got {state!r}.")
+        carried, size = state["rollover"], self.sampler._batch_size   # MXNet keeps the batch size private
+        if len(carried) >= size:
+            raise ValueError(f"the checkpoint carries {len(carried)} samples into the next epoch but a batch "
+                             f"of this loader holds {size}; resume with the batch size of the interrupted run.")
+        self.sampler._prev = list(carried)
+
+
+def sampler_of(loader):
+    """The batch sampler of ``loader`` whose state a resume needs, or None.
+
+    That is ``loader.batch_sampler`` (gluonkit's loaders expose it; for a
+    ``gluon.data.DataLoader``, the one it keeps) when it has ``state_dict`` and
+    ``load_state_dict``, or a ``RolloverState`` over gluon's ``last_batch='rollover'`` sampler.
+    Samplers without state (shuffling from NumPy's generator, which fit saves) give None.
+    """
+    sampler = getattr(loader, "batch_sampler", None)
+    if sampler is None and isinstance(loader, gluon.data.DataLoader):
+        sampler = loader._batch_sampler   # gluon's DataLoader has no public name for it
+    if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict"):
+        return sampler
+    if isinstance(sampler, gluon.data.BatchSampler) and sampler._last_batch == "rollover":   # no public name
+        return RolloverState(sampler)
+    return None
+
+
+def _metric_sums(metric):
+    """What a metric has summed so far: its fields that hold numbers or arrays (lists and
+    dicts of them, nested metrics), by name; locks, strings and other objects are left out."""
+    held = {}
+    for name, value in vars(metric).items():
+        sums = _sums(value)
+        if sums is not None:
+            held[name] = sums
+    return {"type": type(metric).__name__, "sums": held}
+
+
+def _sums(value):
+    """``value`` as JSON values and arrays if it is numbers or arrays, else None."""
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return {"value": value.item() if isinstance(value, (np.number, np.bool_)) else value}
+    if isinstance(value, (np.ndarray, mx.nd.NDArray)):
+        return {"array": value.asnumpy() if isinstance(value, mx.nd.NDArray) else value}
+    if isinstance(value, (list, tuple)):
+        items = [_sums(v) for v in value]
+        return None if any(item is None for item in items) else {"list": items}
+    if isinstance(value, dict):
+        items = [[_sums(k), _sums(v)] for k, v in value.items()]
+        return None if any(None in pair for pair in items) else {"dict": items}
+    if all(hasattr(value, name) for name in ("update", "get", "reset")):
+        return {"metric": _metric_sums(value)}
+    return None
+
+
+def _load_sums(current, saved):
+    """The value ``_sums`` saved, of the kind ``current`` is (an NDArray stays an NDArray)."""
+    if "value" in saved:
+        return saved["value"]
+    if "array" in saved:
+        array = saved["array"]
+        if isinstance(current, mx.nd.NDArray):
+            return mx.nd.array(array, ctx=current.context, dtype=array.dtype)
+        return array
+    if "list" in saved:
+        return [_load_sums(None, item) for item in saved["list"]]
+    if "dict" in saved:
+        table = current if isinstance(current, dict) else {}
+        table.clear()
+        table.update((_load_sums(None, k), _load_sums(None, v)) for k, v in saved["dict"])
+        return table
+    _load_metric_sums(current, saved["metric"])
+    return current
+
+
+def _load_metric_sums(metric, saved):
+    for name, sums in saved["sums"].items():
+        current = getattr(metric, name, None)
+        value = _load_sums(current, sums)
+        if isinstance(current, tuple) and isinstance(value, list):
+            value = tuple(value)
+        setattr(metric, name, value)
+
+
+class Resumer:
+    """The resume side of one ``fit``: snapshots, restores and the replay of an epoch.
+
+    ``FitState`` owns one and hands it the loop's state; nothing else in gluonkit sets a
+    generator or a sampler's state.
+    """
+
+    def __init__(self):
+        self.epoch_rng = None        # generator states at the start of the epoch
+        self.pending = None          # a mid-epoch snapshot to continue from
+        self.epoch_sampler = None    # the sampler's state at the start of the epoch
+        self.callback_states = None  # the callbacks' states, until training begins
+        self.seen = 0                # samples of the epoch's batches so far
+        self.skips_at_start = 0      # the trainer's nonfinite_skips when the epoch began
+
+    @staticmethod
+    def settings(state):
+        """The settings a mid-epoch resume must share with the run it continues."""
+        return {"accumulate": int(getattr(state.trainer, "accumulate", 1)),
+                "devices": [str(ctx) for ctx in state.ctx]}
+
+    def snapshot(self, state, tally, callbacks):
+        """What ``FitState.snapshot`` returns (see there); JSON values and arrays."""
+        epoch, batch = state.position
+        history = {key: list(values) for key, values in state.history.items()}
+        callback_states = [[type(cb).__name__, cb.state_dict()] for cb in callbacks]
+        if self.pending is not None:   # resumed but not started yet: the snapshot loaded
+            return {**self.pending, "history": history, "callbacks": callback_states}
+        snap = {"epoch": epoch, "batch": batch, "step": state.step, "history": history,
+                "callbacks": callback_states, "settings": self.settings(state)}
+        sampler = sampler_of(state.train_data)
+        if sampler is not None:
+            snap["sampler"] = self.epoch_sampler if batch else sampler.state_dict()
+        if batch:
+            tally.settle()
+            rng = get_rng_state()
+            rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, batch, state.step))
+            snap.update(epoch_rng=self.epoch_rng, rng=rng, batch_samples=self.seen,
+                        loss_sum=tally.loss_sum, samples=tally.samples,
+                        metrics=[_metric_sums(m) for m in tally.metrics], grad_norms=list(tally.grad_norms),
+                        nonfinite_skips=self._skips(state) - self.skips_at_start)
+        return snap
+
+    def restore(self, state, saved):
+        """Set ``state``'s position from what ``Checkpoint.load`` returned; the sampler's state too.
+
+        Returns ``(epoch, step, history)``.
+        """
+        snap = saved.get("fit")
+        if snap is None:
+            return saved["epoch"], saved.get("step", 0), state.history
+        mine = self.settings(state)
+        if snap.get("settings", mine) != mine:
+            message = (f"the checkpoint was saved with accumulate={snap['settings']['accumulate']} on "
+                       f"{snap['settings']['devices']}; this run has accumulate={mine['accumulate']} on "
+                       f"{mine['devices']}")
+            if snap["batch"]:
+                raise CheckpointError(f"Cannot resume in the middle of epoch {snap['epoch'] + 1}: {message}. "
+                                      "The rest of the epoch would not be the one interrupted; resume with "
+                                      "the saved settings (they may change at an epoch's end).")
+            log.warning("Resuming at an epoch's end with other settings: %s; the run continues with "
+                        "this run's.", message)
+        sampler = sampler_of(state.train_data)
+        if sampler is not None and snap.get("sampler") is not None:
+            try:
+                sampler.load_state_dict(snap["sampler"])
+            except (TypeError, ValueError) as err:
+                raise CheckpointError(f"The checkpoint's sampler state does not fit train_data's sampler: "
+                                      f"{err}") from None
+        self.callback_states = snap["callbacks"]
+        self.pending = snap if snap["batch"] else None
+        return snap["epoch"], snap["step"], {key: list(values) for key, values in snap["history"].items()}
+
+    def load_callback_states(self, callbacks):
+        """Give each callback its saved state (matched by position and class name), once."""
+        saved, self.callback_states = self.callback_states, None
+        for cb, (name, cb_state) in zip(callbacks, saved or ()):
+            if type(cb).__name__ == name:
+                cb.load_state_dict(cb_state)
+
+    @staticmethod
+    def _skips(state):
+        return int(getattr(state.trainer, "nonfinite_skips", 0))
+
+    def begin_epoch(self, state, tally):
+        """Start an epoch (or continue the interrupted one); return its batches, an iterator.
+
+        A new epoch reseeds MXNet and notes the generator and sampler states it starts
+        from. An interrupted one takes its sums back, replays its data order from those
+        states, skips the batches done (refusing a loader whose batches hold other numbers
+        of samples) and sets the generators as they were after them.
+        """
+        sampler = sampler_of(state.train_data)
+        self.epoch_sampler = None if sampler is None else sampler.state_dict()
+        snap, self.pending = self.pending, None
+        if snap is None:
+            self.epoch_rng = get_rng_state()
+            self.epoch_rng["mxnet_seed"] = reseed_mxnet(salt=state.epoch)
+            self.skips_at_start = self._skips(state)
+            return self._batches(state.train_data, 0, None, None)
+        tally.loss_sum, tally.samples = snap["loss_sum"], snap["samples"]
+        tally.grad_norms = list(snap["grad_norms"])
+        if [m["type"] for m in snap["metrics"]] == [type(m).__name__ for m in tally.metrics]:
+            for metric, saved in zip(tally.metrics, snap["metrics"]):
+                _load_metric_sums(metric, saved)
+        self.skips_at_start = self._skips(state) - snap.get("nonfinite_skips", 0)
+        self.epoch_rng = snap["epoch_rng"]
+        set_rng_state(self.epoch_rng)   # replay the epoch's data order from its start
+        return self._batches(state.train_data, snap["batch"], snap.get("batch_samples"), snap["rng"])
+
+    def _batches(self, loader, skip, samples, rng_after):
+        """The loader's batches after the first ``skip``, which must hold ``samples`` samples."""
+        self.seen = 0
+        batches = iter(loader)
+        for _ in range(skip):
+            batch = next(batches, None)
+            if batch is None:
+                raise CheckpointError(f"train_data yielded fewer than the {skip} batches the checkpoint "
+                                      "was saved after; resume with the same data and batch size.")
+            self.seen += batch_length(batch)
+        if samples is not None and self.seen != samples:
+            raise CheckpointError(f"the checkpoint was saved after {skip} batches holding {samples} samples, but "
+                             f"the first {skip} batches of train_data hold {self.seen}; resume with the "
+                             "batch size of the interrupted run (it may change at an epoch's end).")
+        if rng_after is not None:
+            set_rng_state(rng_after)
+        for batch in batches:
+            self.seen += batch_length(batch)
+            yield batch
+
+
+def convert_legacy_snapshot(snap):
+    """A snapshot of gluonkit's previous checkpoint format (metric objects) in this format."""
+    if "metrics" in snap:
+        snap = {**snap, "metrics": [_metric_sums(m) for m in snap["metrics"]]}
+    return snap

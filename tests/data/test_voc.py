@@ -1,0 +1,144 @@
+"""VOC folders written here: read as GluonCV reads them, and every bad annotation refused with
+its file named (malformed XML, missing fields, boxes outside the image, unknown classes,
+entity bombs and external entities)."""
+import os
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+from gluoncv.data import CustomVOCDetectionBase
+from numpy.testing import assert_allclose
+
+from conftest import CLONE_ENV
+from gluonkit.data import DataFileError, load_voc, read_annotation
+
+GOOD = {"0": [("cat", (3, 2, 20, 15), 0), ("dog", (10, 8, 32, 24), 1)],
+        "1": [("Dog ", (1, 1, 33, 25), 0)],
+        "2": [("cat", (5, 5, 6, 6), 0)]}
+
+
+def annotation(objects, width=32, height=24):
+    """VOC XML of an image of ``width`` x ``height`` and ``objects`` (name, 1-based box, difficult)."""
+    body = "".join(f"<object><name>{name}</name><difficult>{difficult}</difficult><bndbox>"
+                   f"<xmin>{x0}</xmin><ymin>{y0}</ymin><xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox>"
+                   f"</object>" for name, (x0, y0, x1, y1), difficult in objects)
+    return (f"<annotation><filename>x.jpg</filename><size><width>{width}</width><height>{height}"
+            f"</height><depth>3</depth></size>{body}</annotation>")
+
+
+def write_voc(root, annotations, train=("0", "1"), val=("2",)):
+    """A VOC folder: an image (32x24 JPEG) and an annotation (XML text) per id, and the lists."""
+    for sub in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
+        os.makedirs(root / sub, exist_ok=True)
+    rng = np.random.RandomState(0)
+    for ident, xml in annotations.items():
+        cv2.imwrite(str(root / "JPEGImages" / f"{ident}.jpg"), rng.randint(0, 255, (24, 32, 3), np.uint8))
+        (root / "Annotations" / f"{ident}.xml").write_text(
+            xml if isinstance(xml, str) else annotation(xml))
+    for split, ids in (("train", train), ("val", val)):
+        (root / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+    return root
+
+
+def test_samples_equal_gluoncvs_reader(tmp_path):
+    root = write_voc(tmp_path, GOOD)
+    (train, val), classes = load_voc(str(root))
+    assert classes == ["cat", "dog"] and (len(train), len(val)) == (2, 1)
+    for split, ours in (("train", train), ("val", val)):
+        theirs = CustomVOCDetectionBase(classes=classes, root=str(root), splits=(("", split),))
+        assert len(theirs) == len(ours)
+        for i in range(len(ours)):
+            (image, label), (their_image, their_label) = ours[i], theirs[i]
+            assert (image.asnumpy() == their_image.asnumpy()).all()
+            assert label.dtype == their_label.dtype
+            assert_allclose(label, their_label)
+    assert train[0][1].tolist() == [[2, 1, 19, 14, 0, 0], [9, 7, 31, 23, 1, 1]]     # 0-based
+    (train, _), classes = load_voc(str(root), classes=["dog", "cat"])
+    assert classes == ["dog", "cat"] and train[0][1][:, 4].tolist() == [1, 0]
+
+
+def _without(field):
+    return annotation(GOOD["0"]).replace(f"<{field}>", "<gone>", 1).replace(f"</{field}>", "</gone>", 1)
+
+
+@pytest.mark.parametrize("xml, message", [
+    (annotation(GOOD["0"])[:-20], r"0\.xml is not well-formed XML \(unclosed token: line 1, column \d+\); fix"),
+    ("", r"0\.xml is not well-formed XML"),
+    (_without("size"), r"0\.xml: <size> is missing"),
+    (_without("width"), r"0\.xml, <size>: <width> is missing or empty"),
+    (_without("name"), r"0\.xml, object 0: <name> is missing or empty"),
+    (_without("bndbox"), r"0\.xml, object 0 \('cat'\): <bndbox> is missing"),
+    (_without("ymax"), r"0\.xml, object 0 \('cat'\): <ymax> is missing or empty"),
+    (annotation(GOOD["0"]).replace("<xmin>3<", "<xmin>3px<"),
+     r"0\.xml, object 0 \('cat'\): <xmin> is '3px', not a number"),
+    (annotation(GOOD["0"]).replace("<difficult>1<", "<difficult>yes<"),
+     r"0\.xml, object 1 \('dog'\): <difficult> is 'yes'; write 0 or 1"),
+    (annotation(GOOD["0"], width=0), r"0\.xml: the image size 0x24 is not positive"),
+    (annotation([("cat", (3, 2, 40, 15), 0)]),
+     r"0\.xml, object 0 \('cat'\): box \(3, 2, 40, 15\) is empty or outside the 32x24 image"),
+    (annotation([("cat", (0, 2, 20, 15), 0)]), r"box \(0, 2, 20, 15\) is empty or outside"),
+    (annotation([("cat", (5, 2, 5, 15), 0)]), r"box \(5, 2, 5, 15\) is empty or outside"),
+])
+def test_a_bad_annotation_is_named(tmp_path, xml, message):
+    root = write_voc(tmp_path, {**GOOD, "0": xml})
+    with pytest.raises(DataFileError, match=message) as info:
+        load_voc(str(root))
+    assert str(root / "Annotations" / "0.xml") in str(info.value) and "\n" not in str(info.value)
+
+
+BILLION_LAUGHS = ('<?xml version="1.0"?>\n<!DOCTYPE annotation [\n<!ENTITY lol "lol">\n'
+                  + "".join(f'<!ENTITY lol{i} "{("&lol%s;" % (i - 1 or "")) * 10}">\n'
+                            for i in range(1, 10))
+                  + ']>\n<annotation><size><width>32</width><height>24</height></size>'
+                  '<object><name>&lol9;</name></object></annotation>')
+
+
+@pytest.mark.parametrize("xml", [
+    BILLION_LAUGHS,
+    '<?xml version="1.0"?><!DOCTYPE a [<!ENTITY secret SYSTEM "file:///etc/hostname">]>'
+    '<annotation><size><width>32</width><height>24</height></size><object><name>&secret;'
+    '</name></object></annotation>',
+], ids=["billion-laughs", "external-entity"])
+def test_entities_are_refused_whatever_expat_allows(tmp_path, xml):
+    path = tmp_path / "bomb.xml"
+    path.write_text(xml)
+    with pytest.raises(DataFileError, match=r"bomb\.xml: refused \(EntitiesForbidden: XML entities"):
+        read_annotation(str(path))
+
+
+def test_classes_unknown_to_training_are_named(tmp_path):
+    root = write_voc(tmp_path, {**GOOD, "2": [("cat", (5, 5, 6, 6), 0), ("hexagon", (1, 1, 9, 9), 0)]})
+    with pytest.raises(DataFileError, match=r"2\.xml, object 1: class 'hexagon' is not one of the "
+                                            r"classes of train\.txt's images \(cat, dog\)"):
+        load_voc(str(root))
+    with pytest.raises(DataFileError, match=r"0\.xml, object 1: class 'dog' is not one of the "
+                                            r"classes named \(cat, hexagon\)"):
+        load_voc(str(root), classes=["cat", "hexagon"])
+
+
+def test_list_lines_that_escape_the_folder_or_name_missing_files_are_named(tmp_path):
+    root = write_voc(tmp_path, GOOD, train=("0", "../../etc/passwd"))
+    with pytest.raises(DataFileError, match=r"train\.txt, line 2: '\.\./\.\./etc/passwd' is not an image id"):
+        load_voc(str(root))
+    root = write_voc(tmp_path / "b", GOOD, train=("0", "", "7"))
+    with pytest.raises(FileNotFoundError, match=r"train\.txt, line 3 lists '7' but .*7\.xml is missing"):
+        load_voc(str(root))
+    root = write_voc(tmp_path / "c", GOOD)
+    os.remove(root / "JPEGImages" / "1.jpg")
+    with pytest.raises(FileNotFoundError, match=r"train\.txt, line 2 lists '1' but .*1\.jpg is missing"):
+        load_voc(str(root))
+
+
+def test_the_detect_command_prints_one_line_and_exits_1(tmp_path):
+    root = write_voc(tmp_path / "voc", {**GOOD, "1": BILLION_LAUGHS})
+    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.detect", "--dataset", f"voc:{root}",
+                           "--out", str(tmp_path / "out"), "--epochs", "1"],
+                          capture_output=True, text=True, timeout=120, env=CLONE_ENV)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gluonkit-detect: {root / 'Annotations' / '1.xml'}: refused (EntitiesForbidden: XML entities "
+        "and external references can expand without bound or read other files); VOC annotations need "
+        "none, remove the <!DOCTYPE ...> block.")
+    assert "Traceback" not in done.stderr

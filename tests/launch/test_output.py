@@ -1,0 +1,38 @@
+"""The launcher's output under stress: messages and forwarded lines from many threads stay whole."""
+import re
+import subprocess
+import sys
+
+THREADS, MESSAGES = 8, 3000
+STRESS = f"""\
+import threading
+from gluonkit.launch.output import forward, say
+
+def talk(t):
+    for i in range({MESSAGES}):
+        say(f"thread {{t}} message {{i:05d}} " + "y" * 40 + f"\\n    its tail {{t}} {{i:05d}}")
+        forward(f"role {{t}} line {{i:05d}} " + "z" * 40 + "\\n")
+        forward(f"role {{t}} unterminated {{i:05d}}")
+
+threads = [threading.Thread(target=talk, args=(t,)) for t in range({THREADS})]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+"""
+WHOLE = re.compile(r"gluonkit\.launch: thread (\d) message (\d{5}) y{40}|    its tail (\d) (\d{5})|"
+                   r"role \d line \d{5} z{40}|role \d unterminated \d{5}")
+
+
+def test_messages_from_many_threads_keep_every_line_whole_and_together():
+    result = subprocess.run([sys.executable, "-c", STRESS], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stderr.split("\n")
+    assert lines.pop() == ""                     # the output ends with a newline
+    matches = [WHOLE.fullmatch(line) for line in lines]
+    assert [line for line, match in zip(lines, matches) if not match] == []
+    assert len(lines) == THREADS * MESSAGES * 4
+    for before, match in zip(matches, matches[1:]):
+        if match.group(3):                        # a message's second line follows its first
+            assert before.group(1, 2) == match.group(3, 4)

@@ -1,0 +1,63 @@
+"""The commands' habits: options spelled out, close names suggested, failures in one line,
+warnings once per run."""
+import logging
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from gluonkit.recipes import classify, detect, multitask
+
+from conftest import CLONE_ENV
+
+RECIPES = [classify, multitask, detect]
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.__name__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("typed, meant", [("--epcohs", "--epochs"), ("--epoch", "--epochs"),
+                                          ("--no-progres", "--no-progress")])
+def test_a_misspelled_or_abbreviated_option_is_refused_with_the_option_meant(recipe, typed, meant,
+                                                                             capsys):
+    # argparse took '--epoch 1' for '--epochs 1' (allow_abbrev) and suggested nothing
+    with pytest.raises(SystemExit) as stop:
+        recipe.parse_args([typed] + ([] if "progres" in typed else ["1"]))
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(f"unrecognized arguments: {typed}"
+                          + ("" if "progres" in typed else " 1") + f" (did you mean {meant}?)")
+
+
+def test_an_unknown_option_without_a_close_name_gets_no_guess(capsys):
+    with pytest.raises(SystemExit):
+        classify.parse_args(["--frobnicate"])
+    assert capsys.readouterr().err.strip().endswith("unrecognized arguments: --frobnicate")
+
+
+def test_a_download_that_fails_is_one_line_without_the_retries(tmp_path):
+    # a real download from an address that refuses connections; gluon retries five times
+    env = dict(CLONE_ENV, MXNET_GLUON_REPO="http://127.0.0.1:9/")
+    result = subprocess.run([sys.executable, "-m", "gluonkit.recipes.classify", "--dataset",
+                             "cifar10", "--data-dir", str(tmp_path / "cifar"), "--out", "",
+                             "--no-progress"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "retrying" not in result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()
+    assert last[-1].startswith(f"gluonkit-classify: CIFAR-10 is not in {tmp_path / 'cifar'} and "
+                               "downloading it failed (")
+    assert last[-1].endswith("or use --dataset digits (embedded, no download).")
+    assert result.stdout == ""
+
+
+def test_the_multitask_recipe_says_once_that_the_aux_head_is_skipped(tmp_path, caplog):
+    args = multitask.parse_args(["--epochs", "2", "--train-size", "64", "--batch-size", "32",
+                                 "--out", "", "--no-progress"])
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO, "gluonkit"):
+        warnings.simplefilter("always")
+        multitask.train(args)
+    assert [str(w.message) for w in caught if "aux" in str(w.message)] == []
+    said = [r.getMessage() for r in caplog.records if "aux head" in r.getMessage()]
+    assert said == ["The aux head trains on one batch in 3; the Trainer leaves it unchanged on "
+                    "the others. val_* in the history and the epoch lines are on the test set "
+                    "(359 images)."]

@@ -11,13 +11,15 @@ _check_at_import()
 
 from . import autograd, data, nn, ops, params  # noqa: E402
 from . import callbacks  # noqa: E402
-from .export import export_model  # noqa: E402
-from .inference import load_model, predict  # noqa: E402
+from .data.images import ImageError  # noqa: E402
+from .export import ExportError, export_model  # noqa: E402
+from .inference import iter_predict, load_model, predict  # noqa: E402
 from .train.checkpoint import Checkpoint, CheckpointError  # noqa: E402
 from .train.loop import evaluate, fit  # noqa: E402
 from .train.split import split_and_load  # noqa: E402
 from .train.trainer import Trainer  # noqa: E402
 
 __all__ = ["__version__", "Trainer", "split_and_load", "fit", "evaluate", "Checkpoint",
-           "CheckpointError", "export_model", "load_model", "predict",
+           "CheckpointError", "export_model", "load_model", "predict", "iter_predict",
+           "ExportError", "ImageError",
            "autograd", "callbacks", "data", "nn", "ops", "params"]

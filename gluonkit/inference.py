@@ -1,6 +1,11 @@
-"""Run a model written by :func:`gluonkit.export.export_model` on image files or arrays."""
+"""Run a model written by :func:`gluonkit.export.export_model` on image files or arrays.
+
+A classifier gives the top classes of each image; a detector gives boxes (class, score, corners
+in the image's own pixels). Images are read batch by batch (:func:`iter_predict`), so memory
+depends on the batch, not on the number of images.
+"""
+import itertools
 import os
-import re
 import warnings
 
 import mxnet as mx
@@ -8,12 +13,12 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
-from ._validate import positive_int
-from .export import read_metadata
+from ._validate import finite_real, positive_int
+from .data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, check_limits, check_resize, read_image
+from .export import ExportError, model_files, read_metadata
 
-__all__ = ["Model", "load_model", "predict", "preprocess", "shrink_to", "image_files"]
-
-_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
+__all__ = ["Model", "load_model", "predict", "iter_predict", "preprocess", "shrink_to",
+           "image_files"]
 
 
 class Model:
@@ -22,6 +27,11 @@ class Model:
 
     def __init__(self, net, metadata, ctx):
         self.net, self.metadata, self.ctx = net, metadata, ctx
+
+    @property
+    def kind(self):
+        """``'classifier'`` or ``'detector'``."""
+        return self.metadata["kind"]
 
     @property
     def outputs(self):
@@ -34,22 +44,26 @@ def load_model(prefix, ctx=None):
 
     The files are found by ``prefix``, as MXNet's checkpoints are, so an export copied under
     another prefix loads (``PREFIX-NNNN.params`` takes the number it was exported with).
+
+    Raises
+    ------
+    FileNotFoundError
+        If one of the three files is missing.
+    gluonkit.export.ExportError
+        (a ``ValueError``) If they are damaged or do not belong together, naming the file.
     """
     prefix = os.fspath(prefix)
     metadata = read_metadata(prefix)
-    ctx = ctx or mx.cpu()
-    number = re.search(r"-(\d+)\.params$", metadata["files"]["params"])
-    files = {"symbol": f"{prefix}-symbol.json",
-             "params": f"{prefix}-{number.group(1) if number else '0000'}.params"}
-    for path in files.values():
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path} does not exist; an exported model is three files: "
-                                    f"{prefix}-symbol.json, {prefix}-NNNN.params and {prefix}.json.")
-    with warnings.catch_warnings():   # MXNet notes that the input's type is not known yet
-        warnings.filterwarnings("ignore", message="Cannot decide type")
-        net = gluon.SymbolBlock.imports(files["symbol"], [metadata["input"]["name"]],
-                                        files["params"], ctx=ctx)
-    return Model(net, metadata, ctx)
+    files = model_files(prefix, metadata)
+    try:
+        with warnings.catch_warnings():   # MXNet notes that the input's type is not known yet
+            warnings.filterwarnings("ignore", message="Cannot decide type")
+            net = gluon.SymbolBlock.imports(files["symbol"], [metadata["input"]["name"]],
+                                            files["params"], ctx=ctx or mx.cpu())
+    except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as err:
+        raise ExportError(f"{files['symbol']} and {files['params']} do not load as a network "
+                          f"({type(err).__name__}); export the model again.") from None
+    return Model(net, metadata, ctx or mx.cpu())
 
 
 def shrink_to(image, max_size):
@@ -61,49 +75,100 @@ def shrink_to(image, max_size):
     return mx.image.imresize(image, max(1, round(width * scale)), max(1, round(height * scale)))
 
 
-def _pixels(image, channels):
+def _pixels(image, channels, name):
     """An HW or HWC array of 8-bit pixels as an HWC uint8 NDArray; ValueError for anything else
     (a float image in [0, 1] cast to uint8 would be all zeros)."""
+    if isinstance(image, mx.nd.NDArray) and image.dtype == np.uint8 and image.ndim == 3 \
+            and image.shape[2] == channels:
+        return image                       # a decoded image, as the datasets give it
     values = image.asnumpy() if isinstance(image, mx.nd.NDArray) else np.asarray(image)
     if values.ndim == 2:
         values = values[:, :, None]
-    if values.ndim != 3 or values.shape[2] != channels:
-        raise ValueError(f"the model takes one image per array, HWC with {channels} channel(s), "
-                         f"got an array of shape {values.shape}; pass several images as a list.")
+    if values.ndim != 3 or values.shape[2] != channels or not values.size:
+        raise ValueError(f"image {name}: the model takes one image per array, HWC with "
+                         f"{channels} channel(s), got an array of shape {values.shape}; pass "
+                         "several images as a list.")
     integral = np.issubdtype(values.dtype, np.integer)
     if values.dtype != np.uint8 and not (integral and 0 <= values.min() and values.max() <= 255):
-        raise ValueError(f"images given as arrays must hold 8-bit pixels (uint8, 0 to 255, as a "
-                         f"decoded image file), got dtype {values.dtype} with values from "
-                         f"{values.min()} to {values.max()}; for floats in [0, 1] pass "
-                         "(x * 255).round().astype('uint8').")
+        raise ValueError(f"image {name}: images given as arrays must hold 8-bit pixels (uint8, "
+                         f"0 to 255, as a decoded image file), got dtype {values.dtype} with "
+                         f"values from {values.min()} to {values.max()}; for floats in [0, 1] "
+                         "pass (x * 255).round().astype('uint8').")
     return mx.nd.array(values, dtype="uint8")
 
 
-def preprocess(image, preprocessing):
-    """One image (a file path, or an HWC uint8 array) as the network's input (CHW float32),
-    following the ``preprocessing`` dict saved with the model."""
+class _Prepared:
+    """One image made ready for the network: ``name``, ``size`` (its own (width, height)),
+    ``tensor`` (CHW float32) and the map from input pixels back to the image's: an input
+    x is the image's ``(x + offset[0]) / scale[0]`` (y likewise)."""
+
+    def __init__(self, name, size, image=None, tensor=None):
+        self.name, self.size, self.image, self.tensor = name, tuple(size), image, tensor
+        self.scale, self.offset = np.ones(2), np.zeros(2)
+
+    def resize(self, width, height, max_pixels, interp):
+        """Resize to ``width`` x ``height``, checked first."""
+        old = np.array(self.image.shape[1::-1], dtype=np.float64)
+        check_resize(self.name, self.size, (width, height), max_pixels)
+        if (width, height) != tuple(old):
+            self.image = mx.image.imresize(self.image, width, height, interp=interp)
+            ratio = np.array([width, height]) / old
+            self.scale, self.offset = self.scale * ratio, self.offset * ratio
+
+    def to_image(self, boxes):
+        """``boxes`` (N, 4) in input pixels as the image's own, clipped to it."""
+        corners = (boxes.reshape(-1, 2, 2) + self.offset) / self.scale
+        return np.clip(corners, 0, self.size).reshape(-1, 4)
+
+
+def _prepare(image, preprocessing, name, max_pixels, max_aspect):
+    """``image`` (a path, or an HWC uint8 array) as a :class:`_Prepared`, following the
+    ``preprocessing`` dict saved with the model."""
     channels = preprocessing["channels"]
     if isinstance(image, str):
-        try:
-            image = mx.image.imread(image, flag=1 if channels == 3 else 0)
-        except mx.base.MXNetError:
-            raise ValueError(f"{image} cannot be decoded as an image; pass image files "
-                             f"({', '.join(_IMAGE_SUFFIXES)}).") from None
+        image = read_image(image, channels, max_pixels=max_pixels, max_aspect=max_aspect)
     else:
-        image = _pixels(image, channels)
+        image = _pixels(image, channels, name)
+    item = _Prepared(name, image.shape[1::-1], image)
     if preprocessing.get("resize"):
         height, width = preprocessing["resize"]
-        image = mx.image.imresize(image, width, height)
-    if preprocessing.get("resize_short"):
-        image = mx.image.resize_short(image, preprocessing["resize_short"])
-    if preprocessing.get("crop"):
-        height, width = preprocessing["crop"]
-        image = mx.image.center_crop(image, (width, height))[0]
-    if preprocessing.get("max_size"):
-        image = shrink_to(image, preprocessing["max_size"])
+        item.resize(width, height, max_pixels, interp=1)
+    if preprocessing.get("resize_short"):       # as mx.image.resize_short
+        size, (width, height) = preprocessing["resize_short"], item.image.shape[1::-1]
+        item.resize(*((size, size * height // width) if height > width
+                      else (size * width // height, size)), max_pixels, interp=2)
+    if preprocessing.get("crop"):               # as mx.image.center_crop
+        width, height = item.image.shape[1::-1]
+        crop_height, crop_width = preprocessing["crop"]
+        new_width, new_height = mx.image.scale_down((width, height), (crop_width, crop_height))
+        x0, y0 = int((width - new_width) / 2), int((height - new_height) / 2)
+        item.image = mx.image.fixed_crop(item.image, x0, y0, int(new_width), int(new_height))
+        item.offset = item.offset + (x0, y0)
+        item.resize(crop_width, crop_height, max_pixels, interp=2)
+    if preprocessing.get("max_size") and max(item.image.shape[:2]) > preprocessing["max_size"]:
+        width, height = item.image.shape[1::-1]    # as shrink_to
+        scale = preprocessing["max_size"] / max(height, width)
+        item.resize(max(1, round(width * scale)), max(1, round(height * scale)), max_pixels,
+                    interp=1)
     steps = transforms.Compose([transforms.ToTensor(),
-                                transforms.Normalize(preprocessing["mean"], preprocessing["std"])])
-    return steps(image)
+                                transforms.Normalize(preprocessing.get("mean", [0.0] * channels),
+                                                     preprocessing.get("std", [1.0] * channels))])
+    item.tensor, item.image = steps(item.image), None
+    return item
+
+
+def preprocess(image, preprocessing, *, name="array", max_pixels=MAX_PIXELS,
+               max_aspect=MAX_ASPECT):
+    """One image (a file path, or an HWC uint8 array) as the network's input (CHW float32),
+    following the ``preprocessing`` dict saved with the model.
+
+    Files are read by :func:`gluonkit.data.images.read_image` within ``max_pixels`` and
+    ``max_aspect``; no resize makes more than ``max_pixels`` pixels. ``name`` is what errors
+    call an array.
+    """
+    max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
+    return _prepare(image, preprocessing, image if isinstance(image, str) else name,
+                    max_pixels, max_aspect).tensor
 
 
 def image_files(paths):
@@ -114,13 +179,13 @@ def image_files(paths):
             for root, dirs, names in os.walk(path):
                 dirs.sort()
                 found += [os.path.join(root, n) for n in sorted(names)
-                          if n.lower().endswith(_IMAGE_SUFFIXES)]
+                          if n.lower().endswith(SUFFIXES)]
         elif os.path.isfile(path):
             found.append(path)
         else:
             raise FileNotFoundError(f"{path}: no such image file or directory.")
     if not found:
-        raise FileNotFoundError(f"no image files ({', '.join(_IMAGE_SUFFIXES)}) in {list(paths)}.")
+        raise FileNotFoundError(f"no image files ({', '.join(SUFFIXES)}) in {list(paths)}.")
     return found
 
 
@@ -130,32 +195,64 @@ def _top(probabilities, classes, k):
             for i in order]
 
 
-def predict(model, images, top_k=5, ctx=None):
-    """The top classes of each image, with probabilities (softmax of the network's outputs).
+def _classified(model, item, outputs, top_k):
+    per_output = {spec["name"]: _top(mx.nd.softmax(out).asnumpy(), spec["classes"], top_k)
+                  for spec, out in zip(model.outputs, outputs)}
+    return {"image": item.name, "top": per_output[model.outputs[0]["name"]],
+            "outputs": per_output}
 
-    Parameters
-    ----------
-    model : str, path-like or Model
-        An export prefix (``'runs/classify/model'``) or a loaded :class:`Model`.
-    images : str, path-like, array, or list of them
-        Image files or directories (walked for image files), or HWC (or HW) uint8 arrays,
-        one image each, RGB as ``mx.image.imread`` decodes (not OpenCV's BGR).
-    top_k : int
-        How many classes to report per image and output.
 
-    Returns
-    -------
-    list of dict
-        One per image: ``'image'`` (the path, or the index of an array), ``'top'`` (the first
-        output's ``[{'class', 'probability'}, ...]``, best first) and ``'outputs'`` (output
-        name -> that list, for networks with several outputs).
+def _detected(model, item, outputs, threshold):
+    ids, scores, boxes = (o.asnumpy() for o in outputs)
+    ids, scores = ids.reshape(-1), scores.reshape(-1)
+    kept = np.flatnonzero((ids >= 0) & (scores >= threshold) & np.isfinite(boxes).all(axis=1))
+    kept = kept[np.argsort(-scores[kept], kind="stable")]
+    classes = model.outputs[0]["classes"]
+    return {"image": item.name, "width": item.size[0], "height": item.size[1],
+            "boxes": [{"class": classes[int(ids[i])] if classes and ids[i] < len(classes)
+                       else int(ids[i]), "score": float(scores[i]), "box": [float(v) for v in box]}
+                      for i, box in zip(kept, item.to_image(boxes[kept]))]}
 
-    Example::
 
-        >>> gluonkit.predict("runs/classify/model", ["seven.png"], top_k=2)[0]["top"]
-        [{'class': '7', 'probability': 0.97...}, {'class': '1', 'probability': 0.01...}]
+def _as_input(array, shape, name):
+    """An array given to a model exported without preprocessing: its input, as float32."""
+    values = array if isinstance(array, mx.nd.NDArray) else mx.nd.array(np.asarray(array))
+    if tuple(values.shape) != tuple(shape):
+        raise ValueError(f"image {name}: the model was exported without preprocessing, so it "
+                         f"takes arrays of its input's shape {tuple(shape)}, got {values.shape}.")
+    return _Prepared(name, values.shape[:0:-1][:2], tensor=values.astype("float32"))
+
+
+def _results(model, batch, top_k, threshold):
+    """The results of the :class:`_Prepared` ``batch``, one network call per run of inputs of
+    one shape."""
+    for _, run in itertools.groupby(batch, key=lambda item: item.tensor.shape):
+        run = list(run)
+        x = mx.nd.stack(*[item.tensor for item in run]).as_in_context(model.ctx)
+        outputs = model.net(x)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        for i, item in enumerate(run):
+            row = [out[i] for out in outputs]
+            yield (_detected(model, item, row, threshold) if model.kind == "detector"
+                   else _classified(model, item, row, top_k))
+
+
+def _stream(model, names, sources, batch_size, prepare, top_k, threshold):
+    for start in range(0, len(names), batch_size):
+        batch = [prepare(sources[i], names[i]) for i in range(start, start + batch_size)
+                 if i < len(names)]
+        yield from _results(model, batch, top_k, threshold)
+
+
+def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=0.5,
+                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """Like :func:`predict`, one result at a time: the images are read, preprocessed and run
+    ``batch_size`` at a time, so memory is bounded by the batch and the first results come
+    before later files are read. Arguments are checked, and the model loaded, at the call.
     """
-    top_k = positive_int(top_k, "top_k")
+    top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
+    threshold = finite_real(score_threshold, "score_threshold")
+    max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     if not isinstance(model, Model):
         model = load_model(model, ctx)
     if isinstance(images, (str, os.PathLike, np.ndarray, mx.nd.NDArray)):
@@ -164,16 +261,65 @@ def predict(model, images, top_k=5, ctx=None):
     paths = [p for p in images if isinstance(p, str)]
     if paths and len(paths) != len(images):
         raise TypeError("images must be all paths or all arrays, not a mix.")
+    preprocessing = model.metadata["preprocessing"]
+    if preprocessing is None:
+        if paths:
+            raise ExportError(f"the model was exported with preprocessing=None: its metadata does "
+                              "not say how an image file becomes its input; export it again with "
+                              "preprocessing=..., or pass arrays of its input's shape "
+                              f"{tuple(model.metadata['input']['shape'])}.")
+        shape = model.metadata["input"]["shape"]
+        return _stream(model, list(range(len(images))), images, batch_size,
+                       lambda array, name: _as_input(array, shape, name), top_k, threshold)
     names = image_files(paths) if paths else list(range(len(images)))
-    inputs = [preprocess(p if paths else images[p], model.metadata["preprocessing"]) for p in names]
-    results = []
-    for name, x in zip(names, inputs):
-        outputs = model.net(x.expand_dims(0).as_in_context(model.ctx))
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        per_output = {}
-        for spec, out in zip(model.outputs, outputs):
-            probabilities = mx.nd.softmax(out).asnumpy()[0]
-            per_output[spec["name"]] = _top(probabilities, spec["classes"], top_k)
-        results.append({"image": name, "top": per_output[model.outputs[0]["name"]],
-                        "outputs": per_output})
-    return results
+    return _stream(model, names, names if paths else images, batch_size,
+                   lambda source, name: _prepare(source, preprocessing, name, max_pixels,
+                                                 max_aspect), top_k, threshold)
+
+
+def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=0.5,
+            max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """The top classes of each image (a classifier), or its boxes (a detector).
+
+    Parameters
+    ----------
+    model : str, path-like or Model
+        An export prefix (``'runs/classify/model'``) or a loaded :class:`Model`.
+    images : str, path-like, array, or list of them
+        Image files or directories (walked for image files), or HWC (or HW) uint8 arrays,
+        one image each, RGB as ``mx.image.imread`` decodes (not OpenCV's BGR). A model
+        exported with ``preprocessing=None`` takes arrays of its input's shape only.
+    top_k : int
+        How many classes to report per image and output (classifiers).
+    batch_size : int
+        Images read and run together.
+    score_threshold : float
+        The lowest score of a box reported (detectors).
+    max_pixels, max_aspect
+        Limits on the image files read (see :mod:`gluonkit.data.images`).
+
+    Returns
+    -------
+    list of dict
+        One per image, ``'image'`` (the path, or the index of an array) and, for a classifier,
+        ``'top'`` (the first output's ``[{'class', 'probability'}, ...]``, best first) and
+        ``'outputs'`` (output name -> that list, for networks with several outputs); for a
+        detector, ``'width'`` and ``'height'`` of the image and ``'boxes'``:
+        ``[{'class', 'score', 'box': [xmin, ymin, xmax, ymax]}, ...]``, best first, in the
+        image's own pixels.
+
+    Raises
+    ------
+    gluonkit.data.images.ImageError
+        For an image file that is damaged, not an image, or beyond the limits.
+    gluonkit.export.ExportError
+        For model files that are damaged or do not belong together.
+
+    Example::
+
+        >>> gluonkit.predict("runs/classify/model", ["seven.png"], top_k=2)[0]["top"]
+        [{'class': '7', 'probability': 0.97...}, {'class': '1', 'probability': 0.01...}]
+    """
+    return list(iter_predict(model, images, top_k, ctx, batch_size=batch_size,
+                             score_threshold=score_threshold, max_pixels=max_pixels,
+                             max_aspect=max_aspect))

@@ -165,3 +165,110 @@ def test_a_full_disk_leaves_the_previous_export_whole(tmp_path):
     assert "OSError" in done.stdout and "model-0000.params" in done.stdout, done.stdout
     after = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
     assert after == before
+
+
+def _small_export(directory, classes="abc", seed=0):
+    mx.random.seed(seed)
+    net = small_cnn(len(classes))
+    net.initialize(mx.init.Xavier())
+    prefix = str(directory / "model")
+    gluonkit.export_model(net, prefix, (3, 8, 8), outputs=list(classes),
+                          preprocessing={"channels": 3, "resize": [8, 8]})
+    return net, prefix
+
+
+def test_metadata_records_kind_and_digests_of_its_files(tmp_path):
+    import hashlib
+
+    _, prefix = _small_export(tmp_path)
+    saved = json.loads((tmp_path / "model.json").read_text())
+    assert saved["kind"] == "classifier" and saved["format"] == gluonkit.export.FORMAT
+    for key, name in (("symbol", "model-symbol.json"), ("params", "model-0000.params")):
+        assert saved["sha256"][key] == hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+
+
+def test_parameters_of_another_export_are_refused(tmp_path):
+    """Two exports of one architecture: one's parameters copied over the other's would load
+    and predict wrong numbers; the digest refuses them, naming the file."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _, first = _small_export(tmp_path / "a", seed=1)
+    _, second = _small_export(tmp_path / "b", seed=2)
+    image = np.random.RandomState(0).randint(0, 256, (8, 8, 3), dtype=np.uint8)
+    assert gluonkit.predict(first, [image]) != gluonkit.predict(second, [image])
+    (tmp_path / "a" / "model-0000.params").write_bytes((tmp_path / "b" / "model-0000.params").read_bytes())
+    with pytest.raises(gluonkit.ExportError, match="model-0000.params is not the file .*model.json "
+                                                   "was exported with"):
+        gluonkit.load_model(first)
+
+
+def _damage(tmp_path, what):
+    """Damage one file of an export in ``tmp_path``; returns the file's name."""
+    metadata = tmp_path / "model.json"
+    saved = json.loads(metadata.read_text())
+    if what in ("params", "symbol"):
+        path = tmp_path / ("model-0000.params" if what == "params" else "model-symbol.json")
+        path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+        return path.name
+    if what == "list":
+        metadata.write_text(json.dumps([saved]))
+    elif what == "not-json":
+        metadata.write_bytes(b"\xff\xfe{")
+    elif what.startswith("no-"):
+        del saved[what[3:]]
+        metadata.write_text(json.dumps(saved))
+    elif what == "old-format":
+        metadata.write_text(json.dumps(dict(saved, format=1)))
+    else:   # a field of the wrong type
+        saved["preprocessing"]["resize"] = "large"
+        metadata.write_text(json.dumps(saved))
+    return "model.json"
+
+
+@pytest.mark.parametrize("what, message", [
+    ("params", "SHA-256 differs"), ("symbol", "SHA-256 differs"), ("list", "holds a JSON list"),
+    ("not-json", "is not valid JSON"), ("no-outputs", "misses 'outputs'"),
+    ("no-preprocessing", "misses 'preprocessing'"), ("no-sha256", "misses 'sha256'"),
+    ("old-format", "has format 1; this gluonkit reads format 2"),
+    ("bad-field", r"'preprocessing'\['resize'\] must be None or \[height, width\]")])
+def test_damaged_exports_fail_with_one_line_naming_the_file(tmp_path, what, message):
+    _small_export(tmp_path)
+    name = _damage(tmp_path, what)
+    with pytest.raises(gluonkit.ExportError, match=message) as refused:
+        gluonkit.load_model(str(tmp_path / "model"))
+    assert str(tmp_path / name) in str(refused.value) and "\n" not in str(refused.value)
+    assert "export the model again" in str(refused.value)
+
+
+def test_without_preprocessing_arrays_are_the_input_and_files_are_refused(tmp_path):
+    net = small_cnn(3)
+    net.initialize(mx.init.Xavier())
+    gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8))       # preprocessing=None
+    x = np.random.RandomState(0).uniform(size=(2, 3, 8, 8)).astype(np.float32)
+    z = net(mx.nd.array(x)).asnumpy()
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    results = gluonkit.predict(str(tmp_path / "model"), list(x), top_k=3)
+    for result, expected in zip(results, p):
+        np.testing.assert_allclose([t["probability"] for t in result["top"]],
+                                   np.sort(expected)[::-1], rtol=1e-5)
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    with pytest.raises(gluonkit.ExportError, match="exported with preprocessing=None.*arrays of "
+                                                   r"its input's shape \(3, 8, 8\)"):
+        gluonkit.predict(str(tmp_path / "model"), [str(tmp_path / "image.png")])
+    with pytest.raises(ValueError, match=r"takes arrays of its input's shape \(3, 8, 8\), got \(8, 8, 3\)"):
+        gluonkit.predict(str(tmp_path / "model"), [np.zeros((8, 8, 3), np.uint8)])
+
+
+def test_bad_preprocessing_kind_or_extra_is_refused_before_writing(tmp_path):
+    net = small_cnn(3)
+    net.initialize()
+    for options, error, message in (
+            ({"preprocessing": {"channels": 2}}, ValueError, r"\['channels'\] must be 1 or 3"),
+            ({"preprocessing": {"channels": 1, "resize_shorter": 8}}, ValueError, "unknown keys"),
+            ({"preprocessing": {"channels": 1, "std": [0]}}, ValueError, "must be positive"),
+            ({"kind": "segmenter"}, ValueError, "kind must be one of"),
+            ({"kind": "detector"}, ValueError, "kind='detector' needs outputs ids, scores and boxes"),
+            ({"sha256": "x"}, TypeError, "these entries are its own")):
+        with pytest.raises(error, match=message):
+            gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), **options)
+    assert os.listdir(tmp_path) == []

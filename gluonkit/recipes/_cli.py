@@ -24,7 +24,7 @@ __all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positi
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
-           "export_summary", "run_command"]
+           "export_summary", "run_command", "add_image_limits"]
 
 _THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 _REEXEC = "GLUONKIT_THREADS_SET"
@@ -306,6 +306,30 @@ def add_device_options(parser):
                          help="how gradients are reduced: device, local, or dist_sync under "
                               "gluonkit-launch")
     return devices
+
+
+def add_image_limits(group):
+    """``--max-image-pixels`` and ``--max-aspect-ratio``: the limits on the image files a
+    command reads (``gluonkit.data.images``), added to the argument ``group``."""
+    from ..data.images import MAX_ASPECT, MAX_PIXELS, check_limits
+
+    def limit(index, convert):
+        def parse(text):
+            try:
+                values = [MAX_PIXELS, MAX_ASPECT]
+                values[index] = convert(text)
+                return check_limits(*values)[index]
+            except (TypeError, ValueError) as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+        parse.__name__ = "limit"
+        return parse
+
+    group.add_argument("--max-image-pixels", type=limit(0, int), default=MAX_PIXELS, metavar="N",
+                       help="refuse image files of more pixels (Pillow's decompression-bomb "
+                            "limit; at most 2^30, MXNet's decoder's)")
+    group.add_argument("--max-aspect-ratio", type=limit(1, float), default=MAX_ASPECT, metavar="R",
+                       help="refuse image files whose longer side is more than R times the other")
+    return group
 
 
 def add_output_options(parser, default_out, export=True):

@@ -77,6 +77,7 @@ def _build_parser():
                            "(drawn with --seed)")
     data.add_argument("--num-workers", type=_cli.non_negative_int, default=0,
                       help="data loading processes")
+    _cli.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="cnn",
                        help="'cnn' (built in) or a GluonCV model-zoo name, e.g. cifar_resnet20_v1")
@@ -251,7 +252,8 @@ def _train(args, folder):
         amp.init(ctx)     # before anything is loaded, built or written
     _cli.seed_all(args.seed)
     train_set, test_set, class_names, preprocessing = load_dataset(
-        args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed)
+        args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed,
+        max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
     kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
     if not isinstance(kvstore, str):
         train_set = worker_shard(train_set, kvstore)

@@ -15,6 +15,7 @@ from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
 from ..data import DataFileError, class_labels, digits
+from ..data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, ImageRecordDataset
 from ..inference import preprocess, shrink_to
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
@@ -55,14 +56,15 @@ class CapSize(gluon.Block):
 
 class _Preprocess(gluon.Block):
     """An image as the exported model's ``preprocessing`` says: evaluation and
-    ``gluonkit.predict`` run the same code."""
+    ``gluonkit.predict`` run the same code (no resize beyond ``max_pixels``)."""
 
-    def __init__(self, preprocessing):
+    def __init__(self, preprocessing, max_pixels=MAX_PIXELS):
         super().__init__()
-        self._preprocessing = preprocessing
+        self._preprocessing, self._max_pixels = preprocessing, max_pixels
 
     def forward(self, x):
-        return preprocess(x, self._preprocessing)
+        return preprocess(x, self._preprocessing, name="an image of the test set",
+                          max_pixels=self._max_pixels)
 
 
 def dataset_labels(dataset):
@@ -159,16 +161,16 @@ def _cifar10(data_dir):
             "(embedded, no download).") from None
 
 
-def _image_folders(dataset, where):
+def _image_folders(dataset, where, limits):
     if not os.path.isdir(os.path.join(where, "train")):
         raise FileNotFoundError(f"--dataset {dataset}: expected class folders in "
                                 f"{os.path.join(where, 'train')}.")
-    train = gluon.data.vision.ImageFolderDataset(os.path.join(where, "train"))
+    train = ImageFolderDataset(os.path.join(where, "train"), **limits)
     _check_classes_hold_images(train, os.path.join(where, "train"))
     held = [os.path.join(where, d) for d in ("val", "test") if os.path.isdir(os.path.join(where, d))]
     test = None
     if held:
-        test = gluon.data.vision.ImageFolderDataset(held[0])
+        test = ImageFolderDataset(held[0], **limits)
         if test.synsets != train.synsets:
             raise ValueError(f"--dataset {dataset}: {held[0]} has classes {test.synsets} but "
                              f"train has {train.synsets}.")
@@ -191,7 +193,7 @@ def _check_classes_hold_images(folder, root):
                             "cannot be learned, yet would be exported as one).")
 
 
-def _record_files(dataset, where):
+def _record_files(dataset, where, limits):
     files = where.split(",")
     for path in files:
         if not (os.path.isfile(path) and os.path.isfile(os.path.splitext(path)[0] + ".idx")):
@@ -201,13 +203,17 @@ def _record_files(dataset, where):
     if len(files) > 1:
         class_labels(files[1], classes, f"{files[0]} holds no other: relabel it, or add training "
                                         "samples of that class")
-    train = gluon.data.vision.ImageRecordDataset(files[0])
-    test = gluon.data.vision.ImageRecordDataset(files[1]) if len(files) > 1 else None
+    train = ImageRecordDataset(files[0], **limits)
+    test = ImageRecordDataset(files[1], **limits) if len(files) > 1 else None
     return train, test, [str(c) for c in range(classes)]
 
 
-def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, seed=0):
+def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, seed=0, *,
+                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """The datasets and what inference needs, for a ``--dataset`` value.
+
+    Image files (folders, RecordIO) are decoded by :mod:`gluonkit.data.images`, within
+    ``max_pixels`` and ``max_aspect``.
 
     Returns
     -------
@@ -231,14 +237,15 @@ def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, 
         preprocessing = _preprocessing(3, _CIFAR_MEAN, _CIFAR_STD, resize=32)
     elif kind in ("imagefolder", "rec") and where:
         read = _image_folders if kind == "imagefolder" else _record_files
-        train, test, names = read(dataset, where)
+        train, test, names = read(dataset, where, {"max_pixels": max_pixels,
+                                                   "max_aspect": max_aspect})
         if image_size:
             preprocessing = _preprocessing(3, IMAGENET_MEAN, IMAGENET_STD, crop=image_size,
                                            resize_short=int(round(image_size / _CROP_FRACTION)))
         else:
             preprocessing = _preprocessing(3, IMAGENET_MEAN, IMAGENET_STD, max_size=max_size)
         train_fn = _train_transform(image_size, max_size, IMAGENET_MEAN, IMAGENET_STD)
-        test_fn = _Preprocess(preprocessing)
+        test_fn = _Preprocess(preprocessing, max_pixels)
     else:
         raise ValueError(f"--dataset {dataset!r} is not one of digits, cifar10, imagefolder:DIR, "
                          "rec:FILE.rec.")

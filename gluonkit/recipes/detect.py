@@ -266,7 +266,8 @@ def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
                      "std": [0.229, 0.224, 0.225], "layout": "NCHW"}    # as GluonCV's val transforms
     return export_model(net, prefix, (3,) + tuple(size), outputs={"ids": classes, "scores": None,
                                                                   "bboxes": None},
-                        preprocessing=preprocessing, task="detect", epoch_trained=state.get("epoch"))
+                        preprocessing=preprocessing, kind="detector", task="detect",
+                        epoch_trained=state.get("epoch"))
 
 
 def train(args):

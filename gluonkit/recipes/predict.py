@@ -1,16 +1,22 @@
-"""Classify image files with a model exported by a gluonkit recipe (or ``gluonkit.export``).
+"""Classify image files, or find objects in them, with a model exported by a gluonkit recipe
+(or ``gluonkit.export_model``).
 
     gluonkit-predict --model runs/classify/model photo.png more_photos/ --top-k 3
     gluonkit-predict --model runs/classify/model photo.png --json
+    gluonkit-predict --model runs/detect/model street.png --score-threshold 0.3
 
-For each image, prints the top classes with their probabilities, using the preprocessing
-saved with the model (``model.json``); ``--json`` prints one JSON list for programs.
+For each image, prints the top classes with their probabilities (a classifier) or the boxes
+found, with class, score and corners in the image's own pixels (a detector), using the
+preprocessing saved with the model (``model.json``); ``--json`` prints one JSON list for
+programs. Results are printed batch by batch, as the images are read. A file that cannot be
+used (a damaged model or image, an image beyond the limits) ends the command with one line
+naming it, and status 1.
 """
 import argparse
 import json
 import sys
 
-from ..inference import load_model, predict
+from ..inference import iter_predict, load_model
 from . import _cli
 
 __all__ = ["parse_args", "main", "format_results"]
@@ -25,22 +31,52 @@ def parse_args(argv=None):
                         help="image files, or directories searched for them")
     parser.add_argument("--model", required=True, metavar="PREFIX",
                         help="the exported model's prefix: OUT/model for OUT/model-symbol.json")
-    parser.add_argument("--top-k", type=_cli.positive_int, default=5, help="classes per image")
+    parser.add_argument("--top-k", type=_cli.positive_int, default=5,
+                        help="classes per image (classifiers)")
+    parser.add_argument("--score-threshold", type=_cli.non_negative_float, default=0.5,
+                        metavar="S", help="the lowest score of a box printed (detectors)")
+    parser.add_argument("--batch-size", type=_cli.positive_int, default=32,
+                        help="images read and run together")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0", help="the device to run on")
+    _cli.add_image_limits(parser)
     return parser.parse_args(argv)
 
 
+def _format_boxes(result):
+    if not result["boxes"]:
+        return "no boxes"
+    return "; ".join(f"{b['class']} ({b['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in b["box"])
+                     for b in result["boxes"])
+
+
+def _format_classes(result):
+    parts = [", ".join(f"{t['class']} ({t['probability']:.3f})" for t in top)
+             for top in result["outputs"].values()]
+    if len(parts) > 1:
+        parts = [f"{name}: {part}" for name, part in zip(result["outputs"], parts)]
+    return " | ".join(parts)
+
+
 def format_results(results):
-    """Lines of text: ``IMAGE: CLASS (PROBABILITY), ...`` (per output for several outputs)."""
-    lines = []
-    for result in results:
-        parts = [", ".join(f"{t['class']} ({t['probability']:.3f})" for t in top)
-                 for top in result["outputs"].values()]
-        if len(parts) > 1:
-            parts = [f"{name}: {part}" for name, part in zip(result["outputs"], parts)]
-        lines.append(f"{result['image']}: " + " | ".join(parts))
-    return lines
+    """Lines of text, one per image: ``IMAGE: CLASS (PROBABILITY), ...`` (per output for
+    several outputs), or for a detector ``IMAGE: CLASS (SCORE) at XMIN,YMIN,XMAX,YMAX; ...``."""
+    return [f"{r['image']}: " + (_format_boxes(r) if "boxes" in r else _format_classes(r))
+            for r in results]
+
+
+def _print_stream(results, as_json):
+    """Print each result as it comes: a text line, or an element of one JSON list."""
+    if as_json:
+        print("[")
+    for count, result in enumerate(results):
+        if as_json:
+            text = json.dumps(result, indent=1)
+            print(("" if count == 0 else ",\n") + text, end="", flush=True)
+        else:
+            print(format_results([result])[0], flush=True)
+    if as_json:
+        print("\n]")
 
 
 def main(argv=None):
@@ -50,13 +86,13 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         model = load_model(args.model, _cli.parse_ctx(args.ctx)[0])
-        results = predict(model, args.images, top_k=args.top_k)
-    except (FileNotFoundError, ValueError) as err:
+        results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
+                               score_threshold=args.score_threshold,
+                               max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
+        _print_stream(results, args.json)
+    except (FileNotFoundError, ValueError) as err:   # ImageError and ExportError among them
+        sys.stdout.flush()
         sys.exit(f"gluonkit-predict: {err}")
-    if args.json:
-        print(json.dumps(results, indent=1))
-    else:
-        print("\n".join(format_results(results)))
 
 
 if __name__ == "__main__":

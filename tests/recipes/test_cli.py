@@ -224,7 +224,9 @@ def test_export_with_only_the_out_rebuilds_the_runs_network(tmp_path):
         (out / name).unlink()
     assert classify_main("--out", str(out), "--export") == 0
     again = exported_model(out)
-    assert again[0]["model"] == "cifar_resnet20_v1" and again[0] == trained[0]
+    # the same metadata but for the digests (the rebuilt network's layer names are in the files)
+    assert again[0]["model"] == "cifar_resnet20_v1"
+    assert dict(again[0], sha256=None) == dict(trained[0], sha256=None)
     assert len(again[1]) == len(trained[1]) > 60
     for a, b in zip(again[1], trained[1]):
         np.testing.assert_array_equal(a, b)

@@ -14,6 +14,7 @@ from gluonkit.data import digits
 from gluonkit import Checkpoint
 from gluonkit.recipes import classify, predict as predict_cmd
 from gluonkit.recipes.models import small_cnn
+from image_files import encoded, pixels, png_header_only, zero_png
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +119,143 @@ def test_an_export_copied_under_another_prefix_loads_from_its_own_files(trained,
     (tmp_path / "digits-0000.params").unlink()
     with pytest.raises(FileNotFoundError, match="digits-0000.params"):
         gluonkit.load_model(str(tmp_path / "digits"))
+
+
+def run_command(argv, cwd):
+    """``gluonkit-predict argv`` in a fresh process: (status, stdout, stderr, peak RSS in MB)."""
+    code = ("import resource, sys\n"
+            "from gluonkit.recipes import predict\n"
+            "try:\n"
+            "    predict.main(sys.argv[1:])\n"
+            "finally:\n"
+            "    print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code, *map(str, argv)], capture_output=True,
+                          text=True, timeout=300, cwd=str(cwd),
+                          env=dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE"))
+    lines = done.stderr.strip().splitlines()        # the exit message comes after the peak
+    peak = [line for line in lines if line.startswith("peak ")][-1]
+    lines.remove(peak)
+    return done.returncode, done.stdout, "\n".join(lines), int(peak.split()[1]) / 1024
+
+
+@pytest.fixture(scope="module")
+def wide_model(tmp_path_factory):
+    """A tiny classifier whose input is 3 x 224 x 224: 0.6 MB a preprocessed image."""
+    out = tmp_path_factory.mktemp("wide")
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.GlobalAvgPool2D(), mx.gluon.nn.Flatten(), mx.gluon.nn.Dense(2))
+    net.initialize()
+    gluonkit.export_model(net, str(out / "model"), (3, 224, 224), outputs=["x", "y"],
+                          preprocessing={"channels": 3, "resize": [224, 224]})
+    (out / "normal.png").write_bytes(encoded(pixels(224, 224), ".png"))
+    return out
+
+
+@pytest.mark.parametrize("width, height", [(20000, 20000), (30000, 30000), (100000, 1)],
+                         ids=["20000^2", "30000^2", "1x100000"])
+def test_image_bombs_are_refused_within_100_mb(wide_model, tmp_path, width, height):
+    """Before: +358 MB, +1.2 GB and +808 MB, and predicted. Now refused from the header:
+    peak RSS within 100 MB of predicting a normal image."""
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(zero_png(width, height))
+    assert bomb.stat().st_size < 1_000_000
+    status, out, _, normal = run_command(["--model", wide_model / "model", wide_model / "normal.png"],
+                                         tmp_path)
+    assert status == 0 and out.startswith(str(wide_model / "normal.png"))
+    status, out, err, peak = run_command(["--model", wide_model / "model", bomb], tmp_path)
+    assert status == 1 and out == "" and err.startswith(f"gluonkit-predict: {bomb} is {width}x{height}")
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert peak < normal + 100, (peak, normal)
+
+
+def test_many_images_cost_the_memory_of_one_batch(wide_model, tmp_path):
+    """Before: every image preprocessed before the first result (400 images: +246 MB)."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(400):
+        (folder / f"{i:03d}.png").write_bytes(encoded(pixels(16, 16, seed=i), ".png"))
+    few = tmp_path / "few"
+    few.mkdir()
+    for i in range(16):
+        (few / f"{i:03d}.png").write_bytes(encoded(pixels(16, 16, seed=i), ".png"))
+    argv = ["--model", wide_model / "model", "--batch-size", "16"]
+    status, out_few, _, small = run_command(argv + [few], tmp_path)
+    assert status == 0 and len(out_few.splitlines()) == 16
+    status, out, _, large = run_command(argv + [folder], tmp_path)
+    assert status == 0 and len(out.splitlines()) == 400
+    assert [line.split(": ", 1)[1] for line in out.splitlines()[:16]] == \
+        [line.split(": ", 1)[1] for line in out_few.splitlines()]
+    assert large < small + 40, (large, small)          # 384 more images: 230 MB if all held
+
+
+def test_damaged_files_end_the_command_with_one_line(trained, tmp_path):
+    out, _, images, _ = trained
+    cut = tmp_path / "cut.png"                          # before: predicted from blank pixels
+    cut.write_bytes(png_header_only(pixels(8, 8)))
+    export = tmp_path / "export"
+    export.mkdir()
+    for name in ("model-symbol.json", "model-0000.params", "model.json"):
+        (export / name).write_bytes((out / name).read_bytes())
+    params = export / "model-0000.params"
+    params.write_bytes(params.read_bytes()[:1000])
+    for argv, message in (([out / "model", cut], f"{cut} is cut short"),
+                          ([export / "model", images], f"{params} is not the file")):
+        status, stdout, err, _ = run_command(["--model", *argv], tmp_path)
+        assert status == 1 and stdout == "" and err.startswith(f"gluonkit-predict: {message}")
+        assert len(err.splitlines()) == 1, err
+
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory):
+    """The detect recipe trained 1 epoch on its smallest setting (SSD: a YOLOv3 this young
+    scores every box under GluonCV's 0.01 floor), and a drawn image of 150 x 90 pixels."""
+    from gluonkit.recipes import detect
+
+    out = tmp_path_factory.mktemp("detect")
+    detect.train(detect.parse_args(["--limit", "8", "--epochs", "1", "--batch-size", "4",
+                                    "--image-size", "64", "--no-progress", "--out", str(out),
+                                    "--model", "ssd_300_mobilenet0.25_custom"]))
+    image = np.full((90, 150, 3), 230, np.uint8)
+    cv2.circle(image, (40, 45), 20, (0, 0, 255), -1)                   # red, as OpenCV is BGR
+    cv2.rectangle(image, (90, 20), (130, 60), (0, 200, 0), -1)
+    cv2.imwrite(str(out / "drawn.png"), image)
+    return out, image[:, :, ::-1]
+
+
+def test_detector_export_predicts_boxes_in_the_image_own_pixels(detector):
+    out, image = detector
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["kind"] == "detector" and meta["preprocessing"]["resize"] == [64, 64]
+    result = gluonkit.predict(str(out / "model"), str(out / "drawn.png"), score_threshold=0.05)[0]
+    assert (result["width"], result["height"]) == (150, 90) and result["boxes"]
+    # by hand: the exported network, without gluonkit, on the image resized and normalized
+    net = mx.gluon.SymbolBlock.imports(str(out / "model-symbol.json"), ["data"],
+                                       str(out / "model-0000.params"))
+    resized = mx.image.imresize(mx.nd.array(image, dtype="uint8"), 64, 64).asnumpy() / 255.0
+    x = (resized - meta["preprocessing"]["mean"]) / meta["preprocessing"]["std"]
+    ids, scores, boxes = (a[0].asnumpy() for a in net(mx.nd.array(x.transpose(2, 0, 1)[None])))
+    kept = (ids[:, 0] >= 0) & (scores[:, 0] >= 0.05)
+    order = np.argsort(-scores[kept, 0], kind="stable")
+    expected = np.clip(boxes[kept][order] * [150 / 64, 90 / 64, 150 / 64, 90 / 64], 0,
+                       [150, 90, 150, 90])
+    assert len(result["boxes"]) == kept.sum()
+    np.testing.assert_allclose([b["box"] for b in result["boxes"]], expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose([b["score"] for b in result["boxes"]], scores[kept, 0][order],
+                               rtol=1e-5)
+    assert [b["class"] for b in result["boxes"]] == [meta["outputs"][0]["classes"][int(i)]
+                                                     for i in ids[kept, 0][order]]
+
+
+def test_detector_command_prints_boxes_as_text_and_json(detector, capsys):
+    out, _ = detector
+    expected = gluonkit.predict(str(out / "model"), [str(out / "drawn.png")], score_threshold=0.3)
+    predict_cmd.main(["--model", str(out / "model"), str(out / "drawn.png"), "--json",
+                      "--score-threshold", "0.3"])
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(expected))
+    predict_cmd.main(["--model", str(out / "model"), str(out / "drawn.png"),
+                      "--score-threshold", "0.3"])
+    line = capsys.readouterr().out.strip()
+    box = expected[0]["boxes"][0] if expected[0]["boxes"] else None
+    assert line.startswith(f"{out / 'drawn.png'}: ") and (
+        box is None and line.endswith("no boxes") or
+        f"{box['class']} ({box['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in box["box"]) in line)

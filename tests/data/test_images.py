@@ -1,0 +1,160 @@
+"""gluonkit.data.images: one decoding path, with limits, whose every error names the file."""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon
+
+from gluonkit.data.images import (DECODER_MAX_PIXELS, ImageError, ImageFolderDataset,
+                                  ImageRecordDataset, check_limits, decode_image, read_image)
+from image_files import encoded, pixels, png_header_only, zero_png
+
+
+@pytest.mark.parametrize("suffix", [".png", ".bmp", ".tif", ".jpg"])
+def test_images_decode_as_mxnet_decodes_them(tmp_path, suffix):
+    image = pixels()
+    path = tmp_path / f"image{suffix}"
+    path.write_bytes(encoded(image, suffix))
+    expected = mx.image.imread(str(path)).asnumpy()
+    got = read_image(path)
+    assert got.dtype == np.uint8 and got.shape == (40, 50, 3)
+    np.testing.assert_array_equal(got.asnumpy(), expected)
+    if suffix != ".jpg":                                  # lossless: the pixels themselves, RGB
+        np.testing.assert_array_equal(got.asnumpy(), image)
+    np.testing.assert_array_equal(read_image(path, 1).asnumpy(),
+                                  mx.image.imread(str(path), flag=0).asnumpy())
+    np.testing.assert_array_equal(decode_image(path.read_bytes(), "x").asnumpy(), expected)
+
+
+def _cut(suffix, keep=0.5):
+    data = encoded(pixels(), suffix)
+    return data[:int(len(data) * keep)]
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "is empty"),
+    (b"name,label\ncat,1\n", "cannot be decoded as an image"),
+    (png_header_only(pixels()), "is cut short"),                    # MXNet: blank pixels
+    (_cut(".png"), "is cut short"),                                 # MXNet: an error later
+    (_cut(".png", 0.95), "is cut short"),
+    (_cut(".jpg"), "is cut short"),                                 # MXNet: grey pixels
+    (_cut(".bmp"), "cannot be decoded: its BMP data"),
+    (_cut(".tif"), "cannot be decoded"),
+    (zero_png(100000, 1), "aspect ratio above the limit of 100:1"),
+    (zero_png(1, 100000), "aspect ratio above the limit"),
+    (zero_png(20000, 20000), "20000x20000 = 400,000,000 pixels, above the limit of 89,478,485"),
+    (zero_png(40000, 30000), "above the limit"),                    # over 2^30: MXNet fails later
+], ids=["empty", "text", "png-header-only", "png-cut", "png-cut-near-end", "jpeg-cut", "bmp-cut",
+        "tiff-cut", "1x100000", "100000x1", "20000x20000", "over-2^30"])
+def test_refused_files_fail_at_once_naming_the_file(tmp_path, data, message):
+    path = tmp_path / "bad.png"
+    path.write_bytes(data)
+    with pytest.raises(ImageError, match=message) as refused:
+        read_image(path)
+    assert str(refused.value).startswith(str(path)) and "\n" not in str(refused.value)
+    mx.nd.waitall()                                      # nothing left to fail later
+    with pytest.raises(ImageError, match=message):
+        decode_image(data, "record 3")
+
+
+def test_limits_can_be_raised_and_are_checked(tmp_path):
+    path = tmp_path / "strip.png"
+    path.write_bytes(zero_png(100000, 1))
+    strip = read_image(path, max_aspect=100000)
+    assert strip.shape == (1, 100000, 3) and strip.asnumpy().max() == 0
+    path.write_bytes(encoded(pixels(), ".png"))          # 50 x 40 = 2000 pixels
+    with pytest.raises(ImageError, match="2,000 pixels, above the limit of 1,999.*--max-image-pixels"):
+        read_image(path, max_pixels=1999)
+    assert read_image(path, max_pixels=2000).shape == (40, 50, 3)
+    assert check_limits(DECODER_MAX_PIXELS, 1) == (DECODER_MAX_PIXELS, 1.0)
+    for pixels_, aspect, error in ((DECODER_MAX_PIXELS + 1, 100, ValueError), (0, 100, ValueError),
+                                   (1.5, 100, TypeError), (100, 0.5, ValueError)):
+        with pytest.raises(error):
+            read_image(path, max_pixels=pixels_, max_aspect=aspect)
+
+
+def test_a_file_larger_than_its_image_can_be_is_not_read(tmp_path):
+    path = tmp_path / "padded.png"
+    with open(path, "wb") as f:
+        f.write(encoded(pixels(4, 4), ".png"))
+        f.truncate(80 << 20)                              # 80 MB behind a 4 x 4 image
+    with pytest.raises(ImageError, match="padded.png is 83,886,080 bytes, more than a 4x4 image"):
+        read_image(path)
+
+
+def test_image_folders_name_the_file_that_cannot_be_decoded(tmp_path):
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        (tmp_path / cls / "0.png").write_bytes(encoded(pixels(seed=ord(cls)), ".png"))
+    (tmp_path / "b" / "1.png").write_bytes(b"")
+    dataset = ImageFolderDataset(str(tmp_path))
+    image, label = dataset[0]
+    np.testing.assert_array_equal(image.asnumpy(), pixels(seed=ord("a")))
+    assert label == 0 and [dataset.items[i][0] for i in range(3)][2].endswith("1.png")
+    with pytest.raises(ImageError, match=f"{tmp_path / 'b' / '1.png'} is empty"):
+        for _ in gluon.data.DataLoader(dataset.transform_first(lambda x: x.astype("float32")),
+                                       batch_size=2):
+            pass
+
+
+def test_record_files_name_the_file_and_the_record(tmp_path):
+    rec, idx = str(tmp_path / "data.rec"), str(tmp_path / "data.idx")
+    writer = mx.recordio.MXIndexedRecordIO(idx, rec, "w")
+    for i, data in enumerate([encoded(pixels(seed=1), ".png"), _cut(".png")]):
+        writer.write_idx(i, mx.recordio.pack(mx.recordio.IRHeader(0, float(i), i, 0), data))
+    writer.close()
+    dataset = ImageRecordDataset(rec)
+    image, label = dataset[0]
+    np.testing.assert_array_equal(image.asnumpy(), pixels(seed=1))
+    assert label == 0.0
+    with pytest.raises(ImageError, match=r"data.rec \(record 1\) is cut short"):
+        dataset[1]
+
+
+def test_training_on_a_folder_with_a_damaged_file_ends_with_one_line(tmp_path):
+    """Before: MXNet's 'Decoding failed' traceback partway through the epoch, naming no file."""
+    import os
+    import subprocess
+    import sys
+
+    for cls in ("a", "b"):
+        for split in ("train", "val"):
+            os.makedirs(tmp_path / "data" / split / cls)
+            for i in range(4):
+                (tmp_path / "data" / split / cls / f"{i}.png").write_bytes(
+                    encoded(pixels(12, 10, seed=i), ".png"))
+    damaged = tmp_path / "data" / "train" / "b" / "2.png"
+    damaged.write_bytes(b"")
+    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.classify", "--dataset",
+                           f"imagefolder:{tmp_path / 'data'}", "--image-size", "8", "--epochs", "1",
+                           "--batch-size", "4", "--out", "", "--no-progress"],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                          env=dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE"))
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last == f"gluonkit-classify: {damaged} is empty (0 bytes); " \
+                                            "remove it or replace it with an image."
+    assert "Traceback" not in done.stderr
+
+
+def test_a_jpeg_with_a_thumbnail_in_a_large_segment_is_read_past_it(tmp_path):
+    """The header and end-of-image checks walk the marker segments by their lengths: a
+    thumbnail (with markers of its own) in a 60 kB segment before the frame is skipped."""
+    data = encoded(pixels(), ".jpg")
+    thumbnail = encoded(pixels(8, 8, seed=5), ".jpg")               # SOI ... SOS ... EOI
+    payload = b"Exif\x00\x00" + thumbnail + bytes(60000 - len(thumbnail))
+    segment = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(data[:2] + segment + data[2:])
+    np.testing.assert_array_equal(read_image(path).asnumpy(), mx.image.imread(str(path)).asnumpy())
+    assert read_image(path).shape == (40, 50, 3)
+    path.write_bytes(data[:2] + segment + data[2:len(data) - 200])   # the thumbnail ends, the image not
+    with pytest.raises(ImageError, match="photo.jpg is cut short"):
+        read_image(path)
+
+
+@pytest.mark.parametrize("header", [b"\xff\xd8\xff\xe0\x00\x00", b"\xff\xd8\xff\xe0\x00\x01JFIF",
+                                    b"\xff\xd8\xff\xff\xff", b"\xff\xd8\xff\xda\x00\x08"])
+def test_damaged_jpeg_headers_are_refused(tmp_path, header):
+    path = tmp_path / "odd.jpg"
+    path.write_bytes(header)
+    with pytest.raises(ImageError, match="odd.jpg cannot be decoded as an image"):
+        read_image(path)

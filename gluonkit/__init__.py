@@ -9,7 +9,7 @@ from ._check import check_at_import as _check_at_import
 
 _check_at_import()
 
-from . import autograd, data, nn, ops, params  # noqa: E402
+from . import autograd, data, names, nn, ops, params  # noqa: E402
 from . import callbacks  # noqa: E402
 from .data.images import ImageError  # noqa: E402
 from .export import ExportError, export_model  # noqa: E402
@@ -22,4 +22,4 @@ from .train.trainer import Trainer  # noqa: E402
 __all__ = ["__version__", "Trainer", "split_and_load", "fit", "evaluate", "Checkpoint",
            "CheckpointError", "export_model", "load_model", "predict", "iter_predict",
            "ExportError", "ImageError",
-           "autograd", "callbacks", "data", "nn", "ops", "params"]
+           "autograd", "callbacks", "data", "names", "nn", "ops", "params"]

@@ -1,7 +1,9 @@
-"""Train a GluonCV detector (YOLOv3 or SSD) on images of every size; by default the embedded shapes.
+"""Train a GluonCV detector (YOLOv3, SSD or Faster R-CNN) on images of every size; by default
+the embedded shapes.
 
     gluonkit-detect                                  # shapes set, YOLOv3, CPU
     python -m gluonkit.recipes.detect                # the same
+    gluonkit-detect --model faster_rcnn_mobilenet0.25_custom --accumulate 4   # 1 image per step
     gluonkit-detect --multiscale 128,160,192 --multiscale-interval 2
     gluonkit-detect --image-size 0 --buckets 3       # the images' own sizes, 3 padded shapes
     gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
@@ -10,8 +12,9 @@
     gluonkit-detect --out runs/detect --resume       # continue after a stop
 
 Outputs in --out: checkpoints/, history.csv (loss, VOC07 AP of every class and mAP per
-epoch), curves.png, args.json, the best model exported as model-symbol.json,
-model-0000.params and model.json, and predictions.png (boxes drawn on validation images).
+epoch), curves.png (loss, mAP and per-class AP, lr), args.json, the best model exported as
+model-symbol.json, model-0000.params and model.json, and predictions.png (validation images
+with the ground truth and the detections scoring 0.5 or more).
 Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
 """
 import logging
@@ -66,7 +69,7 @@ def _build_parser():
                            "(test at the largest)")
     data.add_argument("--multiscale-interval", type=_cli.positive_int, default=1, metavar="N",
                       help="batches per drawn size")
-    data.add_argument("--augment", type=_cli.one_of("full", "flip"), default="full",
+    data.add_argument("--augment", type=_cli.one_of("full", "flip"), default="flip",
                       help="YOLOv3 training augmentation: full (GluonCV's: colour, zoom-out, crop, "
                            "flip) or flip (colour and flip only: objects keep their sizes)")
     data.add_argument("--limit", type=_cli.positive_int, metavar="N",

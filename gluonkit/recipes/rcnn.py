@@ -22,8 +22,9 @@ from gluoncv.model_zoo.rcnn.faster_rcnn.faster_rcnn import get_faster_rcnn
 from gluoncv.model_zoo.resnetv1b import resnet18_v1b
 from mxnet import gluon
 
-__all__ = ["BACKBONES", "backbone_of", "build_faster_rcnn", "place_target_generator", "fit_rpn_scales", "train_transform",
-           "val_transform", "train_batchify", "val_batchify", "FasterRCNNBatch", "eval_fn"]
+__all__ = ["BACKBONES", "backbone_of", "build_faster_rcnn", "place_target_generator", "fit_rpn_scales",
+           "train_transform", "val_transform", "train_batchify", "val_batchify", "FasterRCNNBatch",
+           "eval_fn"]
 
 BACKBONES = ("mobilenet0.25", "resnet18_v1b")
 ZOO_SCALES = (8, 16, 32)          # GluonCV's anchor scales (x 16 px) for 600 px images
@@ -46,7 +47,12 @@ def _split_backbone(backbone, pretrained_base, pretrained_file):
     else:
         base = resnet18_v1b(pretrained=pretrained_base)
     if pretrained_file:
-        base.load_parameters(pretrained_file, ignore_extra=True)
+        try:
+            base.load_parameters(pretrained_file, ignore_extra=True)
+        except (mx.base.MXNetError, AssertionError, ValueError, OSError) as err:
+            raise ValueError(f"--pretrained-file {pretrained_file} is not a parameter file of "
+                             f"GluonCV's {backbone} ({str(err).splitlines()[0][:200]}); pass the "
+                             f"weights of that network (mxnet .params).") from None
     if backbone == "mobilenet0.25":   # the stages GluonCV's YOLOv3 takes at strides 16 and 32
         return base.features[:69], base.features[69:-2]
     features, top = gluon.nn.HybridSequential(), gluon.nn.HybridSequential()

@@ -146,3 +146,18 @@ def test_rpn_scales_are_quantiles_of_the_resized_box_sizes():
         sizes += list(np.sqrt((label[:, 2] - label[:, 0]) * (label[:, 3] - label[:, 1])) * scale)
     expected = np.quantile(sizes, [0.1, 0.3, 0.5, 0.7, 0.9]) / 16
     assert_allclose(rcnn.fit_rpn_scales(data, 64, 96), expected, atol=0.005)
+
+
+def test_a_pretrained_file_of_the_backbone_starts_the_features(tmp_path):
+    from gluoncv.model_zoo import get_mobilenet
+
+    base = get_mobilenet(0.25)
+    base.initialize(mx.init.Uniform(1.0))
+    base(mx.nd.zeros((1, 3, 32, 32)))
+    base.save_parameters(str(tmp_path / "mobilenet0.25.params"))
+    net = rcnn.build_faster_rcnn(NAME, ["a"], pretrained_file=str(tmp_path / "mobilenet0.25.params"))
+    first = base.features[0].weight.data().asnumpy()
+    assert_allclose(net.features[0].weight.data().asnumpy(), first)
+    (tmp_path / "bad.params").write_bytes(b"not parameters")
+    with pytest.raises(ValueError, match="bad.params is not a parameter file of GluonCV's mobilenet0.25"):
+        rcnn.build_faster_rcnn(NAME, ["a"], pretrained_file=str(tmp_path / "bad.params"))

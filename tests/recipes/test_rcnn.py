@@ -161,3 +161,33 @@ def test_a_pretrained_file_of_the_backbone_starts_the_features(tmp_path):
     (tmp_path / "bad.params").write_bytes(b"not parameters")
     with pytest.raises(ValueError, match="bad.params is not a parameter file of GluonCV's mobilenet0.25"):
         rcnn.build_faster_rcnn(NAME, ["a"], pretrained_file=str(tmp_path / "bad.params"))
+
+
+class _Truth(mx.gluon.Block):
+    """Detects exactly the boxes of the label it is given (set before each image)."""
+
+    label = None
+
+    def forward(self, x):
+        label = self.label
+        return label[:, :, 4:5], mx.nd.ones_like(label[:, :, 4:5]), label[:, :, :4]
+
+
+def test_eval_fn_gives_the_metric_boxes_in_the_pixels_of_the_ground_truth():
+    from gluonkit.recipes.detection import voc_metric
+
+    data = ShapesDetection("val", length=6)
+    transform = rcnn.val_transform(64, 96)
+    batch = rcnn.val_batchify([transform(*data[i]) for i in range(len(data))])
+    metric, net = voc_metric(data.classes), _Truth()
+    for image, label in batch:
+        net.label = label
+        outputs, labels = rcnn.eval_fn(net, [(image, label)], [mx.cpu()])
+        metric.update(*[[o[k] for o in outputs] for k in range(3)], *[[y[k] for y in labels] for k in range(3)])
+    names, values = metric.get()
+    assert values[-1] == pytest.approx(1.0)
+    net.label = mx.nd.array([[[0, 0, 8, 8, 0, 0]]])     # a box on no object
+    outputs, labels = rcnn.eval_fn(net, [batch[0]], [mx.cpu()])
+    metric.reset()
+    metric.update(*[[o[k] for o in outputs] for k in range(3)], *[[y[k] for y in labels] for k in range(3)])
+    assert metric.get()[1][-1] == pytest.approx(0.0)

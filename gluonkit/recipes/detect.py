@@ -14,7 +14,7 @@ the embedded shapes.
 Outputs in --out: checkpoints/, history.csv (loss, VOC07 AP of every class and mAP per
 epoch), curves.png (loss, mAP and per-class AP, lr), args.json, the best model exported as
 model-symbol.json, model-0000.params and model.json, and predictions.png (validation images
-with the ground truth and the detections scoring 0.5 or more).
+with the ground truth and the detections over the score threshold of the best F1).
 Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
 """
 import logging
@@ -30,7 +30,7 @@ from gluoncv.data import CustomVOCDetectionBase, RecordFileDetection
 from . import _cli
 from . import detection as det
 from . import rcnn
-from .detection_plots import DetectionCurves, draw_predictions
+from .detection_plots import DetectionCurves, best_threshold, draw_predictions
 from ..data import Buckets, MultiScaleSampler, ShapesDetection
 from ..export import export_model
 from ..train import amp
@@ -411,8 +411,10 @@ def train(args):
                                 size, classes)
         transform = rcnn.val_transform(*size) if family == "faster_rcnn" else \
             det.val_transforms(family, [size])[size]
+        thresh = best_threshold(net, transform, val_set, ctx=ctx[0])
+        log.info("Drawing detections scoring %.2f or more (the best F1 on the validation set).", thresh)
         draw_predictions(net, transform, val_set, classes, os.path.join(args.out, "predictions.png"),
-                         ctx=ctx[0])
+                         thresh=thresh, ctx=ctx[0])
     if main_process:
         print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")

@@ -16,7 +16,8 @@ import numpy as np
 from .._atomic import atomic_write
 from ..train.callbacks import Callback
 
-__all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections"]
+__all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",
+           "best_threshold"]
 
 _MEAN, _STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 _PALETTE = ["#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#9467bd", "#7f7f7f", "#2ca02c",
@@ -95,10 +96,46 @@ def match_detections(boxes, ids, gt_boxes, gt_ids, iou=0.5):
     return hit.any(axis=0), hit.any(axis=1)
 
 
-def _label(ax, x, y, text, colour, top):
-    """A class-and-score label above the box's corner (inside the picture at its top edge)."""
-    ax.text(x, y if y > top else y + 1, text, fontsize=7, color="white", va="bottom" if y > top else "top",
+def _label(ax, box, text, colour, width, taken, top=8):
+    """A class-and-score label above the box's left corner (its right corner in the right part
+    of the picture; inside the box at the picture's top edge), or under the box where a label
+    in ``taken`` (anchors drawn so far, appended to) is already there."""
+    x0, y0, x1, y1 = box
+    right = x0 > 0.6 * width
+    x, y, below = (x1 if right else x0), (y0 if y0 > top else y0 + 1), y0 <= top
+    if any(abs(x - u) < 0.25 * width and abs(y - v) < 10 for u, v in taken):
+        y, below = y1, True
+    taken.append((x, y))
+    ax.text(x, y, text, fontsize=7, color="white", ha="right" if right else "left",
+            va="top" if below else "bottom",
             bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "edgecolor": "none"}, clip_on=True)
+
+
+def _detect(net, transform, sample, ctx):
+    """(input (3, H, W), label in its pixels, ids, scores, boxes) of one (image, label) sample;
+    detections without a class or with non-finite boxes (a diverged network) left out."""
+    x, label = transform(*sample)[:2]
+    label = np.asarray(label.asnumpy() if isinstance(label, mx.nd.NDArray) else label)
+    ids, scores, boxes = (a[0].asnumpy() for a in net(x.expand_dims(0).as_in_context(ctx)))
+    keep = (ids[:, 0] >= 0) & np.isfinite(boxes).all(axis=1) & np.isfinite(scores[:, 0])
+    return x, label, ids[keep, 0].astype(int), scores[keep, 0], boxes[keep]
+
+
+def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0.05, 0.96, 0.05)):
+    """The score threshold among ``candidates`` whose detections on ``dataset`` have the best
+    F1 (a detection is right, and an object found, at IoU 0.5 with the same class)."""
+    found, correct, shown, objects = np.zeros(len(candidates)), np.zeros(len(candidates)), \
+        np.zeros(len(candidates)), 0
+    for i in range(len(dataset)):
+        _, label, ids, scores, boxes = _detect(net, transform, dataset[i], ctx)
+        objects += len(label)
+        for k, thresh in enumerate(candidates):
+            keep = scores >= thresh
+            hit, right = match_detections(boxes[keep], ids[keep], label[:, :4], label[:, 4].astype(int))
+            found[k], correct[k], shown[k] = found[k] + hit.sum(), correct[k] + right.sum(), shown[k] + keep.sum()
+    precision, recall = correct / np.maximum(shown, 1), found / max(objects, 1)
+    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
+    return float(np.round(candidates[int(np.argmax(f1))], 2))
 
 
 def draw_predictions(net, transform, dataset, classes, path, count=8, thresh=0.5, ctx=mx.cpu(),
@@ -122,12 +159,9 @@ def draw_predictions(net, transform, dataset, classes, path, count=8, thresh=0.5
     fig.suptitle(f"dashed white: ground truth; dashed yellow: missed; solid: detections with "
                  f"score >= {thresh:g}", fontsize=10)
     for i in range(count):
-        image, label = dataset[i]
-        x, label = transform(image, label)[:2]
-        label = np.asarray(label.asnumpy() if isinstance(label, mx.nd.NDArray) else label)
-        ids, scores, boxes = (a[0].asnumpy() for a in net(x.expand_dims(0).as_in_context(ctx)))
-        keep = (scores[:, 0] >= thresh) & (ids[:, 0] >= 0) & np.isfinite(boxes).all(axis=1)
-        ids, scores, boxes = ids[keep, 0].astype(int), scores[keep, 0], boxes[keep]
+        x, label, ids, scores, boxes = _detect(net, transform, dataset[i], ctx)
+        keep = scores >= thresh
+        ids, scores, boxes = ids[keep], scores[keep], boxes[keep]
         found, correct = match_detections(boxes, ids, label[:, :4], label[:, 4].astype(int))
         pixels = np.clip((x.asnumpy().transpose(1, 2, 0) * _STD + _MEAN), 0, 1)
         ax = fig.add_subplot(rows, min(count, columns), i + 1)
@@ -135,10 +169,12 @@ def draw_predictions(net, transform, dataset, classes, path, count=8, thresh=0.5
         for (x0, y0, x1, y1), hit in zip(label[:, :4], found):
             ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, lw=1.5, ls="--",
                                    edgecolor="white" if hit else "yellow"))
-        for (x0, y0, x1, y1), cls, score in zip(boxes, ids, scores):
+        taken = []
+        for box, cls, score in zip(boxes, ids, scores):
             colour = _PALETTE[cls % len(_PALETTE)]
-            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, lw=1.5, edgecolor=colour))
-            _label(ax, x0, y0, f"{classes[cls]} {score:.2f}", colour, top=8)
+            ax.add_patch(Rectangle(box[:2], box[2] - box[0], box[3] - box[1], fill=False, lw=1.5,
+                                   edgecolor=colour))
+            _label(ax, box, f"{classes[cls]} {score:.2f}", colour, pixels.shape[1], taken)
         ax.set_title(f"found {int(found.sum())}/{len(found)}, {int((~correct).sum())} false",
                      fontsize=9)
         ax.set_axis_off()

@@ -57,7 +57,7 @@ def _build_parser():
                            "rec:TRAIN.rec,VAL.rec (GluonCV detection RecordIO, each with its .idx)")
     data.add_argument("--classes", type=lambda text: text.split(","), metavar="NAMES",
                       help="class names in label order for rec: data (default: the ids)")
-    data.add_argument("--image-size", type=_cli.non_negative_int, default=128,
+    data.add_argument("--image-size", type=_cli.non_negative_int, default=96,
                       help="train and test at this square size; 0 keeps the images' own sizes, "
                            "padded (bottom and right, boxes unchanged) to --buckets shapes; "
                            "Faster R-CNN: the shorter side (aspect kept, no padding)")
@@ -90,7 +90,7 @@ def _build_parser():
                        help="frozen: running statistics only (tiny batches, pretrained backbone); "
                             "sync: SyncBatchNorm over the GPUs of --ctx (MXNet's hangs on several CPUs)")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=_cli.non_negative_int, default=18,
+    train.add_argument("--epochs", type=_cli.non_negative_int, default=24,
                        help="epochs to train (to reach, with --resume)")
     train.add_argument("--batch-size", type=_cli.positive_int,
                        help="images per batch, split over --ctx (default 8; Faster R-CNN: "

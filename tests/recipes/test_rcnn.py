@@ -120,12 +120,12 @@ def test_faster_rcnn_resume_equals_an_uninterrupted_run(tmp_path):
 
 def test_faster_rcnn_options_are_checked(capsys):
     args = detect.parse_args(["--model", NAME])
-    assert (args.per_device, args.batch_size, args.max_size) == (1, 1, 192)
+    assert (args.per_device, args.batch_size, args.max_size) == (1, 1, 144)    # 1.5 x 96
     assert detect.parse_args(["--model", NAME, "--batch-size", "4"]).batch_size == 4
     for bad, message in [(["--image-size", "0"], "shorter side (64 or more)"),
                          (["--multiscale", "64,96"], "--multiscale does not apply"),
                          (["--batchnorm", "sync"], "one image per device"),
-                         (["--max-size", "100"], "smaller than the shorter side"),
+                         (["--max-size", "90"], "smaller than the shorter side"),
                          (["--pretrained-file", "missing.params"], "no such file")]:
         with pytest.raises(SystemExit):
             detect.parse_args(["--model", NAME] + bad)

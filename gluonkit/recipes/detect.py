@@ -285,7 +285,8 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
         val_sampler = MultiScaleSampler(len(val_set), batch_size, val_sizes, shuffle=False, seed=seed)
     pad = image_size == 0
     train_loader = det.detection_loader(
-        train_set, train_sampler, det.SizedTransform(det.train_transforms(net, family, train_sizes, augment), pad),
+        train_set, train_sampler,
+        det.SizedTransform(det.train_transforms(net, family, train_sizes, augment), pad),
         det.train_batchify(family), num_workers)
     val_loader = det.detection_loader(
         val_set, val_sampler, det.SizedTransform(det.val_transforms(family, val_sizes), pad),

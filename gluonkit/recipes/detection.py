@@ -1,10 +1,11 @@
 """GluonCV detectors on gluonkit: models, data pipelines, training steps and VOC07 mAP.
 
 The pieces the ``detect`` recipe is made of, usable on their own: a YOLOv3 or SSD from the
-GluonCV model zoo (Faster R-CNN's own pieces are in ``rcnn``), GluonCV's own training transforms and target generators at one input size
-per batch (fixed, multi-scale, or a few buckets of the images' own sizes, padded so the boxes
-stay valid), a ``batch_fn`` per model family for ``gluonkit.fit`` and an ``eval_fn`` that feeds
-GluonCV's ``VOC07MApMetric`` exactly as GluonCV's training scripts do.
+GluonCV model zoo (Faster R-CNN's own pieces are in ``rcnn``), GluonCV's own training
+transforms and target generators at one input size per batch (fixed, multi-scale, or a few
+buckets of the images' own sizes, padded so the boxes stay valid), a ``batch_fn`` per model
+family for ``gluonkit.fit`` and an ``eval_fn`` that feeds GluonCV's ``VOC07MApMetric`` exactly
+as GluonCV's training scripts do.
 """
 import difflib
 
@@ -26,8 +27,8 @@ from ..train.split import split_and_load
 
 __all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "YOLO3FlipTrainTransform",
            "train_transforms", "val_transforms", "train_batchify", "val_batchify", "SizedTransform",
-           "BucketSizes", "bucket_sampler", "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch",
-           "detection_eval_fn", "voc_metric"]
+           "BucketSizes", "bucket_sampler", "sample_shapes", "detection_loader", "nms_for_eval",
+           "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "voc_metric"]
 
 FAMILIES = ("yolo3", "ssd", "faster_rcnn")
 

@@ -132,7 +132,9 @@ def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0
         for k, thresh in enumerate(candidates):
             keep = scores >= thresh
             hit, right = match_detections(boxes[keep], ids[keep], label[:, :4], label[:, 4].astype(int))
-            found[k], correct[k], shown[k] = found[k] + hit.sum(), correct[k] + right.sum(), shown[k] + keep.sum()
+            found[k] += hit.sum()
+            correct[k] += right.sum()
+            shown[k] += keep.sum()
     precision, recall = correct / np.maximum(shown, 1), found / max(objects, 1)
     f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
     return float(np.round(candidates[int(np.argmax(f1))], 2))

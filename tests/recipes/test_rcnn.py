@@ -183,7 +183,8 @@ def test_eval_fn_gives_the_metric_boxes_in_the_pixels_of_the_ground_truth():
     for image, label in batch:
         net.label = label
         outputs, labels = rcnn.eval_fn(net, [(image, label)], [mx.cpu()])
-        metric.update(*[[o[k] for o in outputs] for k in range(3)], *[[y[k] for y in labels] for k in range(3)])
+        metric.update(*[[o[k] for o in outputs] for k in range(3)],
+                      *[[y[k] for y in labels] for k in range(3)])
     names, values = metric.get()
     assert values[-1] == pytest.approx(1.0)
     net.label = mx.nd.array([[[0, 0, 8, 8, 0, 0]]])     # a box on no object

@@ -3,7 +3,10 @@
 Images/s of YOLOv3 training on the embedded shapes set, one and two devices, and what
 accumulating at one image per device costs. The reference is the loop of GluonCV's
 ``scripts/detection/yolo/train_yolo3.py``: ``gluon.utils.split_and_load``, the network's own
-losses, ``autograd.backward`` and ``gluon.Trainer.step(batch_size)``.
+losses, ``autograd.backward`` and ``gluon.Trainer.step(batch_size)``. Faster R-CNN the same
+way against the loop of ``train_faster_rcnn.py`` (its ``ForwardBackwardTask`` per image on
+two devices), and one image per device accumulated against whole batches padded by GluonCV's
+``FasterRCNNTrainBatchify``.
 """
 import os
 import sys
@@ -24,6 +27,12 @@ CONTESTANTS = {
                       "gluoncv", 2, "two", "window"),
     "gluonkit-2-acc": ("gluonkit.fit, 2 devices, 1 image each, Trainer(accumulate)",
                        "gluonkit", 2, "two", "window"),
+    "gluoncv-rcnn": ("Faster R-CNN, GluonCV loop (ForwardBackwardTask), 2 devices, 1 image each",
+                     "gluoncv", 2, "two", "window"),
+    "gluonkit-rcnn": ("Faster R-CNN, gluonkit.fit + FasterRCNNBatch, 2 devices, 1 image each",
+                      "gluonkit", 2, "two", "window"),
+    "gluoncv-rcnn-batch": ("Faster R-CNN, GluonCV loop, 2 devices, whole batches padded",
+                           "gluoncv", 2, "batch", 1),
 }
 
 FINDINGS = [   # (text, contestant, against)
@@ -33,6 +42,10 @@ FINDINGS = [   # (text, contestant, against)
      "gluonkit-2-acc", "gluoncv-2-acc"),
     ("what 1 image per device with accumulation costs in gluonkit vs whole batches",
      "gluonkit-2-acc", "gluonkit-2"),
+    ("Faster R-CNN: gluonkit.fit + FasterRCNNBatch vs GluonCV's ForwardBackwardTask loop",
+     "gluonkit-rcnn", "gluoncv-rcnn"),
+    ("Faster R-CNN: gluonkit at 1 image per device, accumulated, vs GluonCV's whole padded batches",
+     "gluonkit-rcnn", "gluoncv-rcnn-batch"),
 ]
 
 
@@ -106,9 +119,87 @@ class _Contestant:
     setup = run   # one epoch of warm-up
 
 
+class _RCNNContestant:
+    """Faster R-CNN trained on precomputed samples of the shapes set by one of the loops."""
+
+    def __init__(self, name, options):
+        import mxnet as mx
+        import numpy as np
+        from gluoncv.data.batchify import FasterRCNNTrainBatchify
+        from mxnet import gluon
+
+        from gluonkit.data import ShapesDetection
+        from gluonkit.recipes import rcnn
+
+        _, self._loop, devices, per_step, _ = CONTESTANTS[name]
+        self._ctx = [mx.cpu(i) for i in range(devices)]
+        self._images = options["batch_size"]
+        per_device = 1 if per_step == "two" else self._images // devices
+        np.random.seed(options["seed"])
+        mx.random.seed(options["seed"])
+        data = ShapesDetection("train", length=options["samples"])
+        short, max_size = options["size"], options["size"] * 3 // 2
+        self._net = rcnn.build_faster_rcnn(RCNN_MODEL, data.classes, short=short, max_size=max_size,
+                                           scales=rcnn.fit_rpn_scales(data, short, max_size),
+                                           images_per_device=per_device)
+        self._net.initialize(ctx=self._ctx)
+        rcnn.place_target_generator(self._net, self._ctx)
+        transform = rcnn.train_transform(self._net, short, max_size)
+        samples = [transform(*data[i]) for i in range(len(data))]
+        self._count = len(samples)
+        step = devices if per_step == "two" else self._images
+        groups = [samples[i:i + step] for i in range(0, len(samples), step)]
+        if per_step == "two":      # the recipe's batches: one image per device, own sizes
+            self._batches = [rcnn.train_batchify(group) for group in groups]
+        else:                      # GluonCV's: padded to one shape per device
+            batchify = FasterRCNNTrainBatchify(self._net, num_shards=devices)
+            self._batches = [list(zip(*batchify(group))) for group in groups]
+        optimizer = ("sgd", {"learning_rate": 1e-3, "momentum": 0.9, "wd": 5e-4})
+        if self._loop == "gluonkit":
+            import gluonkit
+
+            self._trainer = gluonkit.Trainer(self._net.collect_params(), *optimizer,
+                                             accumulate=self._images // devices)
+            self._fit, self._batch_fn = gluonkit.fit, rcnn.FasterRCNNBatch()
+        else:
+            from gluoncv.model_zoo.rcnn.faster_rcnn.data_parallel import ForwardBackwardTask
+
+            for param in self._net.collect_params().values():
+                if param.grad_req != "null":
+                    param.grad_req = "add"
+            self._trainer = gluon.Trainer(self._net.collect_params(), *optimizer)
+            self._task = ForwardBackwardTask(
+                self._net, self._trainer, gluon.loss.SigmoidBinaryCrossEntropyLoss(from_sigmoid=False),
+                gluon.loss.HuberLoss(rho=1 / 9), gluon.loss.SoftmaxCrossEntropyLoss(),
+                gluon.loss.HuberLoss(rho=1.0), mix_ratio=1.0, amp_enabled=False)
+
+    def _gluoncv_epoch(self):
+        seen = 0
+        for batch in self._batches:
+            for shard, ctx in zip(batch, self._ctx):
+                self._task.forward_backward([a.as_in_context(ctx) for a in shard])
+                seen += shard[0].shape[0]
+            if seen % self._images == 0:
+                self._trainer.step(self._images)
+                self._net.collect_params().zero_grad()
+
+    def run(self):
+        if self._loop == "gluonkit":
+            self._fit(self._net, None, self._trainer, self._batches, epochs=1, ctx=self._ctx,
+                      batch_fn=self._batch_fn, progress=False)
+        else:
+            self._gluoncv_epoch()
+        return self._count
+
+    setup = run   # one epoch of warm-up
+
+
+RCNN_MODEL = "faster_rcnn_mobilenet0.25_custom"
+
+
 def build(name, options):
     """A contestant by name (called in its worker process)."""
-    return _Contestant(name, options)
+    return _RCNNContestant(name, options) if "rcnn" in name else _Contestant(name, options)
 
 
 def parse_args(argv=None):
@@ -178,14 +269,23 @@ recipe's: `gluonkit.fit(batch_fn=yolo3_batch_fn)` with `gluonkit.Trainer`. With 
 every step holds one image per device and {accumulate} steps make one update of {batch_size}
 images: GluonCV's loop with `grad_req='add'`, `step({batch_size})` and `zero_grad()` by hand,
 gluonkit's with `Trainer(accumulate={accumulate})`. Each contestant runs in its own process,
-one warm-up epoch then {repeats} timed epochs, taking turns; ratios are paired per round."""
+one warm-up epoch then {repeats} timed epochs, taking turns; ratios are paired per round.
+
+Faster R-CNN (`{rcnn_model}`, from scratch, shorter side {size} px, longer at most
+{max_size}) on the same images at their own sizes, updates of {batch_size} images on 2
+devices: GluonCV's loop is `train_faster_rcnn.py`'s (`ForwardBackwardTask.forward_backward`
+per device with `grad_req='add'`, one `step({batch_size})`), gluonkit's is the recipe's
+(`fit(batch_fn=FasterRCNNBatch())`, `Trainer(accumulate={accumulate})`); "whole batches" is
+GluonCV's loop on {half} images per device padded to one shape by `FasterRCNNTrainBatchify`."""
 
 
 def readme_section(results):
     """The README section: how to reproduce, what the figures mean, and the results."""
     o, info = results["options"], results["machine"]
     return "\n\n".join([
-        README_TEXT.format(repeats=results["repeats"], accumulate=o["batch_size"] // 2, **o),
+        README_TEXT.format(repeats=results["repeats"], accumulate=o["batch_size"] // 2,
+                           rcnn_model=RCNN_MODEL, max_size=o["size"] * 3 // 2,
+                           half=o["batch_size"] // 2, **o),
         measured_on(info, ", ".join(f"{k}={v}" for k, v in results["threads"].items())),
         markdown_table(results["rows"], COLUMNS), findings(results["rows"])])
 

@@ -1,7 +1,9 @@
-"""Train a GluonCV detector (YOLOv3 or SSD) on images of every size; by default the embedded shapes.
+"""Train a GluonCV detector (YOLOv3, SSD or Faster R-CNN) on images of every size; by default
+the embedded shapes.
 
     gluonkit-detect                                  # shapes set, YOLOv3, CPU
     python -m gluonkit.recipes.detect                # the same
+    gluonkit-detect --model faster_rcnn_mobilenet0.25_custom --accumulate 4   # 1 image per step
     gluonkit-detect --multiscale 128,160,192 --multiscale-interval 2
     gluonkit-detect --image-size 0 --buckets 3       # the images' own sizes, 3 padded shapes
     gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
@@ -10,9 +12,10 @@
     gluonkit-detect --out runs/detect --resume       # continue after a stop (its own options)
 
 Outputs in --out, a run folder as for ``gluonkit-classify``: checkpoints/, history.csv (loss,
-VOC07 AP of every class and mAP per epoch), curves.png, args.json, the best model exported as
-model-symbol.json, model-0000.params and model.json, and predictions.png (boxes drawn on
-validation images).
+VOC07 AP of every class and mAP per epoch), curves.png (loss, mAP and per-class AP, lr),
+args.json, the best model exported as model-symbol.json, model-0000.params and model.json,
+and predictions.png (validation images with the ground truth and the detections over the
+score threshold of the best F1).
 Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
 """
 import logging
@@ -26,11 +29,13 @@ from gluoncv.data import RecordFileDetection
 
 from . import _cli
 from . import detection as det
+from . import rcnn
+from .detection_plots import DetectionCurves, best_threshold, draw_predictions
 from .runs import RunFolder
 from ..data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
 from ..export import export_model
 from ..train import amp
-from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint, PlotCurves
+from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint
 from ..train.checkpoint import Checkpoint
 from ..train.loop import evaluate, fit
 from ..train.trainer import Trainer
@@ -57,15 +62,21 @@ def _build_parser():
     data.add_argument("--classes", type=lambda text: text.split(","), metavar="NAMES",
                       help="class names in label order (default: rec: the ids; voc: the names "
                            "in the training annotations, sorted)")
-    data.add_argument("--image-size", type=_cli.non_negative_int, default=128,
+    data.add_argument("--image-size", type=_cli.non_negative_int, default=96,
                       help="train and test at this square size; 0 keeps the images' own sizes, "
-                           "padded (bottom and right, boxes unchanged) to --buckets shapes")
+                           "padded (bottom and right, boxes unchanged) to --buckets shapes; "
+                           "Faster R-CNN: the shorter side (aspect kept, no padding)")
+    data.add_argument("--max-size", type=_cli.positive_int, metavar="PIXELS",
+                      help="Faster R-CNN: the longest side at most (default 1.5 x --image-size)")
     data.add_argument("--buckets", type=_cli.positive_int, default=3, help="shapes for --image-size 0")
     data.add_argument("--multiscale", type=_cli.sizes_type, metavar="SIZES",
                       help="train each batch at a square size drawn from these, e.g. 96,128,160 "
                            "(test at the largest)")
     data.add_argument("--multiscale-interval", type=_cli.positive_int, default=1, metavar="N",
                       help="batches per drawn size")
+    data.add_argument("--augment", type=_cli.one_of("full", "flip"), default="flip",
+                      help="YOLOv3 training augmentation: full (GluonCV's: colour, zoom-out, crop, "
+                           "flip) or flip (colour and flip only: objects keep their sizes)")
     data.add_argument("--limit", type=_cli.positive_int, metavar="N",
                       help="use only the first N training and N validation images")
     data.add_argument("--num-workers", type=_cli.non_negative_int, default=0,
@@ -73,19 +84,25 @@ def _build_parser():
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="yolo3_mobilenet0.25_custom",
                        help="a GluonCV YOLOv3 or SSD model-zoo name, e.g. yolo3_mobilenet1.0_custom, "
-                            "ssd_512_mobilenet1.0_custom")
+                            "ssd_512_mobilenet1.0_custom, or a Faster R-CNN: "
+                            "faster_rcnn_mobilenet0.25_custom, faster_rcnn_resnet18_v1b_custom")
     model.add_argument("--pretrained-base", action="store_true",
                        help="start the backbone from GluonCV's ImageNet weights (downloaded if missing)")
+    model.add_argument("--pretrained-file", metavar="PATH",
+                       help="Faster R-CNN: start the backbone from this .params file of the same "
+                            "GluonCV network (e.g. mobilenet0.25 or resnet18_v1b ImageNet weights)")
     model.add_argument("--batchnorm", type=_cli.one_of("plain", "frozen", "sync"), default="plain",
                        help="frozen: running statistics only (tiny batches, pretrained backbone); "
                             "sync: SyncBatchNorm over the GPUs of --ctx (MXNet's hangs on several CPUs)")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=_cli.non_negative_int, default=18,
+    train.add_argument("--epochs", type=_cli.non_negative_int, default=24,
                        help="epochs to train (to reach, with --resume)")
-    train.add_argument("--batch-size", type=_cli.positive_int, default=8,
-                       help="images per batch, split over --ctx")
+    train.add_argument("--batch-size", type=_cli.positive_int,
+                       help="images per batch, split over --ctx (default 8; Faster R-CNN: "
+                            "--per-device x devices)")
     train.add_argument("--per-device", type=_cli.positive_int, metavar="N",
-                       help="images per device per batch (sets --batch-size to N x devices)")
+                       help="images per device per batch (sets --batch-size to N x devices; "
+                            "Faster R-CNN: default 1, each image a forward pass of its own)")
     train.add_argument("--accumulate", type=_cli.positive_int, default=1,
                        help="batches per update (the update equals one batch of them all)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
@@ -114,9 +131,28 @@ def parse_args(argv=None):
     if args.clip_global_norm is not None and not args.clip_global_norm > 0:
         parser.error(f"--clip-global-norm must be positive, got {args.clip_global_norm}.")
     try:
-        det.model_family(args.model)
+        family = det.model_family(args.model)
     except ValueError as err:
         parser.error(str(err))
+    if family == "faster_rcnn":
+        if args.multiscale or args.image_size < 64:
+            parser.error(f"--model {args.model} trains on each image's own size: --image-size is "
+                         "its shorter side (64 or more) and --multiscale does not apply.")
+        if args.batchnorm == "sync":
+            parser.error("--batchnorm sync: Faster R-CNN sees one image per device; use frozen "
+                         "(a pretrained backbone) or plain.")
+        if args.per_device is None and args.batch_size is None:
+            args.per_device = 1
+        if args.max_size is None:
+            args.max_size = round(1.5 * args.image_size)
+        if args.max_size < args.image_size:
+            parser.error(f"--max-size {args.max_size} is smaller than the shorter side "
+                         f"--image-size {args.image_size}.")
+    elif args.pretrained_file:
+        parser.error("--pretrained-file loads a Faster R-CNN backbone; for YOLOv3 and SSD use "
+                     "--pretrained-base.")
+    if args.pretrained_file and not os.path.isfile(args.pretrained_file):
+        parser.error(f"--pretrained-file {args.pretrained_file}: no such file.")
     ctx = _cli.parse_ctx(args.ctx)
     if args.amp:
         try:
@@ -128,6 +164,8 @@ def parse_args(argv=None):
                      f"(--ctx {args.ctx}); use it with GPUs, or --batchnorm frozen / plain on CPUs.")
     if args.per_device:
         args.batch_size = args.per_device * len(ctx)
+    elif args.batch_size is None:
+        args.batch_size = 8
     return args
 
 
@@ -187,14 +225,26 @@ def load_detection(dataset, limit=None, classes=None):
 
 
 def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, multiscale=None,
-                 interval=1, buckets=3, seed=0, num_workers=0):
+                 interval=1, buckets=3, seed=0, num_workers=0, augment="full", max_size=None):
     """Training and validation loaders at one size per batch, with GluonCV's transforms.
 
     The size is ``image_size``, or drawn from ``multiscale`` every ``interval`` batches (the
     validation at the largest), or (``image_size`` 0) the bucket of each image's own size:
     images are padded at the bottom and right to one of ``buckets`` shapes, so boxes stay
-    valid, and validated the same way.
+    valid, and validated the same way. Faster R-CNN (``family`` 'faster_rcnn') resizes each
+    image's shorter side to ``image_size`` (the longer within ``max_size``) and batches are
+    lists of images at their own sizes.
     """
+    if family == "faster_rcnn":
+        sizes = [(image_size, max_size)]      # the one resize rule, as the sampler's "size"
+        loaders = []
+        for dataset, transform, batchify, shuffle in [
+                (train_set, rcnn.train_transform(net, image_size, max_size), rcnn.train_batchify, True),
+                (val_set, rcnn.val_transform(image_size, max_size), rcnn.val_batchify, False)]:
+            sampler = MultiScaleSampler(len(dataset), batch_size, sizes, shuffle=shuffle, seed=seed)
+            loaders.append(det.detection_loader(dataset, sampler, det.SizedTransform({sizes[0]: transform}),
+                                                batchify, num_workers))
+        return tuple(loaders)
     if image_size == 0:
         train_shapes, val_shapes = det.sample_shapes(train_set), det.sample_shapes(val_set)
         shapes = Buckets.from_data(train_shapes + val_shapes, buckets, mode="pad", multiple=32)
@@ -208,7 +258,8 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
         val_sampler = MultiScaleSampler(len(val_set), batch_size, val_sizes, shuffle=False, seed=seed)
     pad = image_size == 0
     train_loader = det.detection_loader(
-        train_set, train_sampler, det.SizedTransform(det.train_transforms(net, family, train_sizes), pad),
+        train_set, train_sampler,
+        det.SizedTransform(det.train_transforms(net, family, train_sizes, augment), pad),
         det.train_batchify(family), num_workers)
     val_loader = det.detection_loader(
         val_set, val_sampler, det.SizedTransform(det.val_transforms(family, val_sizes), pad),
@@ -225,47 +276,25 @@ def _schedule(lr, epochs, warmup_epochs, updates_per_epoch):
     return LRSchedule(LRScheduler("cosine", base_lr=lr, target_lr=0.0, niters=steps), warmup_steps=warmup)
 
 
-def draw_predictions(net, family, dataset, classes, size, path, count=4, thresh=0.15, ctx=mx.cpu()):
-    """Draw the detections scoring ``thresh`` or more on the first ``count`` images of
-    ``dataset`` (resized to ``size`` = (height, width)) to a PNG at ``path``.
-
-    The default threshold is low because a detector trained for minutes from scratch ranks
-    well (that is what mAP measures) before its scores grow confident.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from gluoncv.utils import viz
-
-    transform = det.val_transforms(family, [size])[size]
-    figure = plt.figure(figsize=(4 * count, 4))
-    for i in range(min(count, len(dataset))):
-        image, label = dataset[i]
-        x, _ = transform(image, label)
-        ids, scores, bboxes = (a[0].asnumpy() for a in net(x.expand_dims(0).as_in_context(ctx)))
-        shown = (scores[:, 0] >= thresh) & np.isfinite(bboxes).all(axis=1)   # a diverged net: none
-        resized = mx.image.imresize(image, size[1], size[0]).asnumpy()
-        viz.plot_bbox(resized, bboxes[shown], scores[shown], ids[shown], thresh=thresh,
-                      class_names=classes, ax=figure.add_subplot(1, count, i + 1))
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
-
-
 def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
-    """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference."""
+    """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference.
+
+    ``size`` is the input's (height, width), or for Faster R-CNN (shorter side, max size).
+    """
     ckpt = Checkpoint(checkpoints)
     if ckpt.best is None and ckpt.latest is None:
         ckpt.save(net, trainer, 0)                  # --epochs 0 and nothing to resume
     state = ckpt.load(net, best=ckpt.best is not None)
     det.nms_for_eval(net, family)
-    preprocessing = {"channels": 3, "resize": list(size), "resize_short": None, "crop": None,
-                     "max_size": None, "scale": 1 / 255, "mean": [0.485, 0.456, 0.406],
-                     "std": [0.229, 0.224, 0.225], "layout": "NCHW"}    # as GluonCV's val transforms
-    return export_model(net, prefix, (3,) + tuple(size), outputs={"ids": classes, "scores": None,
-                                                                  "bboxes": None},
+    resize = {"resize": list(size), "resize_short": None, "max_size": None}
+    shape = (3,) + tuple(size)
+    if family == "faster_rcnn":
+        resize = {"resize": None, "resize_short": size[0], "max_size": size[1]}
+        shape = (3, size[0], size[0])
+    preprocessing = {"channels": 3, **resize, "crop": None, "scale": 1 / 255,
+                     "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
+                     "layout": "NCHW"}    # as GluonCV's val transforms
+    return export_model(net, prefix, shape, outputs={"ids": classes, "scores": None, "bboxes": None},
                         preprocessing=preprocessing, kind="detector", task="detect",
                         epoch_trained=state.get("epoch"))
 
@@ -291,18 +320,25 @@ def _train(args, folder):
     _cli.seed_all(args.seed)
     family = det.model_family(args.model)
     train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes)
+    rcnn_options = {}
+    if family == "faster_rcnn":         # before sharding: the same anchors on every worker
+        rcnn_options = {"scales": rcnn.fit_rpn_scales(train_set, args.image_size, args.max_size),
+                        "short": args.image_size, "max_size": args.max_size,
+                        "pretrained_file": args.pretrained_file}
     kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
     if not isinstance(kvstore, str):
         usable = len(train_set) - len(train_set) % kvstore.num_workers
         train_set = train_set.take(usable).shard(kvstore.num_workers, kvstore.rank)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,
-                             batchnorm=args.batchnorm, num_devices=len(ctx))
+                             batchnorm=args.batchnorm, num_devices=len(ctx), **rcnn_options)
     net.initialize(ctx=ctx)
+    if family == "faster_rcnn":
+        rcnn.place_target_generator(net, ctx)
     train_loader, val_loader = make_loaders(
         det.one_image_network(net, args.model, classes, args.batchnorm), family, train_set, val_set,
         args.batch_size, image_size=args.image_size,
         multiscale=args.multiscale, interval=args.multiscale_interval, buckets=args.buckets,
-        seed=args.seed, num_workers=args.num_workers)
+        seed=args.seed, num_workers=args.num_workers, augment=args.augment, max_size=args.max_size)
     det.nms_for_eval(net, family)
     trainer = Trainer(net.collect_params(), args.optimizer,
                       {"learning_rate": args.lr, "wd": args.wd,
@@ -319,20 +355,23 @@ def _train(args, folder):
             _cli.save_args(args, args.out)
         callbacks += [ModelCheckpoint(checkpoints, monitor="val_mAP", mode="max", resume=args.resume),
                       HistoryLogger(os.path.join(args.out, "history.csv")),
-                      PlotCurves(os.path.join(args.out, "curves.png"))]
+                      DetectionCurves(os.path.join(args.out, "curves.png"), classes)]
     if main_process:
         log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
                  len(train_set), ", ".join(classes), ctx)
-    batch_fn = det.yolo3_batch_fn if family == "yolo3" else det.SSDBatch()
+    batch_fn = {"yolo3": det.yolo3_batch_fn, "ssd": det.SSDBatch,
+                "faster_rcnn": rcnn.FasterRCNNBatch}[family]
+    batch_fn = batch_fn if family == "yolo3" else batch_fn()
+    eval_fn = rcnn.eval_fn if family == "faster_rcnn" else det.detection_eval_fn
     if args.amp:
         amp.init_trainer(trainer)
         batch_fn = amp.scaled_batch_fn(batch_fn, trainer)
     tic = time.perf_counter()
     history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, callbacks=callbacks,
                   progress=args.progress, batch_fn=batch_fn, val_data=val_loader,
-                  metrics=det.voc_metric(classes), eval_fn=det.detection_eval_fn)
+                  metrics=det.voc_metric(classes), eval_fn=eval_fn)
     mean_ap = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
-                       eval_fn=det.detection_eval_fn)["mAP"]
+                       eval_fn=eval_fn)["mAP"]
     seconds = time.perf_counter() - tic
     metadata = None
     if args.out and main_process:
@@ -340,8 +379,12 @@ def _train(args, folder):
             max(train_loader.batch_sampler.sampler.buckets.shapes)
         metadata = _export_best(net, trainer, family, checkpoints, os.path.join(args.out, "model"),
                                 size, classes)
-        draw_predictions(net, family, val_set, classes, size, os.path.join(args.out, "predictions.png"),
-                         ctx=ctx[0])
+        transform = rcnn.val_transform(*size) if family == "faster_rcnn" else \
+            det.val_transforms(family, [size])[size]
+        thresh = best_threshold(net, transform, val_set, ctx=ctx[0])
+        log.info("Drawing detections scoring %.2f or more (the best F1 on the validation set).", thresh)
+        draw_predictions(net, transform, val_set, classes, os.path.join(args.out, "predictions.png"),
+                         thresh=thresh, ctx=ctx[0])
     if main_process:
         print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")

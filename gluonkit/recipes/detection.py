@@ -1,72 +1,97 @@
 """GluonCV detectors on gluonkit: models, data pipelines, training steps and VOC07 mAP.
 
 The pieces the ``detect`` recipe is made of, usable on their own: a YOLOv3 or SSD from the
-GluonCV model zoo, GluonCV's own training transforms and target generators at one input size
-per batch (fixed, multi-scale, or a few buckets of the images' own sizes, padded so the boxes
-stay valid), a ``batch_fn`` per model family for ``gluonkit.fit`` and an ``eval_fn`` that feeds
-GluonCV's ``VOC07MApMetric`` exactly as GluonCV's training scripts do.
+GluonCV model zoo (Faster R-CNN's own pieces are in ``rcnn``), GluonCV's own training
+transforms and target generators at one input size per batch (fixed, multi-scale, or a few
+buckets of the images' own sizes, padded so the boxes stay valid), a ``batch_fn`` per model
+family for ``gluonkit.fit`` and an ``eval_fn`` that feeds GluonCV's ``VOC07MApMetric`` exactly
+as GluonCV's training scripts do.
 """
 import difflib
 
 import mxnet as mx
+import numpy as np
 from gluoncv import model_zoo
 from gluoncv.data.batchify import Pad, Stack, Tuple
-from gluoncv.data.transforms import presets
+from gluoncv.data.transforms import bbox as tbbox
+from gluoncv.data.transforms import experimental, presets
+from gluoncv.data.transforms import image as timage
 from gluoncv.loss import SSDMultiBoxLoss
 from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 from mxnet import autograd, gluon
 
+from . import rcnn
 from ..data import BucketSampler, DataLoader, MultiScaleDataset
 from ..nn import freeze_batchnorm
 from ..train.split import split_and_load
 
-__all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "train_transforms",
-           "val_transforms", "train_batchify", "val_batchify", "SizedTransform", "BucketSizes", "bucket_sampler",
-           "sample_shapes", "detection_loader", "nms_for_eval", "yolo3_batch_fn", "SSDBatch",
-           "detection_eval_fn", "voc_metric"]
+__all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "YOLO3FlipTrainTransform",
+           "train_transforms", "val_transforms", "train_batchify", "val_batchify", "SizedTransform",
+           "BucketSizes", "bucket_sampler", "sample_shapes", "detection_loader", "nms_for_eval",
+           "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "voc_metric"]
 
-FAMILIES = ("yolo3", "ssd")
+FAMILIES = ("yolo3", "ssd", "faster_rcnn")
 
 
 def model_family(name):
-    """'yolo3' or 'ssd' for a GluonCV detector name; ``ValueError`` for anything else."""
+    """'yolo3', 'ssd' or 'faster_rcnn' for a detector name; ``ValueError`` for anything else.
+
+    YOLOv3 and SSD are GluonCV model-zoo names; Faster R-CNN is built here on GluonCV's
+    ``FasterRCNN`` as 'faster_rcnn_<backbone>_custom' (``rcnn.BACKBONES``).
+    """
+    if rcnn.backbone_of(name):
+        return "faster_rcnn"
     family = name.split("_", 1)[0]
-    if family not in FAMILIES or name not in model_zoo.get_model_list():
-        known = [n for n in model_zoo.get_model_list() if n.split("_", 1)[0] in FAMILIES]
+    if family not in FAMILIES[:2] or name not in model_zoo.get_model_list():
+        known = [n for n in model_zoo.get_model_list() if n.split("_", 1)[0] in FAMILIES[:2]]
+        known += [f"faster_rcnn_{b}_custom" for b in rcnn.BACKBONES]
         close = difflib.get_close_matches(name, known, n=3)
-        raise ValueError(f"--model {name!r} is not a GluonCV YOLOv3 or SSD model-zoo name"
+        raise ValueError(f"--model {name!r} is not a GluonCV YOLOv3 or SSD model-zoo name nor a "
+                         "Faster R-CNN (faster_rcnn_mobilenet0.25_custom, faster_rcnn_resnet18_v1b_custom)"
                          + (f" (close: {', '.join(close)})" if close else "")
                          + "; e.g. yolo3_mobilenet1.0_custom or ssd_512_mobilenet1.0_custom.")
     return family
 
 
-def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", num_devices=1):
+def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", num_devices=1,
+                   **rcnn_options):
     """A GluonCV detector for ``classes`` (a list of names), not yet initialized.
 
     Parameters
     ----------
     name : str
-        A YOLOv3 or SSD model-zoo name, e.g. 'yolo3_mobilenet1.0_custom'.
+        A YOLOv3 or SSD model-zoo name, e.g. 'yolo3_mobilenet1.0_custom', or a Faster R-CNN
+        name, e.g. 'faster_rcnn_mobilenet0.25_custom'.
     classes : sequence of str
     pretrained_base : bool, default False
         Load the backbone's ImageNet weights (from ~/.mxnet/models, downloaded if missing).
     batchnorm : {'plain', 'frozen', 'sync'}, default 'plain'
         'frozen': BatchNorm layers use their running statistics (``gluonkit.nn.freeze_batchnorm``),
         for tiny per-device batches on a pretrained backbone; 'sync': MXNet's ``SyncBatchNorm``
-        over ``num_devices`` devices. SSD's extra feature layers keep plain BatchNorm either
-        way: GluonCV builds them as a symbol graph.
+        over ``num_devices`` devices (not Faster R-CNN, which sees one image per device). SSD's
+        extra feature layers keep plain BatchNorm either way: GluonCV builds them as a symbol graph.
     num_devices : int, default 1
         Devices the batch is split over (for 'sync').
+    **rcnn_options
+        Faster R-CNN only: ``rcnn.build_faster_rcnn``'s scales, short, max_size, pretrained_file.
     """
-    model_family(name)
+    family = model_family(name)
     if batchnorm not in ("plain", "frozen", "sync"):
         raise ValueError(f"batchnorm must be 'plain', 'frozen' or 'sync', got {batchnorm!r}.")
-    norm = {}
-    if batchnorm == "sync":
-        norm = {"norm_layer": gluon.contrib.nn.SyncBatchNorm,
-                "norm_kwargs": {"num_devices": num_devices}}
-    net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
-                              classes=list(classes), **norm)
+    if family == "faster_rcnn":
+        if batchnorm == "sync":
+            raise ValueError("batchnorm 'sync' is for YOLOv3 and SSD; Faster R-CNN sees one image "
+                             "per device: use 'frozen' (a pretrained backbone) or 'plain'.")
+        net = rcnn.build_faster_rcnn(name, classes, pretrained_base=pretrained_base, **rcnn_options)
+    else:
+        if rcnn_options:
+            raise TypeError(f"{', '.join(rcnn_options)}: options of Faster R-CNN, not of {name!r}.")
+        norm = {}
+        if batchnorm == "sync":
+            norm = {"norm_layer": gluon.contrib.nn.SyncBatchNorm,
+                    "norm_kwargs": {"num_devices": num_devices}}
+        net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
+                                  classes=list(classes), **norm)
     if batchnorm == "frozen":
         freeze_batchnorm(net)
     return net
@@ -94,15 +119,42 @@ def _ssd_anchors(net, size):
     return anchors.as_in_context(mx.cpu())
 
 
-def train_transforms(net, family, sizes):
+class YOLO3FlipTrainTransform(presets.yolo.YOLO3DefaultTrainTransform):
+    """GluonCV's YOLOv3 training transform without its random expansion and crop.
+
+    Colour jitter, a resize to the input size (random interpolation) and a random horizontal
+    flip, then GluonCV's targets. Objects keep the sizes they have at validation, which is
+    what a short schedule on a set like the embedded shapes needs; the zoom-out (up to 4x)
+    and crops of the default transform pay off over long schedules on varied photographs.
+    """
+
+    def __call__(self, src, label):   # the base's set-up (size, anchors, targets) is reused as is
+        height, width = src.shape[:2]
+        image = timage.imresize(experimental.image.random_color_distort(src), self._width, self._height,
+                                interp=np.random.randint(0, 5))
+        bbox = tbbox.resize(label, (width, height), (self._width, self._height))
+        image, flips = timage.random_flip(image, px=0.5)
+        bbox = tbbox.flip(bbox, (self._width, self._height), flip_x=flips[0])
+        image = mx.nd.image.normalize(mx.nd.image.to_tensor(image), mean=self._mean, std=self._std)
+        gt_boxes = mx.nd.array(bbox[np.newaxis, :, :4])
+        targets = self._target_generator(self._fake_x, self._feat_maps, self._anchors, self._offsets,
+                                         gt_boxes, mx.nd.array(bbox[np.newaxis, :, 4:5]), None)
+        return (image, *[t[0] for t in targets], gt_boxes[0])
+
+
+def train_transforms(net, family, sizes, augment="full"):
     """GluonCV's default training transform (with targets) for each (height, width) in ``sizes``.
 
     The net must be initialized: YOLOv3's transform and SSD's anchors run it once per size.
+    ``augment='flip'`` gives YOLOv3 ``YOLO3FlipTrainTransform`` (no zoom-out or crop).
     """
+    if augment not in ("full", "flip"):
+        raise ValueError(f"augment must be 'full' or 'flip', got {augment!r}.")
     made = {}
     for height, width in sizes:
         if family == "yolo3":
-            made[(height, width)] = presets.yolo.YOLO3DefaultTrainTransform(width, height, net)
+            preset = YOLO3FlipTrainTransform if augment == "flip" else presets.yolo.YOLO3DefaultTrainTransform
+            made[(height, width)] = preset(width, height, net)
         else:
             made[(height, width)] = presets.ssd.SSDDefaultTrainTransform(
                 width, height, _ssd_anchors(net, (height, width)))

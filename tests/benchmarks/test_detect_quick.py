@@ -9,7 +9,8 @@ import pytest
 
 from conftest import CLONE_ENV as ENV, ROOT
 
-CONTESTANTS = ["gluoncv-1", "gluonkit-1", "gluoncv-2", "gluonkit-2", "gluoncv-2-acc", "gluonkit-2-acc"]
+CONTESTANTS = ["gluoncv-1", "gluonkit-1", "gluoncv-2", "gluonkit-2", "gluoncv-2-acc", "gluonkit-2-acc",
+               "gluoncv-rcnn", "gluonkit-rcnn", "gluoncv-rcnn-batch"]
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,8 @@ def test_readme_section_is_replaced_and_the_rest_kept(quick_run):
     assert "## Detection training step" in readme and "| contestant |" in readme
     assert "- gluonkit.fit + batch_fn vs GluonCV's loop, 1 device: **" in readme
     assert "Trainer(accumulate=2)" in readme
+    assert "- Faster R-CNN: gluonkit.fit + FasterRCNNBatch vs GluonCV's ForwardBackwardTask loop: **" in readme
+    assert "- Faster R-CNN: gluonkit at 1 image per device, accumulated, vs GluonCV's whole padded" in readme
     assert files == ["README.md", "detect.json"]
 
 

@@ -225,3 +225,36 @@ def test_training_transforms_of_a_sync_batchnorm_net_equal_the_plain_nets(name, 
     assert len(targets[0]) == len(targets[1]) > 2
     for array, ref in zip(*targets):
         assert_allclose(array, ref, rtol=0, atol=0)
+
+
+def test_flip_transform_keeps_object_sizes_and_gives_one_target_per_object():
+    data = ShapesDetection("train", length=6)
+    net = D.build_detector("yolo3_mobilenet0.25_custom", data.classes)
+    net.initialize()
+    transform = D.train_transforms(net, "yolo3", [(96, 128)], augment="flip")[(96, 128)]
+    np.random.seed(0)
+    flips = 0
+    for i in range(len(data)):
+        image, label = data[i]
+        x, objectness, _, _, _, _, boxes = transform(image, label)
+        assert x.shape == (3, 96, 128)
+        resized = label[:, :4] * np.tile([128 / image.shape[1], 96 / image.shape[0]], 2)
+        mirrored = np.stack([128 - resized[:, 2], resized[:, 1], 128 - resized[:, 0], resized[:, 3]], axis=1)
+        got = boxes.asnumpy()
+        flipped = not np.allclose(got, resized, atol=1e-3)
+        flips += flipped
+        assert_allclose(got, mirrored if flipped else resized, atol=1e-3)
+        assert objectness.sum().asscalar() == len(label)     # each object: one anchor
+    assert 0 < flips < len(data)
+    with pytest.raises(ValueError, match="'full' or 'flip'"):
+        D.train_transforms(net, "yolo3", [(96, 128)], augment="zoom")
+
+
+def test_faster_rcnn_is_a_family_whose_options_are_its_own():
+    assert D.model_family("faster_rcnn_mobilenet0.25_custom") == "faster_rcnn"
+    with pytest.raises(ValueError, match="one image per device"):
+        D.build_detector("faster_rcnn_mobilenet0.25_custom", ["a"], batchnorm="sync")
+    with pytest.raises(TypeError, match="short: options of Faster R-CNN"):
+        D.build_detector("yolo3_mobilenet0.25_custom", ["a"], short=128)
+    with pytest.raises(ValueError, match="faster_rcnn_mobilenet0.25_custom"):
+        D.model_family("faster_rcnn_mobilenet_custom")

@@ -2,7 +2,7 @@
 thread settings, default outputs and writing them, the report templates."""
 import os
 
-from gluonkit.recipes import _cli
+from gluonkit.recipes import common
 
 from ._harness import replace_section, write_json
 
@@ -21,7 +21,7 @@ def set_env(module):
     (spinning OpenMP threads slowed training many times over whenever other processes kept
     the cores busy). MXNet reads them when it loads: the command restarts once as
     ``python -m module`` if it must."""
-    _cli.apply_threads(module)
+    common.apply_threads(module)
 
 
 def thread_settings():
@@ -33,7 +33,7 @@ def thread_settings():
 def benchmark_parser(doc):
     """An argument parser with the options every benchmark has: ``--config`` and ``--quick``;
     its description is the first paragraph of ``doc`` (the script's docstring)."""
-    parser = _cli.build_parser(doc.split("\n\n")[0])
+    parser = common.build_parser(doc.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="tiny run for the test suite (seconds; figures not meaningful)")
     return parser
@@ -42,7 +42,7 @@ def benchmark_parser(doc):
 def parse_with_config(parser, argv):
     """Parse ``argv``; a ``--config FILE`` (JSON or YAML, keys as option names) sets the
     defaults first, each value checked by its option's type."""
-    return _cli.parse_with_config(parser, argv)
+    return common.parse_with_config(parser, argv)
 
 
 def add_output_options(parser, name):

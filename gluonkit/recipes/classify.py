@@ -26,16 +26,16 @@ import time
 import mxnet as mx
 from mxnet import gluon
 
-from ..data import bucket_loader, multiscale_loader
-from ..nn import ShapeCache
-from ..train import amp
-from ..callbacks import LRSchedule
-from ..train.loop import evaluate, fit
-from ..train.trainer import Trainer
-from . import _cli
-from .datasets import load_dataset
-from .models import build_model, check_model_name
-from .runs import RunFolder
+from gluonkit.data import bucket_loader, multiscale_loader
+from gluonkit.nn import ShapeCache
+from gluonkit.train import amp
+from gluonkit.callbacks import LRSchedule
+from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.trainer import Trainer
+from gluonkit.recipes import common
+from gluonkit.recipes.datasets import load_dataset
+from gluonkit.recipes.models import build_model, check_model_name
+from gluonkit.recipes.runs import RunFolder
 
 __all__ = ["parse_args", "train", "export_checkpoint", "main", "optimizer_params",
            "lr_schedule", "make_loaders", "worker_shard", "no_wd_on_bias"]
@@ -51,7 +51,7 @@ _FIXED = ("dataset", "image_size", "max_size", "buckets", "multiscale", "multisc
 
 
 def _build_parser():
-    parser = _cli.build_parser("Train an image classifier with gluonkit (digits by default).",
+    parser = common.build_parser("Train an image classifier with gluonkit (digits by default).",
                                prog="gluonkit-classify",
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("data")
@@ -60,24 +60,24 @@ def _build_parser():
                            "class folders) | rec:TRAIN.rec[,TEST.rec]")
     data.add_argument("--data-dir", default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
                       help="where CIFAR-10 is stored (downloaded if missing)")
-    data.add_argument("--image-size", type=_cli.non_negative_int, default=32,
+    data.add_argument("--image-size", type=common.non_negative_int, default=32,
                       help="imagefolder and rec images: random-resized crops of this size for "
                            "training, center crops for testing; 0 keeps their own sizes "
                            "(capped by --max-size) and batches them in --buckets shapes")
-    data.add_argument("--max-size", type=_cli.positive_int, default=512,
+    data.add_argument("--max-size", type=common.positive_int, default=512,
                       help="with --image-size 0, longer image sides are shrunk to this")
-    data.add_argument("--buckets", type=_cli.positive_int, default=4, help="shapes for --image-size 0")
-    data.add_argument("--multiscale", type=_cli.sizes_type, metavar="SIZES",
+    data.add_argument("--buckets", type=common.positive_int, default=4, help="shapes for --image-size 0")
+    data.add_argument("--multiscale", type=common.sizes_type, metavar="SIZES",
                       help="train each batch at a size drawn from these, e.g. 16,20,24,28 "
                            "(test at the largest)")
-    data.add_argument("--multiscale-interval", type=_cli.positive_int, default=1, metavar="N",
+    data.add_argument("--multiscale-interval", type=common.positive_int, default=1, metavar="N",
                       help="batches per drawn size")
-    data.add_argument("--limit", type=_cli.positive_int, metavar="N",
+    data.add_argument("--limit", type=common.positive_int, metavar="N",
                       help="use only N training and N test images, every class in proportion "
                            "(drawn with --seed)")
-    data.add_argument("--num-workers", type=_cli.non_negative_int, default=0,
+    data.add_argument("--num-workers", type=common.non_negative_int, default=0,
                       help="data loading processes")
-    _cli.add_image_limits(data)
+    common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="cnn",
                        help="'cnn' (built in) or a GluonCV model-zoo name, e.g. cifar_resnet20_v1")
@@ -88,39 +88,39 @@ def _build_parser():
                        help="the pretrained weights as a .params file (offline --pretrained)")
     model.add_argument("--hybridize", action="store_true", help="compile the network's graph")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=_cli.non_negative_int, default=12,
+    train.add_argument("--epochs", type=common.non_negative_int, default=12,
                        help="epochs to train (to reach, with --resume); 0 evaluates and exports")
-    train.add_argument("--batch-size", type=_cli.positive_int, default=64,
+    train.add_argument("--batch-size", type=common.positive_int, default=64,
                        help="samples per batch, split over --ctx")
-    train.add_argument("--accumulate", type=_cli.positive_int, default=1,
+    train.add_argument("--accumulate", type=common.positive_int, default=1,
                        help="batches per update (the update equals one batch of them all)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, adam, ...")
-    train.add_argument("--lr", type=_cli.non_negative_float, default=0.1, help="learning rate")
-    train.add_argument("--momentum", type=_cli.non_negative_float, default=0.9, help="for sgd and nag")
-    train.add_argument("--wd", type=_cli.non_negative_float, default=1e-4, help="weight decay")
+    train.add_argument("--lr", type=common.non_negative_float, default=0.1, help="learning rate")
+    train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")
+    train.add_argument("--wd", type=common.non_negative_float, default=1e-4, help="weight decay")
     train.add_argument("--no-wd-on-bias", action="store_true",
                        help="no weight decay on biases and BatchNorm's beta and gamma")
     train.add_argument("--label-smoothing", type=float, default=0.0, metavar="EPS",
                        help="train on targets 1 - EPS for the class and EPS / (classes - 1) "
                             "for the others")
-    train.add_argument("--lr-schedule", type=_cli.one_of(*_SCHEDULES), default="cosine",
+    train.add_argument("--lr-schedule", type=common.one_of(*_SCHEDULES), default="cosine",
                        help="GluonCV schedule over the updates after the warm-up: "
                             + ", ".join(_SCHEDULES))
-    train.add_argument("--warmup-epochs", type=_cli.non_negative_float, default=1.0,
+    train.add_argument("--warmup-epochs", type=common.non_negative_float, default=1.0,
                        help="linear learning-rate warm-up, per update")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
     train.add_argument("--amp", action="store_true",
                        help="mixed precision (float16) with dynamic loss scaling; GPUs only")
-    _cli.add_device_options(parser)
-    _cli.add_output_options(parser, os.path.join("runs", "classify"))
+    common.add_device_options(parser)
+    common.add_output_options(parser, os.path.join("runs", "classify"))
     return parser
 
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
-    _cli.check_output_options(parser, args)
+    args = common.parse_with_config(parser, argv, fixed=_FIXED)
+    common.check_output_options(parser, args)
     if not 0 <= args.label_smoothing < 1:
         parser.error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}.")
     try:
@@ -129,7 +129,7 @@ def parse_args(argv=None):
         parser.error(str(err))
     if args.amp and not args.export:
         try:
-            amp.check_available(_cli.parse_ctx(args.ctx))
+            amp.check_available(common.parse_ctx(args.ctx))
         except (ValueError, RuntimeError) as err:
             parser.error(f"--amp: {err}")
     if (args.pretrained or args.pretrained_file) and args.model == "cnn":
@@ -227,7 +227,7 @@ def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, prep
     metadata."""
     net = build_model(model, len(class_names))
     net.initialize(ctx=ctx or mx.cpu())
-    return _cli.export_best(net, checkpoints, prefix, input_shape, outputs=class_names,
+    return common.export_best(net, checkpoints, prefix, input_shape, outputs=class_names,
                             preprocessing=preprocessing, task="classify", model=model)
 
 
@@ -247,10 +247,10 @@ def train(args):
 
 
 def _train(args, folder):
-    ctx = _cli.parse_ctx(args.ctx)
+    ctx = common.parse_ctx(args.ctx)
     if args.amp and not args.export:
         amp.init(ctx)     # before anything is loaded, built or written
-    _cli.seed_all(args.seed)
+    common.seed_all(args.seed)
     train_set, test_set, class_names, preprocessing = load_dataset(
         args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed,
         max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
@@ -276,7 +276,7 @@ def _train(args, folder):
     net = _prepare(net, ctx, args.hybridize,
                    bool(args.multiscale) or args.image_size == 0, pretrained)
     if args.epochs == 0:        # no batch will give the layers their shapes before the save
-        _cli.finish_init(net, input_shape, ctx[0])
+        common.finish_init(net, input_shape, ctx[0])
     if args.no_wd_on_bias:
         no_wd_on_bias(net)
     trainer = Trainer(net.collect_params(), args.optimizer,
@@ -291,8 +291,8 @@ def _train(args, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            _cli.save_args(args, args.out)
-        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
+            common.save_args(args, args.out)
+        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
     if main_process:
         log.info("Training %s on %s (%d images, %d classes) on %s; val_* in the history and "
                  "the epoch lines are on the test set (%d images).", args.model, args.dataset,
@@ -316,7 +316,7 @@ def _train(args, folder):
         print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images after the last epoch "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
     if metadata:
-        print(_cli.export_summary(metadata, history, _MONITOR))
+        print(common.export_summary(metadata, history, _MONITOR))
     return {"test_accuracy": accuracy, "history": history, "seconds": seconds, "out": args.out,
             "net": net, "export": metadata}
 
@@ -340,7 +340,7 @@ def main(argv=None):
     Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
     passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
     """
-    _cli.run_command(_MODULE, parse_args, train, argv)
+    common.run_command(_MODULE, parse_args, train, argv)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
-from ..data import DataFileError, class_labels, digits
-from ..data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, ImageRecordDataset
-from ..inference import preprocess, shrink_to
+from gluonkit.data import DataFileError, class_labels, digits
+from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, ImageRecordDataset
+from gluonkit.inference import preprocess, shrink_to
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
            "dataset_labels", "stratified_indices", "stratified_split"]

@@ -27,18 +27,18 @@ import mxnet as mx
 import numpy as np
 from gluoncv.data import RecordFileDetection
 
-from . import _cli
-from . import detection as det
-from . import rcnn
-from .detection_plots import DetectionCurves, best_threshold, draw_predictions
-from .runs import RunFolder
-from ..data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
-from ..export import export_model
-from ..train import amp
-from ..train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint
-from ..train.checkpoint import Checkpoint
-from ..train.loop import evaluate, fit
-from ..train.trainer import Trainer
+from gluonkit.recipes import common
+from gluonkit.recipes import detection as det
+from gluonkit.recipes import rcnn
+from gluonkit.recipes.detection_plots import DetectionCurves, best_threshold, draw_predictions
+from gluonkit.recipes.runs import RunFolder
+from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
+from gluonkit.export import export_model
+from gluonkit.train import amp
+from gluonkit.train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint
+from gluonkit.train.checkpoint import Checkpoint
+from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.trainer import Trainer
 
 __all__ = ["parse_args", "load_detection", "make_loaders", "train",
            "draw_predictions", "main"]
@@ -51,7 +51,7 @@ _FIXED = ("dataset", "classes", "image_size", "buckets", "multiscale", "multisca
 
 
 def _build_parser():
-    parser = _cli.build_parser("Train a GluonCV detector with gluonkit (embedded shapes by default).",
+    parser = common.build_parser("Train a GluonCV detector with gluonkit (embedded shapes by default).",
                                prog="gluonkit-detect",
                                formatter_class=__import__("argparse").ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("data")
@@ -62,24 +62,24 @@ def _build_parser():
     data.add_argument("--classes", type=lambda text: text.split(","), metavar="NAMES",
                       help="class names in label order (default: rec: the ids; voc: the names "
                            "in the training annotations, sorted)")
-    data.add_argument("--image-size", type=_cli.non_negative_int, default=96,
+    data.add_argument("--image-size", type=common.non_negative_int, default=96,
                       help="train and test at this square size; 0 keeps the images' own sizes, "
                            "padded (bottom and right, boxes unchanged) to --buckets shapes; "
                            "Faster R-CNN: the shorter side (aspect kept, no padding)")
-    data.add_argument("--max-size", type=_cli.positive_int, metavar="PIXELS",
+    data.add_argument("--max-size", type=common.positive_int, metavar="PIXELS",
                       help="Faster R-CNN: the longest side at most (default 1.5 x --image-size)")
-    data.add_argument("--buckets", type=_cli.positive_int, default=3, help="shapes for --image-size 0")
-    data.add_argument("--multiscale", type=_cli.sizes_type, metavar="SIZES",
+    data.add_argument("--buckets", type=common.positive_int, default=3, help="shapes for --image-size 0")
+    data.add_argument("--multiscale", type=common.sizes_type, metavar="SIZES",
                       help="train each batch at a square size drawn from these, e.g. 96,128,160 "
                            "(test at the largest)")
-    data.add_argument("--multiscale-interval", type=_cli.positive_int, default=1, metavar="N",
+    data.add_argument("--multiscale-interval", type=common.positive_int, default=1, metavar="N",
                       help="batches per drawn size")
-    data.add_argument("--augment", type=_cli.one_of("full", "flip"), default="flip",
+    data.add_argument("--augment", type=common.one_of("full", "flip"), default="flip",
                       help="YOLOv3 training augmentation: full (GluonCV's: colour, zoom-out, crop, "
                            "flip) or flip (colour and flip only: objects keep their sizes)")
-    data.add_argument("--limit", type=_cli.positive_int, metavar="N",
+    data.add_argument("--limit", type=common.positive_int, metavar="N",
                       help="use only the first N training and N validation images")
-    data.add_argument("--num-workers", type=_cli.non_negative_int, default=0,
+    data.add_argument("--num-workers", type=common.non_negative_int, default=0,
                       help="data loading processes")
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="yolo3_mobilenet0.25_custom",
@@ -91,41 +91,41 @@ def _build_parser():
     model.add_argument("--pretrained-file", metavar="PATH",
                        help="Faster R-CNN: start the backbone from this .params file of the same "
                             "GluonCV network (e.g. mobilenet0.25 or resnet18_v1b ImageNet weights)")
-    model.add_argument("--batchnorm", type=_cli.one_of("plain", "frozen", "sync"), default="plain",
+    model.add_argument("--batchnorm", type=common.one_of("plain", "frozen", "sync"), default="plain",
                        help="frozen: running statistics only (tiny batches, pretrained backbone); "
                             "sync: SyncBatchNorm over the GPUs of --ctx (MXNet's hangs on several CPUs)")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=_cli.non_negative_int, default=24,
+    train.add_argument("--epochs", type=common.non_negative_int, default=24,
                        help="epochs to train (to reach, with --resume)")
-    train.add_argument("--batch-size", type=_cli.positive_int,
+    train.add_argument("--batch-size", type=common.positive_int,
                        help="images per batch, split over --ctx (default 8; Faster R-CNN: "
                             "--per-device x devices)")
-    train.add_argument("--per-device", type=_cli.positive_int, metavar="N",
+    train.add_argument("--per-device", type=common.positive_int, metavar="N",
                        help="images per device per batch (sets --batch-size to N x devices; "
                             "Faster R-CNN: default 1, each image a forward pass of its own)")
-    train.add_argument("--accumulate", type=_cli.positive_int, default=1,
+    train.add_argument("--accumulate", type=common.positive_int, default=1,
                        help="batches per update (the update equals one batch of them all)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
-    train.add_argument("--lr", type=_cli.non_negative_float, default=0.01, help="learning rate")
-    train.add_argument("--momentum", type=_cli.non_negative_float, default=0.9, help="for sgd and nag")
-    train.add_argument("--wd", type=_cli.non_negative_float, default=5e-4, help="weight decay")
-    train.add_argument("--warmup-epochs", type=_cli.non_negative_float, default=1.0,
+    train.add_argument("--lr", type=common.non_negative_float, default=0.01, help="learning rate")
+    train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")
+    train.add_argument("--wd", type=common.non_negative_float, default=5e-4, help="weight decay")
+    train.add_argument("--warmup-epochs", type=common.non_negative_float, default=1.0,
                        help="linear learning-rate warm-up, then a cosine decay to 0")
     train.add_argument("--clip-global-norm", type=float, metavar="NORM",
                        help="clip the update's whole gradient to this norm")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
     train.add_argument("--amp", action="store_true",
                        help="mixed precision (float16) with dynamic loss scaling; GPUs only")
-    _cli.add_device_options(parser)
-    _cli.add_output_options(parser, os.path.join("runs", "detect"), export=False)
+    common.add_device_options(parser)
+    common.add_output_options(parser, os.path.join("runs", "detect"), export=False)
     return parser
 
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
-    _cli.check_output_options(parser, args)
+    args = common.parse_with_config(parser, argv, fixed=_FIXED)
+    common.check_output_options(parser, args)
     if args.multiscale and args.image_size == 0:
         parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")
     if args.clip_global_norm is not None and not args.clip_global_norm > 0:
@@ -153,7 +153,7 @@ def parse_args(argv=None):
                      "--pretrained-base.")
     if args.pretrained_file and not os.path.isfile(args.pretrained_file):
         parser.error(f"--pretrained-file {args.pretrained_file}: no such file.")
-    ctx = _cli.parse_ctx(args.ctx)
+    ctx = common.parse_ctx(args.ctx)
     if args.amp:
         try:
             amp.check_available(ctx)
@@ -314,10 +314,10 @@ def train(args):
 
 
 def _train(args, folder):
-    ctx = _cli.parse_ctx(args.ctx)
+    ctx = common.parse_ctx(args.ctx)
     if args.amp:
         amp.init(ctx)     # before anything is loaded, built or written
-    _cli.seed_all(args.seed)
+    common.seed_all(args.seed)
     family = det.model_family(args.model)
     train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes)
     rcnn_options = {}
@@ -352,7 +352,7 @@ def _train(args, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            _cli.save_args(args, args.out)
+            common.save_args(args, args.out)
         callbacks += [ModelCheckpoint(checkpoints, monitor="val_mAP", mode="max", resume=args.resume),
                       HistoryLogger(os.path.join(args.out, "history.csv")),
                       DetectionCurves(os.path.join(args.out, "curves.png"), classes)]
@@ -389,7 +389,7 @@ def _train(args, folder):
         print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
               f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
     if metadata:
-        print(_cli.export_summary(metadata, history, "val_mAP"))
+        print(common.export_summary(metadata, history, "val_mAP"))
     return {"map": mean_ap, "history": history, "seconds": seconds, "out": args.out, "net": net,
             "export": metadata}
 
@@ -400,7 +400,7 @@ def main(argv=None):
     Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
     passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
     """
-    _cli.run_command(_MODULE, parse_args, train, argv)
+    common.run_command(_MODULE, parse_args, train, argv)
 
 
 if __name__ == "__main__":

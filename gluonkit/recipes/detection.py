@@ -20,10 +20,10 @@ from gluoncv.loss import SSDMultiBoxLoss
 from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 from mxnet import autograd, gluon
 
-from . import rcnn
-from ..data import BucketSampler, DataLoader, MultiScaleDataset
-from ..nn import freeze_batchnorm
-from ..train.split import split_and_load
+from gluonkit.recipes import rcnn
+from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset
+from gluonkit.nn import freeze_batchnorm
+from gluonkit.train.split import split_and_load
 
 __all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "YOLO3FlipTrainTransform",
            "train_transforms", "val_transforms", "train_batchify", "val_batchify", "SizedTransform",

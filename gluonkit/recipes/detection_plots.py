@@ -13,8 +13,8 @@ import os
 import mxnet as mx
 import numpy as np
 
-from .._atomic import atomic_write
-from ..train.callbacks import Callback
+from gluonkit._atomic import atomic_write
+from gluonkit.train.callbacks import Callback
 
 __all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",
            "best_threshold"]

@@ -31,15 +31,14 @@ import mxnet as mx
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from .._validate import positive_int
-from ..data import digits
-from ..nn import Branches
-from ..train.loop import evaluate, fit
-from ..train.split import split_and_load
-from ..train.trainer import Trainer
-from . import _cli
-from .datasets import load_dataset
-from .runs import RunFolder
+from gluonkit.data import digits
+from gluonkit.nn import Branches
+from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.split import split_and_load
+from gluonkit.train.trainer import Trainer
+from gluonkit.recipes import common
+from gluonkit.recipes.datasets import load_dataset
+from gluonkit.recipes.runs import RunFolder
 
 __all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "HeadAccuracy", "eval_batch",
            "main", "parse_args", "train"]
@@ -113,7 +112,7 @@ class HeadSchedule:
     """
 
     def __init__(self, every):
-        self.every = positive_int(every, "every", "the auxiliary head's batch interval")
+        self.every = common.check_positive_int(every, "every", "the auxiliary head's batch interval")
         self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
     def heads(self, index):
@@ -157,25 +156,25 @@ class HeadAccuracy(mx.metric.Accuracy):
 
 
 def _build_parser():
-    parser = _cli.build_parser(__doc__.split("\n\n")[0], prog="gluonkit-multitask")
+    parser = common.build_parser(__doc__.split("\n\n")[0], prog="gluonkit-multitask")
     data = parser.add_argument_group("data")
-    data.add_argument("--batch-size", type=_cli.positive_int, default=64)
-    data.add_argument("--train-size", type=_cli.positive_int, default=None,
+    data.add_argument("--batch-size", type=common.positive_int, default=64)
+    data.add_argument("--train-size", type=common.positive_int, default=None,
                       help="use only the first N training images (default: all 1,438)")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=_cli.non_negative_int, default=10,
+    train.add_argument("--epochs", type=common.non_negative_int, default=10,
                        help="epochs to train (to reach, with --resume); 0 evaluates and exports")
-    train.add_argument("--lr", type=_cli.non_negative_float, default=0.1)
-    train.add_argument("--momentum", type=_cli.non_negative_float, default=0.9)
-    train.add_argument("--wd", type=_cli.non_negative_float, default=1e-4)
-    train.add_argument("--aux-every", type=_cli.positive_int, default=3,
+    train.add_argument("--lr", type=common.non_negative_float, default=0.1)
+    train.add_argument("--momentum", type=common.non_negative_float, default=0.9)
+    train.add_argument("--wd", type=common.non_negative_float, default=1e-4)
+    train.add_argument("--aux-every", type=common.positive_int, default=3,
                        help="train the auxiliary head on every N-th batch only")
-    train.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0",
+    train.add_argument("--ctx", type=common.ctx_type, default="cpu:0",
                        help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
     train.add_argument("--hybridize", dest="hybridize", action="store_true", default=True)
     train.add_argument("--no-hybridize", dest="hybridize", action="store_false")
     train.add_argument("--seed", type=int, default=0)
-    _cli.add_output_options(parser, os.path.join("runs", "multitask"))
+    common.add_output_options(parser, os.path.join("runs", "multitask"))
     return parser
 
 
@@ -183,8 +182,8 @@ def parse_args(argv=None):
     """Parse the command line; ``--config FILE`` (JSON or YAML) supplies defaults that flags
     override."""
     parser = _build_parser()
-    args = _cli.parse_with_config(parser, argv, fixed=_FIXED)
-    _cli.check_output_options(parser, args)
+    args = common.parse_with_config(parser, argv, fixed=_FIXED)
+    common.check_output_options(parser, args)
     return args
 
 
@@ -192,7 +191,7 @@ def _export(checkpoints, prefix):
     """Export the best (else the latest) checkpoint of a MultiTaskNet."""
     net = MultiTaskNet()
     net.initialize(ctx=mx.cpu())
-    return _cli.export_best(net, checkpoints, prefix, _INPUT_SHAPE, outputs=HEAD_CLASSES,
+    return common.export_best(net, checkpoints, prefix, _INPUT_SHAPE, outputs=HEAD_CLASSES,
                             preprocessing=load_dataset("digits")[3], task="multitask")
 
 
@@ -227,8 +226,8 @@ def _train(args, callbacks, folder):
         print(f"exported {metadata['files']['symbol']} (epoch {metadata['epoch_trained']})")
         return {"export": metadata, "out": args.out}
 
-    ctx_list = _cli.parse_ctx(args.ctx)
-    _cli.seed_all(args.seed)
+    ctx_list = common.parse_ctx(args.ctx)
+    common.seed_all(args.seed)
     train_set = digits(train=True)
     if args.train_size:
         train_set = train_set.take(args.train_size)
@@ -241,7 +240,7 @@ def _train(args, callbacks, folder):
     if args.hybridize:
         net.hybridize()
     if args.epochs == 0:        # no batch will give the layers their shapes before the save
-        _cli.finish_init(net, _INPUT_SHAPE, ctx_list[0])
+        common.finish_init(net, _INPUT_SHAPE, ctx_list[0])
     trainer = Trainer(net, "sgd", {"learning_rate": args.lr, "momentum": args.momentum,
                                    "wd": args.wd})
     schedule = HeadSchedule(args.aux_every)
@@ -250,8 +249,8 @@ def _train(args, callbacks, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            _cli.save_args(args, args.out)
-        callbacks += _cli.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
+            common.save_args(args, args.out)
+        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
     metrics = [HeadAccuracy(head) for head in HEADS]
     if main_process:
         log.info("The aux head trains on one batch in %d; the Trainer leaves it unchanged on "
@@ -268,7 +267,7 @@ def _train(args, callbacks, folder):
     if main_process:
         print("test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in accuracy.items()))
     if metadata:
-        print(_cli.export_summary(metadata, history, _MONITOR))
+        print(common.export_summary(metadata, history, _MONITOR))
     return {"test_accuracy": accuracy, "history": history, "out": args.out, "net": net,
             "export": metadata}
 
@@ -279,7 +278,7 @@ def main(argv=None):
     Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
     passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
     """
-    _cli.run_command(_MODULE, parse_args, train, argv)
+    common.run_command(_MODULE, parse_args, train, argv)
 
 
 if __name__ == "__main__":

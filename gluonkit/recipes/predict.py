@@ -16,8 +16,8 @@ import argparse
 import json
 import sys
 
-from ..inference import iter_predict, load_model
-from . import _cli
+from gluonkit.inference import iter_predict, load_model
+from gluonkit.recipes import common
 
 __all__ = ["parse_args", "main", "format_results"]
 
@@ -31,15 +31,15 @@ def parse_args(argv=None):
                         help="image files, or directories searched for them")
     parser.add_argument("--model", required=True, metavar="PREFIX",
                         help="the exported model's prefix: OUT/model for OUT/model-symbol.json")
-    parser.add_argument("--top-k", type=_cli.positive_int, default=5,
+    parser.add_argument("--top-k", type=common.positive_int, default=5,
                         help="classes per image (classifiers)")
-    parser.add_argument("--score-threshold", type=_cli.non_negative_float, default=0.5,
+    parser.add_argument("--score-threshold", type=common.non_negative_float, default=0.5,
                         metavar="S", help="the lowest score of a box printed (detectors)")
-    parser.add_argument("--batch-size", type=_cli.positive_int, default=32,
+    parser.add_argument("--batch-size", type=common.positive_int, default=32,
                         help="images read and run together")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0", help="the device to run on")
-    _cli.add_image_limits(parser)
+    parser.add_argument("--ctx", type=common.ctx_type, default="cpu:0", help="the device to run on")
+    common.add_image_limits(parser)
     return parser.parse_args(argv)
 
 
@@ -82,10 +82,10 @@ def _print_stream(results, as_json):
 def main(argv=None):
     """The ``gluonkit-predict`` command."""
     if argv is None:
-        _cli.apply_threads(_MODULE)
+        common.apply_threads(_MODULE)
     args = parse_args(argv)
     try:
-        model = load_model(args.model, _cli.parse_ctx(args.ctx)[0])
+        model = load_model(args.model, common.parse_ctx(args.ctx)[0])
         results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
                                score_threshold=args.score_threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)

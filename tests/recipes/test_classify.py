@@ -15,7 +15,7 @@ from gluonkit.data import digits
 from gluonkit.train.checkpoint import Checkpoint
 
 from gluonkit.params import select
-from gluonkit.recipes import _cli
+from gluonkit.recipes import common
 from gluonkit.recipes import classify as recipe
 from gluonkit.recipes.datasets import dataset_labels, load_dataset, stratified_indices
 from gluonkit.recipes.models import build_model, small_cnn
@@ -116,15 +116,15 @@ def test_option_errors(tmp_path, capsys):
 
 
 def test_parse_ctx():
-    assert _cli.parse_ctx("cpu:0,cpu:1") == _cli.parse_ctx("cpu:0,1") == [mx.cpu(0), mx.cpu(1)]
-    assert _cli.parse_ctx("cpu") == [mx.cpu(0)]
+    assert common.parse_ctx("cpu:0,cpu:1") == common.parse_ctx("cpu:0,1") == [mx.cpu(0), mx.cpu(1)]
+    assert common.parse_ctx("cpu") == [mx.cpu(0)]
     with pytest.raises(ValueError, match="cannot read 'tpu:0'"):
-        _cli.parse_ctx("tpu:0")
+        common.parse_ctx("tpu:0")
     with pytest.raises(ValueError, match="names a device twice"):
-        _cli.parse_ctx("cpu:0,cpu:0")
+        common.parse_ctx("cpu:0,cpu:0")
     if mx.context.num_gpus() == 0:
         with pytest.raises(ValueError, match="asks for GPUs but 0 are visible"):
-            _cli.parse_ctx("gpu:0,1")
+            common.parse_ctx("gpu:0,1")
 
 
 def test_lr_schedules():

@@ -9,15 +9,15 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from gluonkit.recipes import _cli
+from gluonkit.recipes import common
 
 
 def parser():
-    p = _cli.build_parser("test")
-    p.add_argument("--epochs", type=_cli.positive_int, default=3)
-    p.add_argument("--schedule", type=_cli.one_of("cosine", "step"), default="cosine")
-    p.add_argument("--sizes", type=_cli.sizes_type)
-    p.add_argument("--ctx", type=_cli.ctx_type, default="cpu:0")
+    p = common.build_parser("test")
+    p.add_argument("--epochs", type=common.positive_int, default=3)
+    p.add_argument("--schedule", type=common.one_of("cosine", "step"), default="cosine")
+    p.add_argument("--sizes", type=common.sizes_type)
+    p.add_argument("--ctx", type=common.ctx_type, default="cpu:0")
     p.add_argument("--fast", action="store_true")
     p.add_argument("--no-bars", dest="bars", action="store_false")
     return p
@@ -30,10 +30,10 @@ def test_config_sets_defaults_through_the_options_types(tmp_path, suffix):
     path = tmp_path / f"c.{suffix}"
     path.write_text(json.dumps(config) if suffix == "json" else
                     "epochs: 5\nschedule: step\nsizes: [8, 12]\nfast: true\nbars: false\nctx: cpu:0,1\n")
-    args = _cli.parse_with_config(parser(), ["--config", str(path)])
+    args = common.parse_with_config(parser(), ["--config", str(path)])
     assert (args.epochs, args.schedule, args.sizes, args.fast, args.bars, args.ctx) == \
         (5, "step", [8, 12], True, False, "cpu:0,1")
-    args = _cli.parse_with_config(parser(), ["--config", str(path), "--epochs", "1"])
+    args = common.parse_with_config(parser(), ["--config", str(path), "--epochs", "1"])
     assert args.epochs == 1     # the command line wins
 
 
@@ -48,27 +48,27 @@ def test_bad_config_values_are_refused_like_bad_options(tmp_path, capsys, config
     path = tmp_path / "c.json"
     path.write_text(json.dumps(config))
     with pytest.raises(SystemExit):
-        _cli.parse_with_config(parser(), ["--config", str(path)])
+        common.parse_with_config(parser(), ["--config", str(path)])
     assert message in capsys.readouterr().err
 
 
 def test_parse_ctx():
-    assert _cli.parse_ctx("cpu:0,cpu:1") == _cli.parse_ctx("cpu:0,1") == [mx.cpu(0), mx.cpu(1)]
-    assert _cli.parse_ctx("cpu") == [mx.cpu(0)]
+    assert common.parse_ctx("cpu:0,cpu:1") == common.parse_ctx("cpu:0,1") == [mx.cpu(0), mx.cpu(1)]
+    assert common.parse_ctx("cpu") == [mx.cpu(0)]
     with pytest.raises(ValueError, match="names a device twice"):
-        _cli.parse_ctx("cpu:0,cpu:0")
+        common.parse_ctx("cpu:0,cpu:0")
     if mx.context.num_gpus() == 0:
         with pytest.raises(ValueError, match="asks for GPUs but 0 are visible"):
-            _cli.parse_ctx("gpu:0,1")
+            common.parse_ctx("gpu:0,1")
 
 
 def test_save_args_records_the_run_and_replays_it(tmp_path):
-    args = _cli.parse_with_config(parser(), ["--sizes", "4,6", "--epochs", "5", "--no-bars"])
-    path = _cli.save_args(args, str(tmp_path / "out"))
+    args = common.parse_with_config(parser(), ["--sizes", "4,6", "--epochs", "5", "--no-bars"])
+    path = common.save_args(args, str(tmp_path / "out"))
     recorded = {**vars(args), "sizes": [4, 6]}
     del recorded["config"]      # how this command was invoked, not what the run is
     assert json.loads(open(path).read()) == recorded
-    replayed = _cli.parse_with_config(parser(), ["--config", path])
+    replayed = common.parse_with_config(parser(), ["--config", path])
     assert {**vars(replayed), "config": None} == vars(args)
 
 
@@ -90,7 +90,7 @@ def test_a_command_restarts_once_with_the_thread_settings(tmp_path):
     (tmp_path / "probe.py").write_text(
         "import os, sys\nprint(os.environ['OMP_NUM_THREADS'], os.environ['OMP_WAIT_POLICY'], "
         "sys.argv[1:], 'mxnet' in sys.modules)\n")
-    code = "import mxnet\nfrom gluonkit.recipes import _cli\n_cli.apply_threads('probe', ['a', 'b'])"
+    code = "import mxnet\nfrom gluonkit.recipes import common\ncommon.apply_threads('probe', ['a', 'b'])"
     env = dict(clean_env(), PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path), timeout=120)

@@ -1,4 +1,5 @@
-"""The command-line kit the recipes and benchmarks share.
+"""The command-line kit and shared steps of the recipes (and the benchmarks), public so that a
+recipe copied out of the package still runs.
 
 One ``--config`` loader (JSON or YAML) that sets a parser's defaults, and the options a run
 in ``--out`` recorded when a command resumes or exports it; one device-list parser, the
@@ -14,13 +15,13 @@ import logging
 import os
 import sys
 
-from .. import _validate
-from ..data import DataFileError
-from ..train.checkpoint import CheckpointError
-from . import runs
-from .runs import RunFolderError, save_args
+from gluonkit import _validate
+from gluonkit.data import DataFileError
+from gluonkit.train.checkpoint import CheckpointError
+from gluonkit.recipes import runs
+from gluonkit.recipes.runs import RunFolderError, save_args
 
-__all__ = ["build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
+__all__ = ["check_positive_int", "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
@@ -49,6 +50,12 @@ class _Parser(argparse.ArgumentParser):
             self.error(f"unrecognized arguments: {' '.join(extras)}"
                        + (f" ({'; '.join(hints)})" if hints else ""))
         return namespace
+
+
+def check_positive_int(value, name, meaning=None):
+    """``value`` as an int >= 1, else the ``TypeError`` or ``ValueError`` that names ``name``: the
+    check of a recipe's own arguments (``HeadSchedule(every=...)``), worded as gluonkit's."""
+    return _validate.positive_int(value, name, meaning)
 
 
 def build_parser(description, **kwargs):
@@ -311,7 +318,7 @@ def add_device_options(parser):
 def add_image_limits(group):
     """``--max-image-pixels`` and ``--max-aspect-ratio``: the limits on the image files a
     command reads (``gluonkit.data.images``), added to the argument ``group``."""
-    from ..data.images import MAX_ASPECT, MAX_PIXELS, check_limits
+    from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, check_limits
 
     def limit(index, convert):
         def parse(text):
@@ -392,7 +399,7 @@ def output_callbacks(out, monitor, resume, held_out="val"):
     """``fit`` callbacks that write into ``out``: checkpoints/ (the last few, and the best by
     the history key ``monitor``; ``resume`` continues from the latest), history.csv and
     curves.png (whose ``val_`` curves are labelled ``held_out``)."""
-    from ..callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
+    from gluonkit.callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
 
     return [ModelCheckpoint(os.path.join(out, "checkpoints"), monitor=monitor, resume=resume),
             HistoryLogger(os.path.join(out, "history.csv")),
@@ -416,8 +423,8 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
     metadata, whose 'epoch_trained' is the checkpoint's epoch."""
     import mxnet as mx
 
-    from ..export import export_model
-    from ..train.checkpoint import Checkpoint
+    from gluonkit.export import export_model
+    from gluonkit.train.checkpoint import Checkpoint
 
     ckpt = Checkpoint(checkpoints)
     if ckpt.best is None and ckpt.latest is None:

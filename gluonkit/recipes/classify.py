@@ -29,7 +29,6 @@ from mxnet import gluon
 from gluonkit.data import bucket_loader, multiscale_loader
 from gluonkit.nn import ShapeCache
 from gluonkit.train import amp
-from gluonkit.callbacks import LRSchedule
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.trainer import Trainer
 from gluonkit.recipes import common
@@ -37,8 +36,7 @@ from gluonkit.recipes.datasets import load_dataset
 from gluonkit.recipes.models import build_model, check_model_name
 from gluonkit.recipes.runs import RunFolder
 
-__all__ = ["parse_args", "train", "export_checkpoint", "main", "optimizer_params",
-           "lr_schedule", "make_loaders", "worker_shard", "no_wd_on_bias"]
+__all__ = ["parse_args", "train", "export_checkpoint", "main", "make_loaders", "no_wd_on_bias"]
 
 log = logging.getLogger("gluonkit")
 
@@ -138,14 +136,6 @@ def parse_args(argv=None):
     return args
 
 
-def optimizer_params(optimizer, lr, momentum, wd):
-    """The optimizer's keyword arguments (momentum only for the optimizers that take it)."""
-    params = {"learning_rate": lr, "wd": wd}
-    if optimizer in ("sgd", "nag"):
-        params["momentum"] = momentum
-    return params
-
-
 def no_wd_on_bias(net):
     """Turn weight decay off for biases and BatchNorm's ``beta``/``gamma`` (GluonCV's
     ``--no-wd``); returns the parameter names changed."""
@@ -153,21 +143,6 @@ def no_wd_on_bias(net):
     for param in params.values():
         param.wd_mult = 0.0
     return sorted(params.keys())
-
-
-def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
-    """An ``LRSchedule`` callback (GluonCV schedulers after a linear warm-up), or None."""
-    warmup = int(round(warmup_epochs * updates_per_epoch))
-    if kind == "none" and not warmup:
-        return None
-    if kind == "none":
-        return LRSchedule(lr, warmup_steps=warmup)
-    from gluoncv.utils import LRScheduler
-
-    steps = max(2, epochs * updates_per_epoch - warmup)     # GluonCV divides by steps - 1
-    options = {"step_iter": [int(steps * 0.5), int(steps * 0.75)]} if kind == "step" else {}
-    return LRSchedule(LRScheduler(kind, base_lr=lr, target_lr=0.0, niters=steps, **options),
-                      warmup_steps=warmup)
 
 
 def make_loaders(train_set, test_set, batch_size, multiscale, interval, image_size, buckets, seed,
@@ -189,16 +164,6 @@ def make_loaders(train_set, test_set, batch_size, multiscale, interval, image_si
     return (gluon.data.DataLoader(train_set, batch_size=batch_size, shuffle=True, last_batch="keep",
                                   num_workers=num_workers),
             gluon.data.DataLoader(test_set, batch_size=batch_size, num_workers=num_workers))
-
-
-def worker_shard(dataset, kvstore):
-    """This worker's contiguous share of ``dataset`` under a distributed kvstore.
-
-    Shards have equal sizes (the last ``len % workers`` samples are left out), so every
-    worker runs the same number of steps per epoch, as synchronous training needs.
-    """
-    usable = len(dataset) - len(dataset) % kvstore.num_workers
-    return dataset.take(usable).shard(kvstore.num_workers, kvstore.rank)
 
 
 def _input_shape(loader):
@@ -256,7 +221,7 @@ def _train(args, folder):
         max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
     kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
     if not isinstance(kvstore, str):
-        train_set = worker_shard(train_set, kvstore)
+        train_set = common.worker_shard(train_set, kvstore)
     train_loader, test_loader = make_loaders(train_set, test_set, args.batch_size, args.multiscale,
                                              args.multiscale_interval, args.image_size, args.buckets,
                                              args.seed, args.num_workers)
@@ -280,11 +245,11 @@ def _train(args, folder):
     if args.no_wd_on_bias:
         no_wd_on_bias(net)
     trainer = Trainer(net.collect_params(), args.optimizer,
-                      optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
+                      common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
                       kvstore=kvstore, accumulate=args.accumulate)
     main_process = trainer.rank == 0
     callbacks = []
-    schedule = lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
+    schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))
     if schedule:
         callbacks.append(schedule)

@@ -21,7 +21,7 @@ from gluonkit.train.checkpoint import CheckpointError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
 
-__all__ = ["check_positive_int", "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
+__all__ = ["check_positive_int", "optimizer_params", "lr_schedule", "worker_shard", "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
@@ -395,15 +395,17 @@ def check_output_options(parser, args):
         parser.error(f"--out {err}")
 
 
-def output_callbacks(out, monitor, resume, held_out="val"):
+def output_callbacks(out, monitor, resume, held_out="val", curves=None):
     """``fit`` callbacks that write into ``out``: checkpoints/ (the last few, and the best by
     the history key ``monitor``; ``resume`` continues from the latest), history.csv and
-    curves.png (whose ``val_`` curves are labelled ``held_out``)."""
+    curves.png: ``curves(path)`` makes the callback that draws it (default ``PlotCurves``,
+    whose ``val_`` curves are labelled ``held_out``)."""
     from gluonkit.callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
 
+    curves = curves or (lambda path: PlotCurves(path, held_out=held_out))
     return [ModelCheckpoint(os.path.join(out, "checkpoints"), monitor=monitor, resume=resume),
             HistoryLogger(os.path.join(out, "history.csv")),
-            PlotCurves(os.path.join(out, "curves.png"), held_out=held_out)]
+            curves(os.path.join(out, "curves.png"))]
 
 
 def finish_init(net, input_shape, ctx):
@@ -447,6 +449,45 @@ def export_summary(metadata, history, monitor):
         return f"exported epoch {epoch}: {path}"
     return (f"exported epoch {epoch}, {monitor} {values[epochs.index(epoch)]:.4f} "
             f"(the last epoch, {epochs[-1]}: {values[-1]:.4f}): {path}")
+
+
+def optimizer_params(optimizer, lr, momentum, wd):
+    """The optimizer's keyword arguments (momentum only for the optimizers that take it)."""
+    params = {"learning_rate": lr, "wd": wd}
+    if optimizer in ("sgd", "nag"):
+        params["momentum"] = momentum
+    return params
+
+
+def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
+    """An ``LRSchedule`` callback (GluonCV schedulers after a linear warm-up), or None.
+
+    ``kind`` is 'none', 'step' (x0.1 at 50% and 75% of the updates after the warm-up),
+    'cosine' or 'poly', each decaying to 0 over the updates after the warm-up.
+    """
+    from gluonkit.callbacks import LRSchedule
+
+    warmup = int(round(warmup_epochs * updates_per_epoch))
+    if kind == "none" and not warmup:
+        return None
+    if kind == "none":
+        return LRSchedule(lr, warmup_steps=warmup)
+    from gluoncv.utils import LRScheduler
+
+    steps = max(2, epochs * updates_per_epoch - warmup)     # GluonCV divides by steps - 1
+    options = {"step_iter": [int(steps * 0.5), int(steps * 0.75)]} if kind == "step" else {}
+    return LRSchedule(LRScheduler(kind, base_lr=lr, target_lr=0.0, niters=steps, **options),
+                      warmup_steps=warmup)
+
+
+def worker_shard(dataset, kvstore):
+    """This worker's contiguous share of ``dataset`` under a distributed kvstore.
+
+    Shards have equal sizes (the last ``len % workers`` samples are left out), so every
+    worker runs the same number of steps per epoch, as synchronous training needs.
+    """
+    usable = len(dataset) - len(dataset) % kvstore.num_workers
+    return dataset.take(usable).shard(kvstore.num_workers, kvstore.rank)
 
 
 def run_command(module, parse_args, train, argv=None):

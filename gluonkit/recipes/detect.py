@@ -35,7 +35,6 @@ from gluonkit.recipes.runs import RunFolder
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
 from gluonkit.export import export_model
 from gluonkit.train import amp
-from gluonkit.train.callbacks import HistoryLogger, LRSchedule, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.trainer import Trainer
@@ -267,15 +266,6 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     return train_loader, val_loader
 
 
-def _schedule(lr, epochs, warmup_epochs, updates_per_epoch):
-    """A linear warm-up then GluonCV's cosine decay to 0, per update."""
-    from gluoncv.utils import LRScheduler
-
-    warmup = int(round(warmup_epochs * updates_per_epoch))
-    steps = max(2, epochs * updates_per_epoch - warmup)
-    return LRSchedule(LRScheduler("cosine", base_lr=lr, target_lr=0.0, niters=steps), warmup_steps=warmup)
-
-
 def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
     """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference.
 
@@ -327,8 +317,7 @@ def _train(args, folder):
                         "pretrained_file": args.pretrained_file}
     kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
     if not isinstance(kvstore, str):
-        usable = len(train_set) - len(train_set) % kvstore.num_workers
-        train_set = train_set.take(usable).shard(kvstore.num_workers, kvstore.rank)
+        train_set = common.worker_shard(train_set, kvstore)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,
                              batchnorm=args.batchnorm, num_devices=len(ctx), **rcnn_options)
     net.initialize(ctx=ctx)
@@ -341,21 +330,19 @@ def _train(args, folder):
         seed=args.seed, num_workers=args.num_workers, augment=args.augment, max_size=args.max_size)
     det.nms_for_eval(net, family)
     trainer = Trainer(net.collect_params(), args.optimizer,
-                      {"learning_rate": args.lr, "wd": args.wd,
-                       **({"momentum": args.momentum} if args.optimizer in ("sgd", "nag") else {})},
+                      common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
                       kvstore=kvstore, accumulate=args.accumulate,
                       **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
     main_process = trainer.rank == 0
-    callbacks = [_schedule(args.lr, args.epochs, args.warmup_epochs,
-                           math.ceil(len(train_loader) / args.accumulate))]
+    callbacks = [common.lr_schedule("cosine", args.lr, args.epochs, args.warmup_epochs,
+                                    math.ceil(len(train_loader) / args.accumulate))]
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
             common.save_args(args, args.out)
-        callbacks += [ModelCheckpoint(checkpoints, monitor="val_mAP", mode="max", resume=args.resume),
-                      HistoryLogger(os.path.join(args.out, "history.csv")),
-                      DetectionCurves(os.path.join(args.out, "curves.png"), classes)]
+        callbacks += common.output_callbacks(args.out, "val_mAP", args.resume,
+                                             curves=lambda path: DetectionCurves(path, classes))
     if main_process:
         log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
                  len(train_set), ", ".join(classes), ctx)

@@ -129,15 +129,15 @@ def test_parse_ctx():
 
 def test_lr_schedules():
     # 4 epochs of 5 updates, 1 warm-up epoch: 15 scheduled updates after 5 warm-up ones
-    step = recipe.lr_schedule("step", 0.1, 4, 1, 5)
+    step = common.lr_schedule("step", 0.1, 4, 1, 5)
     assert [step.learning_rate(t) for t in (0, 4, 5, 11, 12, 16)] == pytest.approx(
         [0.0, 0.08, 0.1, 0.1, 0.01, 0.001])
-    cosine = recipe.lr_schedule("cosine", 0.1, 4, 1, 5)
+    cosine = common.lr_schedule("cosine", 0.1, 4, 1, 5)
     assert [cosine.learning_rate(t) for t in (5, 12, 19)] == pytest.approx([0.1, 0.05, 0.0])
-    poly = recipe.lr_schedule("poly", 0.1, 4, 0, 5)
+    poly = common.lr_schedule("poly", 0.1, 4, 0, 5)
     assert poly.learning_rate(5) == pytest.approx(0.1 * (1 - 5 / 19) ** 2)
-    assert recipe.lr_schedule("none", 0.1, 4, 0, 5) is None
-    assert recipe.lr_schedule("none", 0.1, 4, 1, 5).learning_rate(9) == 0.1
+    assert common.lr_schedule("none", 0.1, 4, 0, 5) is None
+    assert common.lr_schedule("none", 0.1, 4, 1, 5).learning_rate(9) == 0.1
 
 
 def test_gluoncv_model(tmp_path):

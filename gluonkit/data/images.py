@@ -22,6 +22,7 @@ import struct
 import warnings
 
 import mxnet as mx
+from gluoncv.data import RecordFileDetection
 from mxnet import gluon
 from PIL import Image
 
@@ -30,7 +31,7 @@ from .errors import DataFileError
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
            "check_limits", "decode_image", "read_image", "check_resize", "ImageFolderDataset",
-           "ImageRecordDataset"]
+           "ImageRecordDataset", "DetectionRecordDataset"]
 
 #: Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``): a 1 GB RGBA image.
 MAX_PIXELS = 89_478_485
@@ -287,3 +288,9 @@ class ImageRecordDataset(gluon.data.vision.ImageRecordDataset):
         if self._transform is not None:
             return self._transform(image, header.label)
         return image, header.label
+
+
+class DetectionRecordDataset(RecordFileDetection, ImageRecordDataset):
+    """GluonCV's ``RecordFileDetection`` (a detection RecordIO file) whose images are decoded
+    by :func:`decode_image`, as :class:`ImageRecordDataset` decodes them: within the limits,
+    errors naming the file and the record. Samples and labels are GluonCV's."""

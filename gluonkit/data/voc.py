@@ -11,12 +11,12 @@ import os
 from xml.etree.ElementTree import ParseError
 
 import defusedxml.ElementTree as SafeET
-import mxnet as mx
 import numpy as np
 from defusedxml import DefusedXmlException
 from mxnet import gluon
 
 from .errors import DataFileError
+from .images import read_image
 
 __all__ = ["read_annotation", "VOCFolder", "load_voc"]
 
@@ -117,7 +117,7 @@ class VOCFolder(gluon.data.Dataset):
         return len(self.images)
 
     def __getitem__(self, idx):
-        return mx.image.imread(self.images[idx], 1), self.labels[idx].copy()
+        return read_image(self.images[idx]), self.labels[idx].copy()
 
 
 def _listed(root, split):

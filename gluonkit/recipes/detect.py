@@ -25,7 +25,6 @@ import time
 
 import mxnet as mx
 import numpy as np
-from gluoncv.data import RecordFileDetection
 
 from gluonkit.recipes import common
 from gluonkit.recipes import detection as det
@@ -33,6 +32,7 @@ from gluonkit.recipes import rcnn
 from gluonkit.recipes.detection_plots import DetectionCurves, best_threshold, draw_predictions
 from gluonkit.recipes.runs import RunFolder
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
+from gluonkit.data.images import DetectionRecordDataset
 from gluonkit.export import export_model
 from gluonkit.train import amp
 from gluonkit.train.checkpoint import Checkpoint
@@ -193,7 +193,7 @@ def _load_rec(where, names=None):
         fix = f"--classes names {len(names)} ({','.join(names)}): name every class"
     for path in checked:
         detection_labels(path, len(names), fix)
-    train, val = (RecordFileDetection(f).transform(_with_difficult) for f in files)
+    train, val = (DetectionRecordDataset(f).transform(_with_difficult) for f in files)
     return train, val, list(names)
 
 

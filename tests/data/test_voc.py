@@ -142,3 +142,12 @@ def test_the_detect_command_prints_one_line_and_exits_1(tmp_path):
         "and external references can expand without bound or read other files); VOC annotations need "
         "none, remove the <!DOCTYPE ...> block.")
     assert "Traceback" not in done.stderr
+
+
+def test_an_image_that_cannot_be_decoded_is_named_with_its_file(tmp_path):
+    root = write_voc(tmp_path, GOOD)
+    (root / "JPEGImages" / "1.jpg").write_bytes(b"not an image")
+    (train, _), _ = load_voc(str(root))
+    assert train[0][0].shape == (24, 32, 3)                  # the others still read
+    with pytest.raises(DataFileError, match=r"1\.jpg"):
+        train[1]

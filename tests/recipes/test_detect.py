@@ -208,3 +208,16 @@ def test_amp_on_a_cpu_context_fails_before_anything_is_written(tmp_path, capsys)
     with pytest.raises(ValueError, match="GPUs only"):
         detect.train(args)
     assert not os.path.exists(tmp_path / "a")
+
+
+def test_a_damaged_image_in_a_detection_record_file_is_named_with_its_record(tmp_path):
+    train, val = tmp_path / "train.rec", tmp_path / "val.rec"
+    _write_rec(train, ShapesDetection("train", length=3), False)
+    _write_rec(val, ShapesDetection("val", length=2), False)
+    record = mx.recordio.MXIndexedRecordIO(str(val.with_suffix(".idx")), str(val), "w")
+    label = np.array([2, 5, 0, 0.1, 0.1, 0.6, 0.6], np.float32)
+    record.write_idx(0, mx.recordio.pack(mx.recordio.IRHeader(0, label, 0, 0), b"\x89PNG cut short"))
+    record.close()
+    _, read_val, _ = detect.load_detection(f"rec:{train},{val}")
+    with pytest.raises(DataFileError, match=r"val\.rec \(record 0\)"):
+        read_val[0]

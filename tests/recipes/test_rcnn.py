@@ -12,7 +12,7 @@ from numpy.testing import assert_allclose
 from gluonkit import Trainer, fit
 from gluonkit.data import ShapesDetection
 from gluonkit.recipes import detect, rcnn
-from gluonkit.train.rng import get_rng_state, reseed_mxnet, set_rng_state
+from gluonkit.train.resume import get_rng_state, reseed_mxnet, set_rng_state
 
 NAME = "faster_rcnn_mobilenet0.25_custom"
 TINY = ["--model", NAME, "--limit", "4", "--epochs", "1", "--image-size", "64", "--no-progress"]

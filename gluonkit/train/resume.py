@@ -16,6 +16,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from .._validate import is_int
 from ._archive import CheckpointError
 
 __all__ = ["get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
@@ -127,6 +128,10 @@ class RolloverState:
         if not (isinstance(state, dict) and isinstance(state.get("rollover"), list)):
             raise ValueError(f"state must be {{'rollover': [indices]}} from state_dict(), got {state!r}.")
         carried, size = state["rollover"], self.sampler._batch_size   # MXNet keeps the batch size private
+        samples = len(self.sampler._sampler)                           # and its sampler
+        if not all(is_int(i) and 0 <= i < samples for i in carried):
+            raise ValueError(f"the checkpoint carries samples {carried!r} into the next epoch, not indices "
+                             f"of this loader's {samples} samples; resume with the data of the interrupted run.")
         if len(carried) >= size:
             raise ValueError(f"the checkpoint carries {len(carried)} samples into the next epoch but a batch "
                              f"of this loader holds {size}; resume with the batch size of the interrupted run.")
@@ -189,12 +194,17 @@ def _load_sums(current, saved):
             return mx.nd.array(array, ctx=current.context, dtype=array.dtype)
         return array
     if "list" in saved:
-        return [_load_sums(None, item) for item in saved["list"]]
+        items = saved["list"]
+        same = isinstance(current, (list, tuple)) and len(current) == len(items)
+        return [_load_sums(c, item) for c, item in zip(current if same else [None] * len(items), items)]
     if "dict" in saved:
         table = current if isinstance(current, dict) else {}
         table.clear()
         table.update((_load_sums(None, k), _load_sums(None, v)) for k, v in saved["dict"])
         return table
+    if current is None or type(current).__name__ != saved["metric"]["type"]:
+        raise ValueError(f"the snapshot holds the sums of a {saved['metric']['type']} where the run has "
+                         f"{type(current).__name__}; resume with the metrics of the interrupted run.")
     _load_metric_sums(current, saved["metric"])
     return current
 
@@ -311,8 +321,11 @@ class Resumer:
         tally.loss_sum, tally.samples = snap["loss_sum"], snap["samples"]
         tally.grad_norms = list(snap["grad_norms"])
         if [m["type"] for m in snap["metrics"]] == [type(m).__name__ for m in tally.metrics]:
-            for metric, saved in zip(tally.metrics, snap["metrics"]):
-                _load_metric_sums(metric, saved)
+            try:
+                for metric, saved in zip(tally.metrics, snap["metrics"]):
+                    _load_metric_sums(metric, saved)
+            except ValueError as err:
+                raise CheckpointError(f"The checkpoint's metric sums do not fit the run's metrics: {err}") from None
         self.skips_at_start = self._skips(state) - snap.get("nonfinite_skips", 0)
         self.epoch_rng = snap["epoch_rng"]
         set_rng_state(self.epoch_rng)   # replay the epoch's data order from its start

@@ -33,7 +33,7 @@ class SaveAt(Callback):
 
 
 def run(directory, epochs, ctx, *, kind="rollover", resume=False, callbacks=(), accumulate=1,
-        batch_size=6, **trainer_args):
+        batch_size=6, metrics="acc", **trainer_args):
     np.random.seed(0)
     net = conv_net(ctx, seed=5 if resume else 1, batchnorm=True)
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.3, "momentum": 0.9},
@@ -42,7 +42,7 @@ def run(directory, epochs, ctx, *, kind="rollover", resume=False, callbacks=(), 
                                    batchify_fn=cropped) \
         if kind in ("rollover", "keep") else LOADERS[kind](images())
     cbs = list(callbacks) + ([ModelCheckpoint(directory, resume=resume)] if directory else [])
-    history = fit(net, LOSS, trainer, loader, epochs=epochs, ctx=ctx, metrics="acc", callbacks=cbs,
+    history = fit(net, LOSS, trainer, loader, epochs=epochs, ctx=ctx, metrics=metrics, callbacks=cbs,
                   progress=False)
     return net, history
 
@@ -150,6 +150,24 @@ def test_ctrl_c_with_a_segmentation_metric_saves_its_sums(tmp_path):
     assert_same(params_of(resumed), params_of(straight))
     for key in ("loss", "pixAcc", "mIoU"):
         assert resumed_history[key] == history[key], key
+
+
+def test_a_metric_that_holds_metrics_resumes_in_mid_epoch(tmp_path):
+    """CompositeEvalMetric keeps its metrics in a list: each one's sums come back into it."""
+    def composite():
+        return mx.metric.CompositeEvalMetric(["acc", mx.metric.TopKAccuracy(top_k=2)])
+    straight, history = run(None, 2, [mx.cpu()], metrics=composite())
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, 2, [mx.cpu()], metrics=composite(), callbacks=[StopAt(1, 3)])
+    resumed, resumed_history = run(tmp_path, 2, [mx.cpu()], metrics=composite(), resume=True)
+    assert_same(params_of(resumed), params_of(straight))
+    for key in ("loss", "accuracy", "top_k_accuracy_2"):
+        assert resumed_history[key] == history[key], key
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "other", 2, [mx.cpu()], metrics=composite(), callbacks=[StopAt(1, 3)])
+    with pytest.raises(CheckpointError, match="metric sums do not fit"):
+        run(tmp_path / "other", 2, [mx.cpu()], resume=True,
+            metrics=mx.metric.CompositeEvalMetric(["acc", mx.metric.MAE()]))
 
 
 @pytest.mark.parametrize("change, message", [

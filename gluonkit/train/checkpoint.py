@@ -12,7 +12,7 @@ import numpy as np
 
 from ..names import brief_names, select, shape_fits
 from .._atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
-from .._validate import non_negative_int, positive_int
+from .._validate import is_int, non_negative_int, positive_int
 from ._archive import CheckpointError, from_tree, json_bytes, npy_bytes, read_archive, read_npz, to_tree, write_archive
 from ._trainer_state import convert_legacy_state
 from .resume import check_rng_state, convert_legacy_snapshot, get_rng_state, set_rng_state
@@ -26,6 +26,7 @@ _LEGACY = 2           # pickled members: read only with trusted=True
 _NAME = re.compile(r"^(\d{6})-epoch(\d+)\.ckpt$")
 _BEST = "best.ckpt"
 _RESERVED = ("epoch", "step")
+_MAX_COPIES = 4096    # devices a parameter can have been saved from (bounds what a file may ask for)
 
 
 def _initialized(param):
@@ -34,6 +35,16 @@ def _initialized(param):
     except RuntimeError:   # not initialized, or waiting for deferred initialization
         return False
     return True
+
+
+def _check_param_entry(name, entry):
+    """A parameter table entry is ``[shape, dtype name, copies]``; ValueError naming it otherwise."""
+    shape, dtype, copies = entry if isinstance(entry, list) and len(entry) == 3 else (None, None, None)
+    if not (isinstance(shape, list) and all(is_int(d) and d >= 0 for d in shape) and isinstance(dtype, str)
+            and is_int(copies) and 1 <= copies <= _MAX_COPIES):
+        raise ValueError(f"the parameter table's entry of {name!r} is {entry!r}, not [shape, dtype, copies] "
+                         f"with 1 <= copies <= {_MAX_COPIES}")
+    np.dtype(dtype)   # TypeError for a name NumPy does not know
 
 
 class Checkpoint:
@@ -294,6 +305,8 @@ class Checkpoint:
             check_rng_state(parts[3])
             if not isinstance(parts[2], dict) or not isinstance(meta["params"], dict):
                 raise ValueError("its state or parameter table is not a dict")
+            for name, entry in meta["params"].items():
+                _check_param_entry(name, entry)
             return (meta,) + parts
         except Exception as err:   # a missing key or array, a bad array header, a damaged pickle
             raise CheckpointError(f"Checkpoint {path!r} is corrupted or not a checkpoint of this gluonkit "

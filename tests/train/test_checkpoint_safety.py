@@ -185,6 +185,8 @@ def test_a_checkpoint_of_the_previous_format_converts_with_trusted(tmp_path):
     (lambda meta: meta["rng"]["numpy"].__setitem__(2, "x"), "not a generator state"),
     (lambda meta: meta.update(state=[1]), "state or parameter table is not a dict"),
     (lambda meta: meta["trainer"]["states"]["0.weight"].__setitem__("__array__", "999"), "KeyError"),
+    (lambda meta: meta["params"]["0.weight"].__setitem__(2, 10 ** 9), r"entry of '0.weight' is .*copies <= 4096"),
+    (lambda meta: meta["params"]["0.weight"].__setitem__(1, "float99"), "TypeError"),
 ])
 def test_a_forged_meta_is_refused_before_anything_changes(tmp_path, change, message):
     net = make_net([mx.cpu()])

@@ -7,8 +7,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench clean
 
+# editable installs of a pyproject.toml project need pip >= 21.3 (Python 3.8/3.9 bring older ones)
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=21.3'
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cpu,test]'
 	touch $(STAMP)
 

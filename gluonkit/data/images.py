@@ -238,8 +238,8 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
             data = f.read(size + 1)   # not read(limit): that would allocate the limit each time
     except OSError as err:
         raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
-    # MXNet reads the file itself: faster than copying the bytes into an NDArray
-    return _decode(lambda: mx.image.imread(path, flag=1 if channels == 3 else 0), data, path,
+    # the bytes checked are the bytes decoded: a file replaced meanwhile is not read again
+    return _decode(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0), data, path,
                    header)
 
 

@@ -45,8 +45,8 @@ __all__ = ["parse_args", "load_detection", "make_loaders", "train",
 log = logging.getLogger("gluonkit")
 _MODULE = "gluonkit.recipes.detect"
 #: Options that build the network or choose the data: a resumed run must keep them.
-_FIXED = ("dataset", "classes", "image_size", "buckets", "multiscale", "multiscale_interval",
-          "limit", "model", "pretrained_base", "batchnorm", "seed")
+_FIXED = ("dataset", "classes", "image_size", "max_size", "buckets", "multiscale",
+          "multiscale_interval", "limit", "model", "pretrained_base", "batchnorm", "seed")
 
 
 def _build_parser():

@@ -12,7 +12,6 @@ programs. Results are printed batch by batch, as the images are read. A file tha
 used (a damaged model or image, an image beyond the limits) ends the command with one line
 naming it, and status 1.
 """
-import argparse
 import json
 import sys
 
@@ -26,7 +25,7 @@ _MODULE = "gluonkit.recipes.predict"
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="gluonkit-predict")
+    parser = common.build_parser(__doc__.split("\n\n")[0], prog="gluonkit-predict")
     parser.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR",
                         help="image files, or directories searched for them")
     parser.add_argument("--model", required=True, metavar="PREFIX",
@@ -40,7 +39,7 @@ def parse_args(argv=None):
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--ctx", type=common.ctx_type, default="cpu:0", help="the device to run on")
     common.add_image_limits(parser)
-    return parser.parse_args(argv)
+    return common.parse_with_config(parser, argv)
 
 
 def _format_boxes(result):
@@ -66,17 +65,18 @@ def format_results(results):
 
 
 def _print_stream(results, as_json):
-    """Print each result as it comes: a text line, or an element of one JSON list."""
-    if as_json:
-        print("[")
-    for count, result in enumerate(results):
-        if as_json:
-            text = json.dumps(result, indent=1)
-            print(("" if count == 0 else ",\n") + text, end="", flush=True)
-        else:
+    """Print each result as it comes: a text line, or an element of one JSON list (closed also
+    when an image fails, so the output stays valid JSON)."""
+    if not as_json:
+        for result in results:
             print(format_results([result])[0], flush=True)
-    if as_json:
-        print("\n]")
+        return
+    print("[")
+    try:
+        for count, result in enumerate(results):
+            print(("" if count == 0 else ",\n") + json.dumps(result, indent=1), end="", flush=True)
+    finally:
+        print("\n]", flush=True)
 
 
 def main(argv=None):
@@ -90,7 +90,7 @@ def main(argv=None):
                                score_threshold=args.score_threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
         _print_stream(results, args.json)
-    except (FileNotFoundError, ValueError) as err:   # ImageError and ExportError among them
+    except (OSError, ValueError) as err:   # a file not there or unreadable; ImageError, ExportError
         sys.stdout.flush()
         sys.exit(f"gluonkit-predict: {err}")
 

@@ -259,3 +259,16 @@ def test_detector_command_prints_boxes_as_text_and_json(detector, capsys):
     assert line.startswith(f"{out / 'drawn.png'}: ") and (
         box is None and line.endswith("no boxes") or
         f"{box['class']} ({box['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in box["box"]) in line)
+
+
+def test_json_stays_a_list_when_an_image_fails_and_options_are_spelled_out(trained, tmp_path):
+    out, _, images, _ = trained
+    cut = tmp_path / "z-cut.png"                        # read after the good images
+    cut.write_bytes(png_header_only(pixels(8, 8)))
+    status, stdout, err, _ = run_command(["--model", out / "model", "--json", "--batch-size", "2",
+                                          images, cut], tmp_path)
+    assert status == 1 and err.startswith(f"gluonkit-predict: {cut} is cut short")
+    printed = json.loads(stdout)                        # valid JSON: the results before the failure
+    assert [os.path.basename(r["image"]) for r in printed] == [f"{i}.png" for i in range(6)]
+    status, _, err, _ = run_command(["--model", out / "model", "--top", "3", images], tmp_path)
+    assert status == 2 and "did you mean --top-k?" in err

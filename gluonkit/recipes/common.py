@@ -21,7 +21,7 @@ from gluonkit.train.checkpoint import CheckpointError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
 
-__all__ = ["check_positive_int", "optimizer_params", "lr_schedule", "worker_shard", "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
+__all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "worker_shard", "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
@@ -50,6 +50,11 @@ class _Parser(argparse.ArgumentParser):
             self.error(f"unrecognized arguments: {' '.join(extras)}"
                        + (f" ({'; '.join(hints)})" if hints else ""))
         return namespace
+
+
+class OptionError(ValueError):
+    """A command-line option whose value cannot be used (a dataset or model that does not exist,
+    a pretrained file of another network): the commands print its message as one line."""
 
 
 def check_positive_int(value, name, meaning=None):
@@ -502,5 +507,5 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
-    except (OSError, CheckpointError, RunFolderError, DataFileError) as err:   # a file or a folder: one line
+    except (OSError, CheckpointError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

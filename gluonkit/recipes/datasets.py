@@ -17,6 +17,7 @@ from mxnet.gluon.data.vision import transforms
 from gluonkit.data import DataFileError, class_labels, digits
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, ImageRecordDataset
 from gluonkit.inference import preprocess, shrink_to
+from gluonkit.recipes.common import OptionError
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
            "dataset_labels", "stratified_indices", "stratified_split"]
@@ -172,7 +173,7 @@ def _image_folders(dataset, where, limits):
     if held:
         test = ImageFolderDataset(held[0], **limits)
         if test.synsets != train.synsets:
-            raise ValueError(f"--dataset {dataset}: {held[0]} has classes {test.synsets} but "
+            raise DataFileError(f"--dataset {dataset}: {held[0]} has classes {test.synsets} but "
                              f"train has {train.synsets}.")
     return train, test, list(train.synsets)
 
@@ -247,7 +248,7 @@ def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, 
         train_fn = _train_transform(image_size, max_size, IMAGENET_MEAN, IMAGENET_STD)
         test_fn = _Preprocess(preprocessing, max_pixels)
     else:
-        raise ValueError(f"--dataset {dataset!r} is not one of digits, cifar10, imagefolder:DIR, "
+        raise OptionError(f"--dataset {dataset!r} is not one of digits, cifar10, imagefolder:DIR, "
                          "rec:FILE.rec.")
     if test is None:   # no held-out folder or file: a stratified 10% of train
         labels = dataset_labels(train)

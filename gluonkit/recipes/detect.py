@@ -179,7 +179,7 @@ def _load_rec(where, names=None):
     """``(train, val, classes)`` of 'TRAIN.rec,VAL.rec' (GluonCV's RecordFileDetection)."""
     files = where.split(",")
     if len(files) != 2:
-        raise ValueError(f"--dataset rec:{where}: pass two files, rec:TRAIN.rec,VAL.rec.")
+        raise common.OptionError(f"--dataset rec:{where}: pass two files, rec:TRAIN.rec,VAL.rec.")
     missing = [p for f in files for p in (f, os.path.splitext(f)[0] + ".idx") if not os.path.exists(p)]
     if missing:
         raise FileNotFoundError(f"--dataset rec:{where}: missing {', '.join(missing)} (a .rec "
@@ -217,7 +217,8 @@ def load_detection(dataset, limit=None, classes=None):
     elif kind == "rec" and where:
         train, val, classes = _load_rec(where, classes)
     else:
-        raise ValueError(f"--dataset {dataset!r} is not 'shapes', 'voc:DIR' or 'rec:TRAIN.rec,VAL.rec'.")
+        raise common.OptionError(f"--dataset {dataset!r} is not 'shapes', 'voc:DIR' or "
+                                 "'rec:TRAIN.rec,VAL.rec'.")
     if limit:
         train, val = train.take(limit), val.take(limit)
     return train, val, classes

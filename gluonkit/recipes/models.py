@@ -2,11 +2,13 @@
 import difflib
 import os
 
-from mxnet.base import data_dir
+from mxnet.base import MXNetError, data_dir
 from mxnet.gluon import nn
 from mxnet.initializer import Xavier
 
-__all__ = ["small_cnn", "check_model_name", "build_model"]
+from gluonkit.recipes.common import OptionError
+
+__all__ = ["small_cnn", "check_model_name", "build_model", "WeightsUnavailable"]
 
 
 def _conv_bn_relu(channels):
@@ -38,11 +40,17 @@ def check_model_name(name):
     names = list(model_zoo.get_model_list())
     if name not in names:
         close = difflib.get_close_matches(name, names, n=5)
-        raise ValueError(f"--model {name!r} is neither 'cnn' nor a GluonCV model-zoo name"
+        raise OptionError(f"--model {name!r} is neither 'cnn' nor a GluonCV model-zoo name"
                          + (f" (close: {', '.join(close)})" if close else "")
                          + ". List them with: python -c \"import gluoncv; "
                          "print(sorted(gluoncv.model_zoo.get_model_list()))\"")
     return name
+
+
+class WeightsUnavailable(FileNotFoundError, RuntimeError):
+    """Pretrained weights that are not on disk and could not be downloaded: a
+    ``FileNotFoundError``, which the commands print as one line (and a ``RuntimeError``, as
+    this error was before it had its own type)."""
 
 
 def _pretrained(name, classes, pretrained_file):
@@ -54,13 +62,18 @@ def _pretrained(name, classes, pretrained_file):
         if not os.path.isfile(pretrained_file):
             raise FileNotFoundError(f"--pretrained-file {pretrained_file}: no such file.")
         net = model_zoo.get_model(name, pretrained=False)
-        net.load_parameters(pretrained_file, ignore_extra=True)
+        try:
+            net.load_parameters(pretrained_file, ignore_extra=True)
+        except (MXNetError, AssertionError, ValueError):   # MXNet's own text names no fix
+            raise OptionError(f"--pretrained-file {pretrained_file} does not hold the weights of "
+                              f"{name!r} (its names or shapes differ); pass a .params file saved "
+                              "from this network.") from None
     else:
         root = os.path.join(data_dir(), "models")      # ~/.mxnet/models, or $MXNET_HOME's
         try:
             net = model_zoo.get_model(name, pretrained=True, root=root)
         except (OSError, ValueError, AssertionError) as err:   # no network, or no weights published
-            raise RuntimeError(
+            raise WeightsUnavailable(
                 f"--pretrained: the weights of {name!r} are not available ({err}). They are "
                 f"downloaded to {root} on first use; offline, pass --pretrained-file "
                 "PATH (a .params file of this network), or train from scratch without "
@@ -72,7 +85,7 @@ def _pretrained(name, classes, pretrained_file):
             output.initialize(Xavier())
             setattr(net, attr, output)
             return net
-    raise ValueError(f"--pretrained: cannot find the output layer of {name!r} (no Dense "
+    raise OptionError(f"--pretrained: cannot find the output layer of {name!r} (no Dense "
                      "'output' or 'fc') to give it the dataset's classes.")
 
 
@@ -85,7 +98,7 @@ def build_model(name, classes, pretrained=False, pretrained_file=None):
     check_model_name(name)
     if name == "cnn":
         if pretrained or pretrained_file:
-            raise ValueError("--pretrained needs a GluonCV model-zoo --model; 'cnn' has no "
+            raise OptionError("--pretrained needs a GluonCV model-zoo --model; 'cnn' has no "
                              "pretrained weights.")
         return small_cnn(classes)
     if pretrained or pretrained_file:

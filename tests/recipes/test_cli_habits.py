@@ -61,3 +61,30 @@ def test_the_multitask_recipe_says_once_that_the_aux_head_is_skipped(tmp_path, c
     assert said == ["The aux head trains on one batch in 3; the Trainer leaves it unchanged on "
                     "the others. val_* in the history and the epoch lines are on the test set "
                     "(359 images)."]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["gluonkit.recipes.classify", "--dataset", "cifar"],
+     "gluonkit-classify: --dataset 'cifar' is not one of digits, cifar10"),
+    (["gluonkit.recipes.detect", "--dataset", "voc"],
+     "gluonkit-detect: --dataset 'voc' is not 'shapes', 'voc:DIR'"),
+    (["gluonkit.recipes.detect", "--dataset", "rec:only.rec"],
+     "gluonkit-detect: --dataset rec:only.rec: pass two files"),
+    (["gluonkit.recipes.classify", "--model", "cifar_resnet20_v1", "--pretrained-file", "{wrong}"],
+     "gluonkit-classify: --pretrained-file {wrong} does not hold the weights of 'cifar_resnet20_v1'"),
+])
+def test_an_option_value_that_cannot_be_used_is_one_line(tmp_path, argv, message):
+    import mxnet as mx
+
+    wrong = tmp_path / "dense.params"
+    dense = mx.gluon.nn.Dense(2, in_units=3)
+    dense.initialize()
+    dense.save_parameters(str(wrong))
+    argv = [part.format(wrong=wrong) for part in argv]
+    result = subprocess.run([sys.executable, "-m", *argv, "--epochs", "1", "--out", "",
+                             "--no-progress"], capture_output=True, text=True, timeout=300,
+                            env=CLONE_ENV, cwd=str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(message.format(wrong=wrong)), result.stderr
+    assert "Traceback" not in result.stderr

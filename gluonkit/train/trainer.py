@@ -446,6 +446,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         self._selected = None
         self._finish([self._params[i] for i in selected])
         if count != 0:
+            if self._statistics is not None:   # the dropped window's forward passes changed them
+                self._statistics.restore()
             raise ValueError(f"The counts given to step() in this window sum to {count} over the "
                              "workers; a count (samples, positives, tokens, pixels) must be >= 0. "
                              "The window was dropped; no update was applied.")

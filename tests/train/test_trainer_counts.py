@@ -172,3 +172,20 @@ def test_a_bool_or_text_count_is_a_type_error_and_changes_nothing():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert trainer.pending == (1, 1.5)
+
+
+@pytest.mark.parametrize("policy", ["skip", "raise"])
+def test_a_window_refused_for_its_ndarray_count_leaves_the_running_statistics(policy):
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(4, in_units=3), gluon.nn.BatchNorm(in_channels=4), gluon.nn.Dense(2, in_units=4))
+    net.initialize()
+    trainer = gluonkit.Trainer(net, "sgd", {"learning_rate": 0.1}, on_nonfinite=policy)
+    before = params_of(net)
+    with autograd.record():
+        loss = net(nd.array(np.random.RandomState(0).randn(5, 3))).sum()
+    loss.backward()
+    with pytest.raises(ValueError, match="sum to -1"):
+        trainer.step(nd.array([-1.0]))
+    after = params_of(net)
+    for name in ("1.running_mean", "1.running_var", "0.weight"):
+        assert_array_equal(after[name], before[name], err_msg=name)

@@ -105,8 +105,8 @@ def snippet(results):
                      f"{row['load_average'][1]} |")
     lines += ["", f"Measured {info['date']} on {info['cpu']} ({info['cores']} cores), MXNet "
                   f"{info['mxnet']}, Python {info['python']}, by "
-                  + ("`python -m benchmarks.readme --quick` (tiny budgets: these figures mean "
-                     "nothing)" if results["quick"] else "`python -m benchmarks.readme`") + "."]
+                  + (f"`{results['command']}` (tiny budgets: these figures mean nothing)"
+                     if results["quick"] else f"`{results['command']}`") + "."]
     return "\n".join(lines)
 
 
@@ -131,7 +131,8 @@ def parse_args(argv=None):
 
 def main(args):
     """Run ``args.runs``, then write the JSON and the README's figures section."""
-    results = {"quick": args.quick, "machine": machine(), "runs": {}}
+    command = "python -m benchmarks.readme --runs " + ",".join(args.runs) + (" --quick" if args.quick else "")
+    results = {"quick": args.quick, "command": command, "machine": machine(), "runs": {}}
     for name in args.runs:
         print(f"running {name} ...", flush=True)
         results["runs"][name] = run_recipe(name, QUICK[name] if args.quick else ())

@@ -31,7 +31,8 @@ __all__ = ["RUNS", "QUICK", "run_recipe", "snippet", "parse_args", "main"]
 #: What each run's command prints last, as a regular expression whose groups are its results.
 RUNS = {
     "classify": r"test accuracy: (?P<test_accuracy>[0-9.]+) on (?P<images>\d+) images "
-                r"(?:after the last epoch )?\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
+                r"(?:after the last epoch )?"
+                r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
     "detect": r"VOC07 mAP: (?P<val_map>[0-9.]+) on (?P<images>\d+) images "
               r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
     "multitask": r"test accuracy: digit (?P<digit_accuracy>[0-9.]+), parity "
@@ -131,7 +132,8 @@ def parse_args(argv=None):
 
 def main(args):
     """Run ``args.runs``, then write the JSON and the README's figures section."""
-    command = "python -m benchmarks.readme --runs " + ",".join(args.runs) + (" --quick" if args.quick else "")
+    command = "python -m benchmarks.readme --runs " + ",".join(args.runs)
+    command += " --quick" if args.quick else ""
     results = {"quick": args.quick, "command": command, "machine": machine(), "runs": {}}
     for name in args.runs:
         print(f"running {name} ...", flush=True)

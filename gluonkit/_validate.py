@@ -69,7 +69,7 @@ def context_list(ctx, name="ctx"):
     ``TypeError`` for anything else (a device given as a string), ``ValueError`` for an
     empty list or one that names a device twice.
     """
-    import mxnet as mx   # here, not at import: this module is imported before mxnet is checked
+    import mxnet as mx   # here, not at the top: the other checks need no mxnet
 
     contexts = [ctx] if isinstance(ctx, mx.Context) else ctx
     if not isinstance(contexts, (list, tuple)):

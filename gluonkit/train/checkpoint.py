@@ -369,15 +369,40 @@ class Checkpoint:
                         target[:] = mx.nd.array(copy, dtype=copy.dtype)
 
 
+class _LegacyUnpickler(pickle.Unpickler):
+    """Unpickles the previous format's members, refusing every global but what such a file holds:
+    NumPy arrays and MXNet's NDArrays, optimizers, learning-rate schedulers and metrics (GluonCV's
+    too). Even a file one trusts cannot name another function for unpickling to call."""
+
+    _PLAIN = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+              ("numpy.core.multiarray", "scalar"), ("builtins", "bytearray"), ("builtins", "set"),
+              ("builtins", "frozenset"), ("collections", "OrderedDict")}
+    _BASES = (mx.nd.NDArray, mx.optimizer.Optimizer, mx.lr_scheduler.LRScheduler, mx.metric.EvalMetric)
+
+    def find_class(self, module, name):
+        if (module, name) in self._PLAIN:
+            return super().find_class(module, name)
+        if module.split(".")[0] in ("mxnet", "gluoncv"):
+            found = super().find_class(module, name)
+            if isinstance(found, type) and issubclass(found, self._BASES):
+                return found
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which no gluonkit checkpoint holds")
+
+
+def _legacy_loads(blob):
+    return _LegacyUnpickler(io.BytesIO(blob)).load()
+
+
 def _legacy_parts(members):
-    """The parts of a checkpoint of the previous format, unpickled (``load(..., trusted=True)``)."""
+    """The parts of a checkpoint of the previous format, unpickled (``load(..., trusted=True)``)
+    by :class:`_LegacyUnpickler`."""
     with np.load(io.BytesIO(members["params.npz"]), allow_pickle=False) as saved:
         arrays = {key[2:]: saved[key] for key in saved.files}
-    state = pickle.loads(members["state.pkl"])
-    user = {key: pickle.loads(blob) for key, blob in state["user"].items()}
+    state = _legacy_loads(members["state.pkl"])
+    user = {key: _legacy_loads(blob) for key, blob in state["user"].items()}
     if isinstance(user.get("fit"), dict):
         user["fit"] = convert_legacy_snapshot(user["fit"])
     trainer = None
     if "trainer.pkl" in members:
-        trainer = convert_legacy_state(pickle.loads(members["trainer.pkl"]))
+        trainer = convert_legacy_state(_legacy_loads(members["trainer.pkl"]))
     return arrays, trainer, user, state["rng"]

@@ -35,7 +35,9 @@ def planted_legacy(path, marker):
     """A checkpoint of the previous format (version 2, pickled members, a valid digest) whose
     state.pkl runs ``os.mkdir(marker)`` when unpickled."""
     meta = {"format": "gluonkit-checkpoint", "version": 2, "epoch": 1, "step": 0, "params": {}}
-    blob = write_archive({"params.npz": b"", "state.pkl": pickle.dumps(MakesADirectory(str(marker))),
+    arrays = io.BytesIO()
+    np.savez(arrays)
+    blob = write_archive({"params.npz": arrays.getvalue(), "state.pkl": pickle.dumps(MakesADirectory(str(marker))),
                           "meta.json": json.dumps(meta).encode()})
     path.write_bytes(blob)
 
@@ -70,6 +72,17 @@ def test_a_planted_checkpoint_runs_no_code_and_the_error_is_one_line(tmp_path, p
     if plant is planted_legacy:
         assert "previous format" in str(error.value) and "trusted=True" in str(error.value)
     assert_same(params_of(net), before)
+
+
+def test_even_a_trusted_checkpoint_of_the_previous_format_runs_no_function_it_names(tmp_path):
+    net = make_net([mx.cpu()])
+    marker = tmp_path / "ran"
+    planted = tmp_path / "old.ckpt"
+    planted_legacy(planted, marker)
+    with pytest.raises(CheckpointError,
+                       match=r"old\.ckpt.*names posix\.mkdir, which no gluonkit checkpoint holds"):
+        Checkpoint(tmp_path).load(net, path=planted, trusted=True)
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("option", ["--resume", "--export"])

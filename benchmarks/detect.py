@@ -49,7 +49,22 @@ FINDINGS = [   # (text, contestant, against)
 ]
 
 
-class _Contestant:
+class _Loop:
+    """One epoch of a contestant: gluonkit's ``fit`` with its ``batch_fn``, or GluonCV's own loop
+    (``_gluoncv_epoch``); ``run`` returns the images it trained on."""
+
+    def run(self):
+        if self._loop == "gluonkit":
+            self._fit(self._net, None, self._trainer, self._batches, epochs=1, ctx=self._ctx,
+                      batch_fn=self._batch_fn, progress=False)
+        else:
+            self._gluoncv_epoch()
+        return self._images_per_epoch
+
+    setup = run   # one epoch of warm-up
+
+
+class _Contestant(_Loop):
     """YOLOv3 trained on precomputed batches of the shapes set by one of the two loops."""
 
     def __init__(self, name, options):
@@ -112,18 +127,12 @@ class _Contestant:
             self._trainer.step(self._batch * left)
             self._net.collect_params().zero_grad()
 
-    def run(self):
-        if self._loop == "gluonkit":
-            self._fit(self._net, None, self._trainer, self._batches, epochs=1, ctx=self._ctx,
-                      batch_fn=self._batch_fn, progress=False)
-        else:
-            self._gluoncv_epoch()
+    @property
+    def _images_per_epoch(self):
         return sum(batch[0].shape[0] for batch in self._batches)
 
-    setup = run   # one epoch of warm-up
 
-
-class _RCNNContestant:
+class _RCNNContestant(_Loop):
     """Faster R-CNN trained on precomputed samples of the shapes set by one of the loops."""
 
     def __init__(self, name, options):
@@ -186,16 +195,13 @@ class _RCNNContestant:
             if seen % self._images == 0:
                 self._trainer.step(self._images)
                 self._net.collect_params().zero_grad()
+        if seen % self._images:   # the partial window at the epoch's end, as fit flushes it
+            self._trainer.step(seen % self._images)
+            self._net.collect_params().zero_grad()
 
-    def run(self):
-        if self._loop == "gluonkit":
-            self._fit(self._net, None, self._trainer, self._batches, epochs=1, ctx=self._ctx,
-                      batch_fn=self._batch_fn, progress=False)
-        else:
-            self._gluoncv_epoch()
+    @property
+    def _images_per_epoch(self):
         return self._count
-
-    setup = run   # one epoch of warm-up
 
 
 RCNN_MODEL = "faster_rcnn_mobilenet0.25_custom"

@@ -23,7 +23,7 @@ from gluonkit.data.buckets import BucketPad, Buckets, bucket_loader
 from gluonkit.data.multiscale import resize_first
 from gluonkit.nn.shapecache import ShapeCache
 from gluonkit.recipes.models import small_cnn
-from gluonkit.train.trainer import Trainer
+from gluonkit.trainer import Trainer
 
 from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
                       write_outputs)

@@ -22,9 +22,9 @@ import re
 
 import mxnet as mx
 
-from ._atomic import atomic_replace
-from ._validate import choice, is_int, non_negative_int
-from .nn._views import flatten
+from .atomic import atomic_replace
+from .validate import choice, is_int, non_negative_int
+from .nn.views import flatten
 
 __all__ = ["export_model", "read_metadata", "model_files", "check_preprocessing", "ExportError",
            "FORMAT", "KINDS"]

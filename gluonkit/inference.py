@@ -13,7 +13,7 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
-from ._validate import finite_real, positive_int
+from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, check_limits, check_resize, read_image
 from .export import ExportError, model_files, read_metadata
 

@@ -12,7 +12,7 @@ import numbers
 import mxnet as mx
 import numpy as np
 
-from ._validate import is_int
+from .validate import is_int
 
 __all__ = ["topk_threshold", "topk_mask", "keep_topk", "threshold_mask", "pick"]
 

@@ -19,7 +19,7 @@ import weakref
 import mxnet as mx
 import numpy as np
 
-from ._validate import context_list, finite_real
+from .validate import context_list, finite_real
 from .names import brief_names, first_names, select, shape_fits
 
 __all__ = ["select", "freeze", "unfreeze", "set_lr_mult", "set_wd_mult", "average_grads",

@@ -4,12 +4,12 @@ import signal
 import subprocess
 import sys
 
-from gluonkit._atomic import atomic_create, remove_stale
+from gluonkit.atomic import atomic_create, remove_stale
 
 # Writes SIZE bytes into a new file of DIRECTORY and stops mid-write, before the rename.
 WRITER = """
 import sys, time
-from gluonkit._atomic import atomic_create
+from gluonkit.atomic import atomic_create
 
 def write(f):
     f.write(bytes(int(sys.argv[2])))

@@ -38,7 +38,7 @@ def on_a_full_disk(tmp_path, argv, size="64k"):
 
 WRITER = textwrap.dedent("""
     import json, os, sys
-    from gluonkit._atomic import atomic_create, atomic_write
+    from gluonkit.atomic import atomic_create, atomic_write
     disk, found = sys.argv[1], {}
     atomic_write(disk, "model.params", lambda f: f.write(b"previous"))
     big = lambda f: f.write(b"x" * (1 << 20))

@@ -2,7 +2,7 @@
 import numpy as np
 from mxnet import gluon
 
-from .._validate import is_int, non_negative_int
+from ..validate import is_int, non_negative_int
 
 __all__ = ["LAST_BATCH_MODES", "seed_or_draw", "Order", "SeededEpochs", "DataLoader"]
 

@@ -12,7 +12,7 @@ import numpy as np
 from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
-from .._validate import choice, is_int, positive_int
+from ..validate import choice, is_int, positive_int
 from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
 from .multiscale import resize_image
 

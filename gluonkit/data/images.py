@@ -26,7 +26,7 @@ from gluoncv.data import RecordFileDetection
 from mxnet import gluon
 from PIL import Image
 
-from .._validate import finite_real, positive_int
+from ..validate import finite_real, positive_int
 from .errors import DataFileError
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",

@@ -13,7 +13,7 @@ import numpy as np
 from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
 
-from .._validate import choice, positive_int
+from ..validate import choice, positive_int
 from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
 
 __all__ = ["MultiScaleSampler", "MultiScaleDataset", "resize_first", "resize_image", "multiscale_loader"]

@@ -9,7 +9,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
-from .._validate import non_negative_int, positive_int
+from ..validate import non_negative_int, positive_int
 
 __all__ = ["ShapesDetection"]
 

@@ -25,7 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .._validate import choice, finite_real, positive_int
+from ..validate import choice, finite_real, positive_int
 from . import wrapper
 from .hosts import read_hostfile, remote_env, ssh_command, sync_dir
 from .output import forward, say

@@ -7,7 +7,7 @@ from mxnet.gluon import HybridBlock
 from mxnet.gluon.utils import shape_is_known
 from mxnet.ndarray import NDArray
 
-from ._views import Views, flatten
+from .views import Views, flatten
 
 __all__ = ["Branches"]
 

@@ -2,8 +2,8 @@
 from mxnet.gluon import HybridBlock
 from mxnet.ndarray import NDArray
 
-from .._validate import positive_int
-from ._views import Views, flatten
+from ..validate import positive_int
+from .views import Views, flatten
 
 __all__ = ["ShapeCache"]
 

@@ -28,9 +28,9 @@ from mxnet import gluon
 
 from gluonkit.data import bucket_loader, multiscale_loader
 from gluonkit.nn import ShapeCache
-from gluonkit.train import amp
+from gluonkit.trainer import amp
 from gluonkit.train.loop import evaluate, fit
-from gluonkit.train.trainer import Trainer
+from gluonkit.trainer import Trainer
 from gluonkit.recipes import common
 from gluonkit.recipes.datasets import load_dataset
 from gluonkit.recipes.models import build_model, check_model_name

@@ -4,7 +4,7 @@ recipe copied out of the package still runs.
 One ``--config`` loader (JSON or YAML) that sets a parser's defaults, and the options a run
 in ``--out`` recorded when a command resumes or exports it; one device-list parser, the
 OpenMP thread settings a command applies in its ``main()``, argparse types built on
-:mod:`gluonkit._validate`, and a recipe's outputs in ``--out`` (a :mod:`run folder
+:mod:`gluonkit.validate`, and a recipe's outputs in ``--out`` (a :mod:`run folder
 <gluonkit.recipes.runs>`): the resolved arguments, the callbacks that write checkpoints,
 history and curves, and the best checkpoint exported.
 """
@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from gluonkit import _validate
+from gluonkit import validate
 from gluonkit.data import DataFileError
 from gluonkit.train.checkpoint import CheckpointError
 from gluonkit.recipes import runs
@@ -60,7 +60,7 @@ class OptionError(ValueError):
 def check_positive_int(value, name, meaning=None):
     """``value`` as an int >= 1, else the ``TypeError`` or ``ValueError`` that names ``name``: the
     check of a recipe's own arguments (``HeadSchedule(every=...)``), worded as gluonkit's."""
-    return _validate.positive_int(value, name, meaning)
+    return validate.positive_int(value, name, meaning)
 
 
 def build_parser(description, **kwargs):
@@ -243,17 +243,17 @@ def _checked(check, text, convert=int, expected="an integer"):
 
 def positive_int(text):
     """argparse type: an integer >= 1."""
-    return _checked(_validate.positive_int, text)
+    return _checked(validate.positive_int, text)
 
 
 def non_negative_int(text):
     """argparse type: an integer >= 0."""
-    return _checked(_validate.non_negative_int, text)
+    return _checked(validate.non_negative_int, text)
 
 
 def non_negative_float(text):
     """argparse type: a finite number >= 0 (a learning rate, momentum, weight decay, epochs)."""
-    return _checked(lambda value, name: _validate.finite_real(value, name, minimum=0.0), text,
+    return _checked(lambda value, name: validate.finite_real(value, name, minimum=0.0), text,
                     convert=float, expected="a number")
 
 
@@ -261,7 +261,7 @@ def one_of(*choices):
     """argparse type: one of ``choices`` (checked for --config values too, unlike ``choices=``)."""
     def parse(text):
         try:
-            return _validate.choice(text, choices, "the value")
+            return validate.choice(text, choices, "the value")
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
     parse.__name__ = "choice"

@@ -33,11 +33,10 @@ from gluonkit.recipes.detection_plots import DetectionCurves, best_threshold, dr
 from gluonkit.recipes.runs import RunFolder
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
 from gluonkit.data.images import DetectionRecordDataset
-from gluonkit.export import export_model
-from gluonkit.train import amp
+from gluonkit.trainer import amp
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import evaluate, fit
-from gluonkit.train.trainer import Trainer
+from gluonkit.trainer import Trainer
 
 __all__ = ["parse_args", "load_detection", "make_loaders", "train",
            "draw_predictions", "main"]
@@ -268,14 +267,14 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
 
 
 def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
-    """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference.
+    """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference,
+    with GluonCV's validation preprocessing and NMS settings.
 
     ``size`` is the input's (height, width), or for Faster R-CNN (shorter side, max size).
     """
     ckpt = Checkpoint(checkpoints)
     if ckpt.best is None and ckpt.latest is None:
         ckpt.save(net, trainer, 0)                  # --epochs 0 and nothing to resume
-    state = ckpt.load(net, best=ckpt.best is not None)
     det.nms_for_eval(net, family)
     resize = {"resize": list(size), "resize_short": None, "max_size": None}
     shape = (3,) + tuple(size)
@@ -285,9 +284,9 @@ def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
     preprocessing = {"channels": 3, **resize, "crop": None, "scale": 1 / 255,
                      "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
                      "layout": "NCHW"}    # as GluonCV's val transforms
-    return export_model(net, prefix, shape, outputs={"ids": classes, "scores": None, "bboxes": None},
-                        preprocessing=preprocessing, kind="detector", task="detect",
-                        epoch_trained=state.get("epoch"))
+    return common.export_best(net, checkpoints, prefix, shape,
+                              outputs={"ids": classes, "scores": None, "bboxes": None},
+                              preprocessing=preprocessing, kind="detector", task="detect")
 
 
 def train(args):

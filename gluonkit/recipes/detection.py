@@ -23,7 +23,7 @@ from mxnet import autograd, gluon
 from gluonkit.recipes import rcnn
 from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset
 from gluonkit.nn import freeze_batchnorm
-from gluonkit.train.split import split_and_load
+from gluonkit.split import split_and_load
 
 __all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "YOLO3FlipTrainTransform",
            "train_transforms", "val_transforms", "train_batchify", "val_batchify", "SizedTransform",

@@ -13,7 +13,7 @@ import os
 import mxnet as mx
 import numpy as np
 
-from gluonkit._atomic import atomic_write
+from gluonkit.atomic import atomic_write
 from gluonkit.train.callbacks import Callback
 
 __all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",

@@ -34,8 +34,8 @@ from mxnet.gluon import nn
 from gluonkit.data import digits
 from gluonkit.nn import Branches
 from gluonkit.train.loop import evaluate, fit
-from gluonkit.train.split import split_and_load
-from gluonkit.train.trainer import Trainer
+from gluonkit.split import split_and_load
+from gluonkit.trainer import Trainer
 from gluonkit.recipes import common
 from gluonkit.recipes.datasets import load_dataset
 from gluonkit.recipes.runs import RunFolder

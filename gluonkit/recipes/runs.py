@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 
-from gluonkit._atomic import atomic_text, remove_stale
+from gluonkit.atomic import atomic_text, remove_stale
 
 __all__ = ["ARGS_FILE", "LOCK_FILE", "RUN_FILES", "INVOCATION", "RunFolderError", "RunFolder",
            "run_files", "in_use_by", "check_folder", "save_args"]

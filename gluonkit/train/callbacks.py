@@ -11,8 +11,8 @@ import math
 import numbers
 import os
 
-from .._atomic import atomic_text, atomic_write
-from .._validate import finite_real, non_negative_int, positive_int
+from ..atomic import atomic_text, atomic_write
+from ..validate import finite_real, non_negative_int, positive_int
 from .checkpoint import Checkpoint
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",

@@ -11,10 +11,9 @@ import mxnet as mx
 import numpy as np
 
 from ..names import brief_names, select, shape_fits
-from .._atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
-from .._validate import is_int, non_negative_int, positive_int
+from ..atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
+from ..validate import is_int, non_negative_int, positive_int
 from ._archive import CheckpointError, from_tree, json_bytes, npy_bytes, read_archive, read_npz, to_tree, write_archive
-from ._trainer_state import convert_legacy_state
 from .resume import check_rng_state, convert_legacy_snapshot, get_rng_state, set_rng_state
 
 __all__ = ["Checkpoint", "CheckpointError"]
@@ -404,5 +403,5 @@ def _legacy_parts(members):
         user["fit"] = convert_legacy_snapshot(user["fit"])
     trainer = None
     if "trainer.pkl" in members:
-        trainer = convert_legacy_state(_legacy_loads(members["trainer.pkl"]))
+        trainer = _legacy_loads(members["trainer.pkl"])   # Trainer.load_state_dict converts it
     return arrays, trainer, user, state["rng"]

@@ -12,15 +12,14 @@ import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
-from .._validate import context_list, non_negative_int
+from ..validate import check_count, context_list, non_negative_int
 from ..nn.norm import check_sync_batchnorm
 from .callbacks import Callback
-from ._trainer_args import check_count
 from .metrics import make_metrics
 from .resume import batch_length
 from .state import FitState, Run
 from .tally import Tally
-from .split import split_and_load
+from ..split import split_and_load
 
 __all__ = ["fit", "evaluate", "FitState"]
 

@@ -16,7 +16,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from .._validate import is_int
+from ..validate import is_int
 from ._archive import CheckpointError
 
 __all__ = ["get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",

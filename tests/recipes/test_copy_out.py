@@ -8,9 +8,12 @@ import sys
 
 import pytest
 
-from gluonkit.recipes import classify, detect, multitask, predict
+import gluonkit.recipes
+from gluonkit.recipes import classify
 
-RECIPES = {"classify": classify, "multitask": multitask, "detect": detect, "predict": predict}
+#: Every module of the recipes: the commands and the steps they share.
+RECIPE_FILES = sorted(name for name in os.listdir(os.path.dirname(gluonkit.recipes.__file__))
+                      if name.endswith(".py"))
 
 
 def imported_names(path):
@@ -27,9 +30,9 @@ def imported_names(path):
                 yield alias.name, None
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.parametrize("name", RECIPE_FILES)
 def test_a_recipe_imports_only_public_gluonkit_names(name):
-    found = list(imported_names(RECIPES[name].__file__))
+    found = list(imported_names(os.path.join(os.path.dirname(gluonkit.recipes.__file__), name)))
     relative = [module for module, _ in found if module.startswith(".")]
     private = [f"{module}.{item}" if item else module for module, item in found
                if module.startswith("gluonkit")

@@ -18,7 +18,7 @@ from gluonkit.train.callbacks import (Callback, EarlyStopping, HistoryLogger, LR
                                       ModelCheckpoint, PlotCurves)
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import fit
-from gluonkit.train.trainer import Trainer
+from gluonkit.trainer import Trainer
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
 

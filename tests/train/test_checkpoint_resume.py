@@ -11,7 +11,7 @@ from gluonkit.params import select
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import fit
-from gluonkit.train.trainer import Trainer
+from gluonkit.trainer import Trainer
 
 from conftest import StopAt
 

@@ -16,7 +16,7 @@ from conftest import params_of
 from gluonkit.train._archive import write_archive
 from gluonkit.train.callbacks import ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
-from test_checkpoint import assert_same, batches, make_net, make_trainer, train
+from small_classifier import assert_same, batches, make_net, make_trainer, train
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

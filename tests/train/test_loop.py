@@ -17,7 +17,7 @@ from conftest import params_of
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.tally import Tally
-from gluonkit.train.trainer import Trainer
+from gluonkit.trainer import Trainer
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
 TIMING = ("time", "samples_per_sec")

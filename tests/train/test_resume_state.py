@@ -13,8 +13,8 @@ from conftest import params_of
 from gluonkit.train.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from gluonkit.train.loop import fit
-from gluonkit.train.trainer import Trainer
-from test_checkpoint import assert_same, batches, train
+from gluonkit.trainer import Trainer
+from small_classifier import assert_same, batches, train
 from test_checkpoint_resume import LOADERS, StopAt, assert_same_copies, conv_net, copies_of, cropped, images
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()

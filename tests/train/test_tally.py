@@ -9,7 +9,7 @@ from conftest import TWO_CPUS
 from gluonkit.train.callbacks import Callback
 from gluonkit.train.loop import fit
 from gluonkit.train.tally import Tally
-from gluonkit.train.trainer import Trainer
+from gluonkit.trainer import Trainer
 
 
 class Batches(Callback):

@@ -16,7 +16,7 @@ Example::
 import math
 import numbers
 
-__all__ = ["is_int", "positive_int", "non_negative_int", "finite_real", "choice", "context_list"]
+__all__ = ["is_int", "positive_int", "non_negative_int", "finite_real", "choice", "context_list", "check_count"]
 
 
 def is_int(value):
@@ -84,3 +84,25 @@ def context_list(ctx, name="ctx"):
     if len(set(contexts)) != len(contexts):
         raise ValueError(f"{name} names a context twice: {list(contexts)}; list each device once.")
     return list(contexts)
+
+
+def check_count(count, name="batch_size"):
+    """A count as a plain number (an int when given an integer), or a one-element NDArray as a
+    float64 copy of it (not read: no wait).
+
+    ``TypeError`` for anything that is no real number (a bool, a string, None), ``ValueError``
+    for a negative, NaN or infinite one, each naming ``name`` and the value.
+    """
+    import mxnet as mx   # here, not at the top: the other checks need no mxnet
+
+    if isinstance(count, mx.nd.NDArray):
+        if count.size != 1:
+            raise ValueError(f"{name} given as an NDArray must hold one element (the count of "
+                             f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
+                             "it first, e.g. step(num_pos.sum()).")
+        return count.reshape((1,)).astype("float64")
+    meaning = ("the number of samples, positives, tokens or pixels the loss was normalized by, a sum "
+               "of weights, or a one-element NDArray of it")
+    if is_int(count) and count >= 0:
+        return int(count)   # integers keep exact arithmetic
+    return finite_real(count, name, meaning, minimum=0)

@@ -4,7 +4,7 @@ from mxnet import autograd, gluon
 from mxnet.contrib.amp import amp as _amp
 from mxnet.contrib.amp import loss_scaler as _loss_scaler
 
-from .._validate import choice
+from ..validate import choice
 
 __all__ = ["LossScaler", "ScaledLoss", "check_available", "init", "init_trainer", "scaled_batch_fn"]
 
@@ -88,14 +88,14 @@ def init_trainer(trainer):
 
     Example::
 
-        gluonkit.train.amp.init(ctx)                # before the network is built
+        gluonkit.trainer.amp.init(ctx)                # before the network is built
         net = build(...)
         trainer = gluonkit.Trainer(net, 'sgd', {'learning_rate': 0.1}, accumulate=2)
-        gluonkit.train.amp.init_trainer(trainer)
-        loss = gluonkit.train.amp.ScaledLoss(gluon.loss.SoftmaxCrossEntropyLoss(), trainer)
+        gluonkit.trainer.amp.init_trainer(trainer)
+        loss = gluonkit.trainer.amp.ScaledLoss(gluon.loss.SoftmaxCrossEntropyLoss(), trainer)
     """
     if not _amp._amp_initialized:   # MXNet keeps whether amp.init ran only in this module field
-        raise RuntimeError("mixed precision is not initialized; call gluonkit.train.amp.init(ctx) "
+        raise RuntimeError("mixed precision is not initialized; call gluonkit.trainer.amp.init(ctx) "
                            "before building the network, then init_trainer(trainer).")
     trainer.attach_loss_scaler(LossScaler())
 

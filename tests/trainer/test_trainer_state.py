@@ -8,8 +8,8 @@ from mxnet import gluon
 
 import gluonkit
 from conftest import params_of as values
-from test_checkpoint import assert_same, batches, train
-from gluonkit.train.trainer import Trainer
+from small_classifier import assert_same, batches, train
+from gluonkit.trainer import Trainer
 
 LOSS = gluon.loss.SoftmaxCrossEntropyLoss()
 

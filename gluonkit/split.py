@@ -3,7 +3,7 @@ import mxnet as mx
 import numpy as np
 from gluoncv.data.batchify import Pad
 
-from .._validate import context_list, is_int, positive_int
+from .validate import context_list, is_int, positive_int
 
 __all__ = ["split_and_load", "split_sizes"]
 

@@ -20,14 +20,14 @@ class LossScaling:
     def attach_loss_scaler(self, scaler):
         """Unscale every update by ``scaler.loss_scale`` and drop windows that overflow.
 
-        The losses' gradients are multiplied by ``scaler.loss_scale`` (``gluonkit.train.amp``'s
+        The losses' gradients are multiplied by ``scaler.loss_scale`` (``gluonkit.trainer.amp``'s
         ``ScaledLoss`` does it); each update divides them by the scale the window was scaled
         by, and a window whose gradients hold NaN or Inf is dropped: parameters, optimizer
         states and running statistics are left as they were. A scaler with ``record(overflow)``
-        (``gluonkit.train.amp.LossScaler``) is told once per window whether it overflowed;
+        (``gluonkit.trainer.amp.LossScaler``) is told once per window whether it overflowed;
         MXNet's ``LossScaler`` checks with ``has_overflow``. Its state is part of
         ``state_dict``: attach it before loading one. Usually called through
-        ``gluonkit.train.amp.init_trainer``.
+        ``gluonkit.trainer.amp.init_trainer``.
 
         Parameters
         ----------
@@ -36,7 +36,7 @@ class LossScaling:
         """
         if not hasattr(scaler, "loss_scale") or not (hasattr(scaler, "record") or hasattr(scaler, "has_overflow")):
             raise TypeError(f"scaler must be a loss scaler (with loss_scale and record or has_overflow), got "
-                            f"{scaler!r}; use gluonkit.train.amp.LossScaler().")
+                            f"{scaler!r}; use gluonkit.trainer.amp.LossScaler().")
         self._amp_loss_scaler = scaler
         self.snapshot_statistics()
 

@@ -9,7 +9,7 @@ from mxnet import autograd, gluon
 from mxnet.contrib.amp import amp as mx_amp
 
 from gluonkit import Checkpoint, Trainer, fit
-from gluonkit.train import amp
+from gluonkit.trainer import amp
 
 RNG = np.random.RandomState(0)
 X = RNG.randn(32, 4).astype("float32")
@@ -262,7 +262,7 @@ def test_a_loss_scale_needs_a_scaler_to_load_into_and_nothing_changes(amp_ready)
     state = trainer.state_dict()
     plain = Trainer(make_net(), "sgd", dict(OPT), accumulate=2)
     before = plain.state_dict()
-    with pytest.raises(ValueError, match=r"loss scale \(65536.0\).*gluonkit.train.amp.init_trainer\(trainer\) "
+    with pytest.raises(ValueError, match=r"loss scale \(65536.0\).*gluonkit.trainer.amp.init_trainer\(trainer\) "
                                          "before loading"):
         plain.load_state_dict(state)
     assert plain.pending == (0, 0) and plain.state_dict()["update_counts"] == before["update_counts"]
@@ -278,7 +278,7 @@ def test_a_loss_scaler_is_attached_through_the_trainer_and_read_back():
     net = make_net()
     trainer = Trainer(net.collect_params(), "sgd", dict(OPT))
     assert trainer.loss_scaler is None and trainer.window_loss_scale == 1.0
-    with pytest.raises(TypeError, match="scaler must be a loss scaler .* got 3; use gluonkit.train.amp.LossScaler"):
+    with pytest.raises(TypeError, match="scaler must be a loss scaler .* got 3; use gluonkit.trainer.amp.LossScaler"):
         trainer.attach_loss_scaler(3)
     assert trainer.loss_scaler is None
     scaler = amp.LossScaler()
@@ -293,6 +293,6 @@ def test_a_loss_scaler_is_attached_through_the_trainer_and_read_back():
 
 def test_init_trainer_without_init_says_to_call_it():
     trainer = Trainer(make_net().collect_params(), "sgd", dict(OPT))
-    with pytest.raises(RuntimeError, match=r"call gluonkit.train.amp.init\(ctx\)"):
+    with pytest.raises(RuntimeError, match=r"call gluonkit.trainer.amp.init\(ctx\)"):
         amp.init_trainer(trainer)
     assert trainer.loss_scaler is None

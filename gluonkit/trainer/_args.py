@@ -8,36 +8,16 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from .._validate import choice, finite_real, is_int
+from ..validate import choice, finite_real, is_int
 from ..names import first_names
 
-__all__ = ["check_clip", "check_clip_setting", "check_count", "check_kvstore", "check_launched",
+__all__ = ["check_clip", "check_clip_setting", "check_kvstore", "check_launched",
            "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",
            "is_distributed", "unique_params"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
 _KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async")
 _LAUNCHER_ENV = ("DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")
-
-
-def check_count(count, name="batch_size"):
-    """A count as a plain number (an int when given an integer), or a one-element NDArray as a
-    float64 copy of it (not read: no wait).
-
-    ``TypeError`` for anything that is no real number (a bool, a string, None), ``ValueError``
-    for a negative, NaN or infinite one, each naming ``name`` and the value.
-    """
-    if isinstance(count, mx.nd.NDArray):
-        if count.size != 1:
-            raise ValueError(f"{name} given as an NDArray must hold one element (the count of "
-                             f"samples, positives, tokens or pixels), got shape {count.shape}; sum "
-                             "it first, e.g. step(num_pos.sum()).")
-        return count.reshape((1,)).astype("float64")
-    meaning = ("the number of samples, positives, tokens or pixels the loss was normalized by, a sum "
-               "of weights, or a one-element NDArray of it")
-    if is_int(count) and count >= 0:
-        return int(count)   # integers keep exact arithmetic
-    return finite_real(count, name, meaning, minimum=0)
 
 
 def check_kvstore(kvstore):

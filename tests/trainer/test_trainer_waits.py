@@ -14,7 +14,7 @@ from mxnet.contrib.amp import amp as mx_amp
 from numpy.testing import assert_allclose
 
 import gluonkit
-from gluonkit.train import amp
+from gluonkit.trainer import amp
 
 RNG = np.random.RandomState(4)
 X = RNG.randn(8, 5).astype("float32")

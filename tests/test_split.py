@@ -112,7 +112,7 @@ def test_issue_14_bad_inputs_are_named(args, error, match):
 @pytest.mark.parametrize("batch, parts, error", [(0, 2, ValueError), (-3, 2, ValueError), (4, 0, ValueError),
                                                  (2.5, 2, TypeError)])
 def test_split_sizes_refuses_non_positive_sizes(batch, parts, error):
-    from gluonkit.train.split import split_sizes
+    from gluonkit.split import split_sizes
     with pytest.raises(error, match="must be a positive integer"):
         split_sizes(batch, parts)
 

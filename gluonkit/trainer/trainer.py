@@ -7,14 +7,14 @@ import mxnet as mx
 from mxnet import gluon
 
 from ..names import first_names, select
-from .._validate import is_int, positive_int
+from ..validate import check_count, is_int, positive_int
+from ._args import (check_clip, check_clip_setting, check_kvstore, check_launched, check_learning_rate,
+                    check_optimizer, check_pending, check_policy, check_update_on_kvstore, is_distributed,
+                    unique_params)
 from ._gradients import clip_on_device, read, replicas, sum_of_squares, zero
 from ._loss_scaling import LossScaling
-from ._statistics import RunningStatistics
-from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
-                            check_learning_rate, check_optimizer, check_pending, check_policy,
-                            check_update_on_kvstore, is_distributed, unique_params)
-from ._trainer_state import TrainerState
+from ._state import TrainerState
+from ._window import Window, whole
 
 __all__ = ["Trainer"]
 
@@ -22,16 +22,11 @@ __all__ = ["Trainer"]
 MULTI_TENSOR_WEIGHTS = 60
 
 
-def _whole(count):
-    """A count read from an NDArray: an int when it is whole (as the integers it sums)."""
-    return int(count) if math.isfinite(count) and float(count).is_integer() else count
-
-
 def _read_window(count, sum_sq):
     """``(count, sum_sq)`` as floats (a count that is whole as an int), read in one wait."""
     arrays = [a for a in (count, sum_sq) if isinstance(a, mx.nd.NDArray)]
     values = iter(read(*arrays))
-    count = _whole(next(values)) if isinstance(count, mx.nd.NDArray) else count
+    count = whole(next(values)) if isinstance(count, mx.nd.NDArray) else count
     return count, None if sum_sq is None else next(values)
 
 
@@ -183,10 +178,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         self._amp_loss_scaler = None  # set by attach_loss_scaler; MXNet's amp reads the same field
         self._amp_original_scale = self._scale
         self._nonfinite_skips = 0
-        self._pending_steps = 0
-        self._pending_samples = 0
-        self._pending_arrays = []
-        self._statistics = None
+        self._window = Window()
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -217,16 +209,12 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         Reading it waits for the counts given as NDArrays. Settable, to resume a window whose
         gradients were restored (as ``Checkpoint`` does); that window replaces the current one.
         """
-        count = self._pending_samples
-        if self._pending_arrays:
-            count += _whole(read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in self._pending_arrays)))[0])
-        return self._pending_steps, count
+        return self._window.total()
 
     @pending.setter
     def pending(self, window):
         steps, count = check_pending(window, self._accumulate)
-        self._pending_steps, self._pending_samples = steps, int(count) if is_int(count) else float(count)
-        self._pending_arrays = []
+        self._window.replace(steps, int(count) if is_int(count) else float(count))
         self.snapshot_statistics()
 
     @property
@@ -341,12 +329,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
         count = check_count(batch_size)
-        if isinstance(count, mx.nd.NDArray):
-            self._pending_arrays.append(count)
-        else:
-            self._pending_samples += count
-        self._pending_steps += 1
-        if self._pending_steps < self._accumulate:
+        self._window.add(count)
+        if self._window.steps < self._accumulate:
             return False
         return self._apply(ignore_stale_grad)
 
@@ -358,7 +342,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         bool
             False if nothing was pending.
         """
-        if not self._pending_steps:
+        if not self._window.steps:
             return False
         return self._apply(ignore_stale_grad)
 
@@ -377,8 +361,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             self._init_params()
         if self._accumulate > 1:
             self._check_accumulating()
-        local_count, arrays = self._pending_samples, self._pending_arrays
-        self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
+        local_count, arrays = self._window.take()
         selected = self._select(ignore_stale_grad)
         count = self._sum_counts(local_count, arrays)
         kvstore_updates = bool(self._kvstore and self._update_on_kvstore)
@@ -446,8 +429,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         self._selected = None
         self._finish([self._params[i] for i in selected])
         if count != 0:
-            if self._statistics is not None:   # the dropped window's forward passes changed them
-                self._statistics.restore()
+            self._window.restore_statistics()   # the dropped window's forward passes changed them
             raise ValueError(f"The counts given to step() in this window sum to {count} over the "
                              "workers; a count (samples, positives, tokens, pixels) must be >= 0. "
                              "The window was dropped; no update was applied.")
@@ -464,8 +446,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                        "a parameter on another worker")
         self._selected = None
         self._finish(params)
-        if self._statistics is not None:
-            self._statistics.restore()
+        self._window.restore_statistics()
         if self._on_nonfinite == "ignore":   # a loss-scale overflow: the scaler has lowered its scale
             return
         if self._on_nonfinite == "raise":
@@ -480,7 +461,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         """Refuse a trainable parameter switched to grad_req='write' within accumulation."""
         written = [self._name_of(p) for p in self._params if p.grad_req == "write"]
         if written:
-            self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
+            self._window.take()
             self._selected = None
             self._finish([p for p in self._params if p._data is not None and p.grad_req != "null"])
             raise RuntimeError(f"Parameter(s) {', '.join(written)} have grad_req='write', but with "
@@ -497,7 +478,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         window can be dropped (``on_nonfinite`` 'skip' or 'raise', or a loss scaler attached).
         """
         droppable = self._on_nonfinite != "ignore" or self._amp_loss_scaler is not None
-        self._statistics = RunningStatistics(self._params) if droppable else None
+        self._window.snapshot(self._params, droppable)
 
     def _init_kvstore(self):
         # MXNet reads every parameter's data to choose the kvstore; deferred ones have none yet.

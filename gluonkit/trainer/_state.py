@@ -13,11 +13,11 @@ import numpy as np
 from mxnet import gluon
 
 from ..names import brief_names, first_names, select, shape_fits
-from .._validate import is_int
+from ..validate import is_int
+from ._args import check_pending
 from ._gradients import replicas, zero
-from ._trainer_args import check_pending
 
-__all__ = ["TrainerState", "convert_legacy_state"]
+__all__ = ["TrainerState"]
 
 
 class TrainerState:
@@ -121,7 +121,7 @@ class TrainerState:
         ``(steps, count)`` and, when steps are pending, each parameter's gradient on each
         device and whether a backward wrote it; ``nonfinite_skips``; whether the kvstore was
         set up; and the dynamic loss scaler's state (its scale and clean windows counted) when
-        one is attached (``gluonkit.train.amp.init_trainer``), else None.
+        one is attached (``gluonkit.trainer.amp.init_trainer``), else None.
 
         Reading the state changes nothing (the kvstore is not set up by it).
 
@@ -136,7 +136,7 @@ class TrainerState:
         counts = {str(device): {names[i]: int(n) for i, n in table.items()}
                   for device, table in optimizer._all_index_update_counts.items()}   # MXNet keeps no public copy
         window = {}
-        if self._pending_steps:
+        if self._window.steps:
             for name, param in zip(names, self._params):
                 if param.grad_req != "null" and param._data is not None:
                     window[name] = {"grads": [g.asnumpy() for g in param.list_grad()],
@@ -169,6 +169,8 @@ class TrainerState:
         """``state`` with its parameters renamed to this trainer's names; ValueError if it does not fit."""
         keys = ("params", "shapes", "optimizer", "states", "update_counts", "accumulate", "pending",
                 "window", "nonfinite_skips", "kvstore_ready")
+        if isinstance(state, dict) and isinstance(state.get("optimizer"), mx.optimizer.Optimizer):
+            state = _from_previous_format(state)
         if not (isinstance(state, dict) and state.get("format") == list(self._STATE_FORMAT)
                 and all(key in state for key in keys)):
             raise ValueError("state is not a gluonkit.Trainer state_dict (of this version); pass "
@@ -232,7 +234,7 @@ class TrainerState:
         if mine is None:
             raise ValueError(f"the state holds a dynamic loss scale ({saved.get('next_loss_scale')!r}) of a mixed "
                              "precision run but no loss scaler is attached to this trainer; call "
-                             "gluonkit.train.amp.init_trainer(trainer) before loading the state.")
+                             "gluonkit.trainer.amp.init_trainer(trainer) before loading the state.")
         if set(saved) != set(mine):
             raise ValueError(f"the state's loss scaler holds {sorted(saved)} but this trainer's holds "
                              f"{sorted(mine)}; load a state saved by gluonkit.Trainer.state_dict().")
@@ -249,7 +251,8 @@ class TrainerState:
         saved hyper-parameters, scheduler fields and update counts. The pending window becomes
         the saved one: its gradients, fresh flags and counts, or an empty window (zero
         gradients) if none was pending. A window saved on another number of devices lands
-        summed on the first device.
+        summed on the first device. A state of the previous format (pickled with its optimizer
+        object, as ``Checkpoint.load(..., trusted=True)`` reads from an old file) is converted.
 
         Parameter values are not changed: if the saved trainer had set up its kvstore, this
         one is set up too, keeping each device's values (gluon's set-up copies the first
@@ -258,7 +261,7 @@ class TrainerState:
         states with it.
 
         A state with a loss scaler's state needs a scaler attached first
-        (``gluonkit.train.amp.init_trainer``); it takes the saved scale, so the resumed run
+        (``gluonkit.trainer.amp.init_trainer``); it takes the saved scale, so the resumed run
         scales, drops and grows its windows as the original would have. A state without one
         leaves the attached scaler as it is.
         """
@@ -305,8 +308,9 @@ class TrainerState:
             array._fresh_grad = fresh
 
 
-def convert_legacy_state(old):
-    """A state of the previous format (pickled, with the optimizer object) in this format."""
+def _from_previous_format(old):
+    """A state of the previous format (pickled with its optimizer object, as a trusted checkpoint
+    of that format holds) in this format."""
     names = list(old["params"])
     return {"format": list(TrainerState._STATE_FORMAT), "params": names, "shapes": [None] * len(names),
             "optimizer": _describe_optimizer(old["optimizer"]),

@@ -1,0 +1,19 @@
+"""The trainer wing: :class:`Trainer`, one exact update from the gradients of a window.
+
+Which module holds what:
+
+- ``trainer``: the update path (``step``, ``flush``, the normalizer, clipping, the non-finite
+  check) and the Trainer's public properties;
+- ``_window``: the accumulation window (micro-batches, their counts, the running statistics a
+  dropped window returns to);
+- ``_state``: ``state_dict`` / ``load_state_dict`` and structural parameter names;
+- ``_args``: the constructor's argument checks;
+- ``_gradients``: passes over gradient arrays (zeroing, the sum of squares, clipping);
+- ``_loss_scaling`` and ``amp``: mixed precision, attached with ``Trainer.attach_loss_scaler``.
+
+This wing never imports the fit wing (:mod:`gluonkit.train`): the loop drives a Trainer only
+through its public methods, and works with ``gluon.Trainer`` too.
+"""
+from .trainer import Trainer
+
+__all__ = ["Trainer"]

@@ -1,4 +1,4 @@
-"""Argument checks shared by the whole package: one message style, NumPy scalars welcome.
+"""Argument checks shared by gluonkit and its recipes: one message style, NumPy scalars welcome.
 
 Every check returns the value converted to a plain Python type (so ``np.int64(3)`` becomes
 ``3``) or raises an exception whose message names the argument, the value received and

@@ -14,7 +14,7 @@ import mxnet as mx
 import numpy as np
 
 from gluonkit.atomic import atomic_write
-from gluonkit.train.callbacks import Callback
+from gluonkit.callbacks import Callback
 
 __all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",
            "best_threshold"]

@@ -59,7 +59,7 @@ def test_a_second_process_is_refused_while_the_first_lives_and_not_once_it_died(
 
 
 def test_the_recipe_holds_its_folder_while_it_trains_and_lets_it_go(tmp_path):
-    from gluonkit.train.callbacks import Callback
+    from gluonkit.callbacks import Callback
 
     class Holder(Callback):
         def __init__(self):

@@ -12,7 +12,7 @@ from gluoncv.utils.metrics import SegmentationMetric, VOC07MApMetric
 from mxnet import autograd, gluon
 
 import gluonkit
-from gluonkit.train.callbacks import Callback, ModelCheckpoint
+from gluonkit.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.tally import Tally
 
 TWO = [mx.cpu(0), mx.cpu(1)]

@@ -14,7 +14,7 @@ from gluoncv.utils import LRScheduler
 from mxnet import autograd, gluon
 
 from conftest import params_of
-from gluonkit.train.callbacks import (Callback, EarlyStopping, HistoryLogger, LRSchedule,
+from gluonkit.callbacks import (Callback, EarlyStopping, HistoryLogger, LRSchedule,
                                       ModelCheckpoint, PlotCurves)
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import fit

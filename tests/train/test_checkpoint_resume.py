@@ -8,7 +8,7 @@ from mxnet import gluon
 
 from gluonkit.data import bucket_loader, multiscale_loader
 from gluonkit.params import select
-from gluonkit.train.callbacks import Callback, ModelCheckpoint
+from gluonkit.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import fit
 from gluonkit.trainer import Trainer

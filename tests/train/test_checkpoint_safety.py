@@ -14,7 +14,7 @@ from mxnet import gluon
 import gluonkit
 from conftest import params_of
 from gluonkit.train._archive import write_archive
-from gluonkit.train.callbacks import ModelCheckpoint
+from gluonkit.callbacks import ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from small_classifier import assert_same, batches, make_net, make_trainer, train
 

@@ -14,7 +14,7 @@ import pytest
 from mxnet import autograd, gluon
 
 from conftest import params_of
-from gluonkit.train.callbacks import Callback, ModelCheckpoint
+from gluonkit.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.tally import Tally
 from gluonkit.trainer import Trainer
@@ -210,7 +210,7 @@ CHILD = textwrap.dedent("""
     import numpy as np, mxnet as mx
     sys.path[:0] = [{tests!r}, {tests!r} + "/.."]
     from test_loop import make_data, make_net, sgd, loader, params_of, LOSS
-    from gluonkit.train.callbacks import Callback, ModelCheckpoint
+    from gluonkit.callbacks import Callback, ModelCheckpoint
     from gluonkit.train.loop import fit
 
     class WaitForSignal(Callback):

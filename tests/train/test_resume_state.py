@@ -10,7 +10,7 @@ from mxnet import autograd, gluon
 
 import gluonkit
 from conftest import params_of
-from gluonkit.train.callbacks import Callback, ModelCheckpoint
+from gluonkit.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from gluonkit.train.loop import fit
 from gluonkit.trainer import Trainer

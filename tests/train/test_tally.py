@@ -6,7 +6,7 @@ import pytest
 from mxnet import gluon
 
 from conftest import TWO_CPUS
-from gluonkit.train.callbacks import Callback
+from gluonkit.callbacks import Callback
 from gluonkit.train.loop import fit
 from gluonkit.train.tally import Tally
 from gluonkit.trainer import Trainer

@@ -28,9 +28,9 @@ from mxnet import gluon
 
 from gluonkit.data import bucket_loader, multiscale_loader
 from gluonkit.nn import ShapeCache
-from gluonkit.trainer import amp
 from gluonkit.train.loop import evaluate, fit
-from gluonkit.trainer import Trainer
+from gluonkit.train.resume import seed_all
+from gluonkit.trainer import Trainer, amp
 from gluonkit.recipes import common
 from gluonkit.recipes.datasets import load_dataset
 from gluonkit.recipes.models import build_model, check_model_name
@@ -215,7 +215,7 @@ def _train(args, folder):
     ctx = common.parse_ctx(args.ctx)
     if args.amp and not args.export:
         amp.init(ctx)     # before anything is loaded, built or written
-    common.seed_all(args.seed)
+    seed_all(args.seed)
     train_set, test_set, class_names, preprocessing = load_dataset(
         args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed,
         max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)

@@ -21,9 +21,10 @@ from gluonkit.train.checkpoint import CheckpointError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
 
-__all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "worker_shard", "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
+__all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "worker_shard",
+           "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
-           "save_args", "seed_all", "add_device_options", "add_output_options", "check_out",
+           "save_args", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
            "export_summary", "run_command", "add_image_limits"]
 
@@ -295,18 +296,6 @@ def apply_threads(module=None, argv=None):
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", module,
                                   *(sys.argv[1:] if argv is None else argv)])
-
-
-def seed_all(seed):
-    """Seed Python's, NumPy's and MXNet's generators."""
-    import random
-
-    import mxnet as mx
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed)
-    mx.random.seed(seed)
 
 
 def add_device_options(parser):

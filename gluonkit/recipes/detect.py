@@ -33,10 +33,10 @@ from gluonkit.recipes.detection_plots import DetectionCurves, best_threshold, dr
 from gluonkit.recipes.runs import RunFolder
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
 from gluonkit.data.images import DetectionRecordDataset
-from gluonkit.trainer import amp
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import evaluate, fit
-from gluonkit.trainer import Trainer
+from gluonkit.train.resume import seed_all
+from gluonkit.trainer import Trainer, amp
 
 __all__ = ["parse_args", "load_detection", "make_loaders", "train",
            "draw_predictions", "main"]
@@ -307,7 +307,7 @@ def _train(args, folder):
     ctx = common.parse_ctx(args.ctx)
     if args.amp:
         amp.init(ctx)     # before anything is loaded, built or written
-    common.seed_all(args.seed)
+    seed_all(args.seed)
     family = det.model_family(args.model)
     train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes)
     rcnn_options = {}

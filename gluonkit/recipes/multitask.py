@@ -34,8 +34,9 @@ from mxnet.gluon import nn
 from gluonkit.data import digits
 from gluonkit.nn import Branches
 from gluonkit.train.loop import evaluate, fit
-from gluonkit.split import split_and_load
+from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer
+from gluonkit.split import split_and_load
 from gluonkit.recipes import common
 from gluonkit.recipes.datasets import load_dataset
 from gluonkit.recipes.runs import RunFolder
@@ -227,7 +228,7 @@ def _train(args, callbacks, folder):
         return {"export": metadata, "out": args.out}
 
     ctx_list = common.parse_ctx(args.ctx)
-    common.seed_all(args.seed)
+    seed_all(args.seed)
     train_set = digits(train=True)
     if args.train_size:
         train_set = train_set.take(args.train_size)

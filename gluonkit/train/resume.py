@@ -19,10 +19,17 @@ from mxnet import gluon
 from ..validate import is_int
 from ._archive import CheckpointError
 
-__all__ = ["get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
+__all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
            "RolloverState", "Resumer", "convert_legacy_snapshot"]
 
 log = logging.getLogger("gluonkit")
+
+
+def seed_all(seed):
+    """Seed Python's, NumPy's and MXNet's generators with ``seed``, as a run starts."""
+    random.seed(seed)
+    np.random.seed(seed)
+    mx.random.seed(seed)
 
 
 def get_rng_state():

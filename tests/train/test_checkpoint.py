@@ -10,7 +10,7 @@ from mxnet import gluon
 from conftest import params_of
 from small_classifier import assert_same, batches, make_net, make_trainer, train
 from gluonkit.train.checkpoint import Checkpoint
-from gluonkit.train.resume import get_rng_state, reseed_mxnet, set_rng_state
+from gluonkit.train.resume import get_rng_state, reseed_mxnet, seed_all, set_rng_state
 from gluonkit.trainer import Trainer
 
 def test_resume_equals_never_stopping(tmp_path, ctx_list):
@@ -253,6 +253,16 @@ def test_rng_helpers_round_trip():
     assert reseed_mxnet(salt=4) == seed != reseed_mxnet(salt=5)     # reads, does not advance
     mx.random.seed(seed)
     np.testing.assert_array_equal(mx.nd.random.uniform(shape=(4,)).asnumpy(), a)
+
+
+def test_seed_all_fixes_python_numpy_and_mxnet_draws():
+    def draws(seed):
+        seed_all(seed)
+        return random.random(), np.random.rand(), float(mx.nd.random.uniform(shape=(1,)).asscalar())
+
+    first = draws(3)
+    assert draws(3) == first
+    assert all(a != b for a, b in zip(draws(4), first))
 
 
 class TwoHeads(gluon.nn.Block):

@@ -8,7 +8,7 @@ from mxnet import gluon
 
 from ..names import first_names, select
 from .._validate import is_int, positive_int
-from ._gradients import clip_on_device, read, replicas, sum_of_squares, zero
+from ._gradients import clip_factor, read, replicas, scaled_update, sum_of_squares, zero
 from ._loss_scaling import LossScaling
 from ._statistics import RunningStatistics
 from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
@@ -365,11 +365,13 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
     def _apply(self, ignore_stale_grad):
         """Apply the pending window as one update; False if it was dropped.
 
-        The host waits for the devices once, to read the window's count and sum of squares
-        together, only where it decides something by them: with a count given as an NDArray
-        (a window of 0 is dropped), with ``on_nonfinite`` 'skip' or 'raise', or with a loss
-        scaler (a window that overflowed is dropped, the scale moves). Otherwise the clip
-        factor is computed and applied on the device and ``global_norm`` is read on demand.
+        The host waits for the devices once, only where it decides something by a value on
+        them: with ``on_nonfinite`` 'skip' or 'raise', or with a loss scaler (a window that
+        overflowed is dropped, the scale moves), it reads the window's count and sum of squares
+        together; with a count given as an NDArray (a window of 0 is dropped) and nothing else
+        to decide, it reads the count alone, which does not wait for the backward pass.
+        Otherwise the clip factor is computed on the device and folded into the update, and
+        ``global_norm`` is read on demand.
         """
         if not self._kv_initialized:
             self._init_kvstore()
@@ -389,8 +391,10 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         decides = self._on_nonfinite != "ignore" or scaler is not None
         measures = decides or self._clip_global_norm is not None
         sum_sq = sum_of_squares(self._grads(selected, one_copy)) if measures else None
-        if decides or isinstance(count, mx.nd.NDArray):   # the one wait: count and squares together
+        if decides:   # the one wait: count and squares together
             count, sum_sq = _read_window(count, sum_sq)
+        elif isinstance(count, mx.nd.NDArray):   # waits for the count alone, not for the gradients
+            count = _whole(read(count)[0])
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)
             return False
@@ -403,24 +407,25 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         if decides and not math.isfinite(norm):
             self._discard(selected, one_copy)
             return False
-        self._check_and_rescale_grad(self._scale * self._clip(norm, selected) / count)
+        clip, factor = self._clip(norm)
+        self._check_and_rescale_grad(self._scale * clip / count)
         if kvstore_updates:
             self._allreduce_grads()
-        self._update(ignore_stale_grad)
+        self._update(ignore_stale_grad, factor)
         # per-device squares do not add up to the norm of the sum: no norm when nothing summed them
         self._global_norm = norm if one_copy or len(self._contexts) == 1 else None
         return True
 
-    def _clip(self, norm, selected):
-        """The clip factor min(1, clip / norm) for ``rescale_grad`` when ``norm`` is a float; else
-        1.0, once the gradients are scaled on their devices by the factor (no wait)."""
+    def _clip(self, norm):
+        """``(host, device)``: the clip factor min(1, clip / norm) for ``rescale_grad`` when
+        ``norm`` is a float, with None; else 1.0 and the factor as an NDArray computed on the
+        device (no wait), which the update folds in."""
         clip = self._clip_global_norm
         if clip is None:
-            return 1.0
+            return 1.0, None
         if isinstance(norm, mx.nd.NDArray):
-            clip_on_device([g for i in selected for g in self._params[i].list_grad()], norm, clip)
-            return 1.0
-        return clip / norm if math.isfinite(norm) and norm > clip else 1.0   # NaN: applied as it is
+            return 1.0, clip_factor(norm, clip)
+        return (clip / norm if math.isfinite(norm) and norm > clip else 1.0), None   # NaN: applied as it is
 
     def _sum_counts(self, count, arrays):
         """The window's count over all workers: an int, or a one-element NDArray still to read."""
@@ -556,7 +561,9 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             else:
                 self._kvstore.pushpull(i, grads, priority=-i)
 
-    def _update(self, ignore_stale_grad=False):
+    def _update(self, ignore_stale_grad=False, factor=None):
+        """Update the selected parameters; ``factor``, a one-element NDArray, scales their
+        gradients on the devices (folded into SGD's learning rates and weight decays)."""
         selected = self._select(ignore_stale_grad) if self._selected is None else self._selected
         self._selected = None
         params = [self._params[i] for i in selected]
@@ -568,7 +575,10 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             for updater, upd in zip(self._updaters, updates):
                 if upd:
                     indices, grads, arrays = zip(*upd)
-                    updater(list(indices), list(grads), list(arrays))
+                    if factor is None:
+                        updater(list(indices), list(grads), list(arrays))
+                    else:
+                        scaled_update(updater, list(indices), list(grads), list(arrays), factor)
         self._finish(params)
         self.snapshot_statistics()
 

@@ -7,12 +7,14 @@ from collections import defaultdict
 import mxnet as mx
 import numpy as np
 
-__all__ = ["clip_factor", "read", "replicas", "scaled_update", "sum_of_squares", "zero"]
+__all__ = ["clip_factors", "read", "replicas", "scaled_update", "sum_of_squares", "zero"]
 
 _DOT_FROM = 1 << 16  # elements from which the pass uses a dot rather than multi_sum_sq
 _SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
 _SMALLEST_FACTOR = 1e-30   # keeps lr * factor and wd / factor normal float32 numbers
-_FOLDED_DTYPES = (np.float32, np.float16)   # those whose update float32 learning rates serve exactly
+_FOLDED_DTYPES = (np.float32, np.float16)   # weights that float32 learning rates serve exactly
+_GROUPED = {}         # the ids of a gradient list -> (the list, its groups), for the lists seen last
+_GROUPED_LISTS = 4
 
 
 def replicas(param):
@@ -46,28 +48,44 @@ def sum_of_squares(grads):
     more than the pass. A float32 sum of squares (``multi_sum_sq`` always gives float32)
     overflows for a gradient norm above ~1e19, which counts as non-finite too.
     """
-    groups = defaultdict(list)   # arrays of one context and dtype: their sums can be added
-    for grad in grads:
-        array = grad.data if grad.stype == "row_sparse" else grad
-        if array.dtype == np.float16:
-            array = array.astype("float32")   # float16 squares overflow from 256 on
-        if array.size:
-            groups[(array.context, array.dtype)].append(array)
     totals = []
-    for (_, dtype), group in groups.items():
-        small = [a for a in group if a.size < _DOT_FROM]
-        parts = [mx.nd.dot(flat, flat) for flat in (a.reshape(-1) for a in group if a.size >= _DOT_FROM)]
-        for i in range(0, len(small), _SUM_SQ_GROUP):
-            chunk = small[i:i + _SUM_SQ_GROUP]
-            sums = mx.nd.multi_sum_sq(*chunk, num_arrays=len(chunk)).sum()   # always float32
-            parts.append(sums.astype(dtype, copy=False))
-        total = mx.nd.add_n(*parts) if len(parts) > 1 else parts[0]
-        totals.append(total.reshape((1,)).astype("float64", copy=False))
+    for (_, dtype), (large, small) in _groups(grads).items():
+        parts = [mx.nd.dot(flat, flat) for flat in (a.reshape(-1) for a in large)]
+        parts += [mx.nd.multi_sum_sq(*small[i:i + _SUM_SQ_GROUP], num_arrays=len(small[i:i + _SUM_SQ_GROUP]))
+                  .astype(dtype, copy=False) for i in range(0, len(small), _SUM_SQ_GROUP)]   # always float32
+        total = mx.nd.concat(*parts, dim=0) if len(parts) > 1 else parts[0]
+        totals.append(total.sum().astype("float64", copy=False))
     if not totals:
         return mx.nd.zeros((1,), dtype="float64")
     ctx = totals[0].context
     totals = [total.as_in_context(ctx) for total in totals]
     return mx.nd.add_n(*totals) if len(totals) > 1 else totals[0]
+
+
+def _groups(grads):
+    """``{(context, dtype): (large arrays, small arrays)}``: what ``sum_of_squares`` squares.
+
+    Grouping asks every array for its storage type, context, dtype and size, which costs
+    the host more than the pass itself on a network of many small arrays: a list of dense
+    float32 or float64 gradients (the same arrays update after update) is grouped once.
+    """
+    key = tuple(map(id, grads))
+    if key in _GROUPED:
+        return _GROUPED[key][1]
+    groups, reusable = defaultdict(lambda: ([], [])), True   # arrays of one context and dtype add up
+    for grad in grads:
+        array = grad.data if grad.stype == "row_sparse" else grad
+        if array.dtype == np.float16:
+            array = array.astype("float32")   # float16 squares overflow from 256 on
+        reusable = reusable and array is grad
+        if array.size:
+            groups[(array.context, array.dtype)][array.size < _DOT_FROM].append(array)
+    groups = dict(groups)
+    if reusable:   # the list is kept with its groups: its arrays' ids are not reused meanwhile
+        _GROUPED[key] = (grads, groups)
+        while len(_GROUPED) > _GROUPED_LISTS:
+            del _GROUPED[next(iter(_GROUPED))]
+    return groups
 
 
 def read(*arrays):
@@ -78,77 +96,90 @@ def read(*arrays):
     return [float(v) for v in values.asnumpy()]
 
 
-def clip_factor(norm, clip):
-    """The clip factor min(1, clip / norm) as a float64 NDArray of shape (1,) on ``norm``'s
-    context, computed there (no wait); ``norm`` is a one-element NDArray.
+def clip_factors(norm, clip):
+    """``[[f], [1 / f]]`` for the clip factor f = min(1, clip / norm): a float32 NDArray of shape
+    (2, 1) on ``norm``'s context, computed there (no wait); ``norm`` is a float64 NDArray of
+    shape (1,).
 
     A NaN or infinite norm gives 1: the gradient is applied as it is, as with a norm read on
-    the host (MXNet's ``maximum`` and ``minimum`` propagate NaN). A factor below 1e-30 (a norm
-    more than 1e30 times the clip) is taken as 1e-30, so that it divides weight decays safely.
+    the host. A factor below 1e-30 (a norm more than 1e30 times the clip) is taken as 1e-30,
+    so that 1 / f stays a float32 number.
     """
-    factor = mx.nd.where((norm > clip) * (norm < math.inf), clip / norm, mx.nd.ones_like(norm))
-    return mx.nd.maximum(factor, _SMALLEST_FACTOR)
+    zero, powers = _clip_constants(norm.context)
+    finite = mx.nd.where(norm < math.inf, norm, zero)   # NaN < inf is false too
+    ratio = mx.nd.clip(finite / clip, 1, 1 / _SMALLEST_FACTOR)   # max(norm, clip) / clip
+    return mx.nd.broadcast_power(ratio, powers).astype("float32")
 
 
-def scaled_update(updater, indices, grads, weights, factor):
-    """``updater(indices, grads, weights)`` with every gradient multiplied by ``factor``, a
-    one-element NDArray, without reading it (no wait).
+@functools.lru_cache(maxsize=8)
+def _clip_constants(ctx):
+    """0 and the powers [[-1], [1]] that turn max(norm, clip) / clip into ``clip_factors``, as
+    float64 arrays on ``ctx`` (made once, never written)."""
+    return mx.nd.zeros((1,), ctx=ctx, dtype="float64"), mx.nd.array([[-1], [1]], ctx=ctx, dtype="float64")
 
-    MXNet's SGD (float32 or float16 weights, dense gradients, no ``clip_gradient``) takes the
-    factor into the learning rates and weight decays that its preloaded multi-tensor kernels
-    read from arrays: lr * (wd * w + r * f * g) == (lr * f) * (wd / f * w + r * g), a handful of
-    calls per 60 parameters. Otherwise each gradient is multiplied on its device first (one
+
+@functools.lru_cache(maxsize=16)
+def _rates(ctx, lrs, wds):
+    """The learning rates and weight decays (tuples) as the rows of a float32 array on ``ctx``,
+    made once for the values of a group of parameters (never written)."""
+    return mx.nd.array([lrs, wds], ctx=ctx, dtype="float32")
+
+
+def scaled_update(updater, indices, grads, weights, factors, dense=True):
+    """``updater(indices, grads, weights)`` with every gradient multiplied by a factor f on the
+    devices, without reading it (no wait); ``factors`` is ``clip_factors``'s ``[[f], [1 / f]]``.
+
+    MXNet's SGD (float32 or float16 weights, no ``clip_gradient``; ``dense``: no gradient is
+    sparse) takes f into the learning rates and weight decays its preloaded multi-tensor
+    kernels read from arrays: lr * (wd * w + r * f * g) == (lr * f) * (wd / f * w + r * g), two
+    calls more per 60 parameters. Otherwise each gradient is multiplied by f first (one
     operator per array).
     """
     optimizer = updater.optimizer
-    if not _folds(optimizer, grads, weights):
-        _scale_each(grads, factor)
+    if not (dense and type(optimizer) is mx.optimizer.SGD and not optimizer.clip_gradient):
+        _scale_each(grads, factors)
         updater(indices, grads, weights)
         return
     # MXNet's Updater creates and syncs the states, groups the arrays by dtype and splits them
     # by aggregate_num, then calls the optimizer's update_multi_precision: only that call changes.
-    optimizer.update_multi_precision = functools.partial(_sgd_update, optimizer, factor)
+    optimizer.update_multi_precision = functools.partial(_sgd_update, optimizer, factors)
     try:
         updater(indices, grads, weights)
     finally:
         del optimizer.update_multi_precision
 
 
-def _folds(optimizer, grads, weights):
-    """Whether the factor can go into ``optimizer``'s learning rates and weight decays."""
-    return (type(optimizer) is mx.optimizer.SGD and not optimizer.clip_gradient
-            and all(g.stype == "default" for g in grads)
-            and all(w.stype == "default" and w.dtype in _FOLDED_DTYPES for w in weights))
-
-
-def _scale_each(grads, factor):
-    """Multiply each gradient in place by ``factor`` on its device: one cast per device and dtype."""
-    factors = {}
+def _scale_each(grads, factors):
+    """Multiply each gradient in place by f on its device: one cast per device and dtype."""
+    cast = {}
     for grad in grads:
         key = (grad.context, grad.dtype)
-        if key not in factors:
-            factors[key] = factor.as_in_context(grad.context).astype(grad.dtype, copy=False)
-        mx.nd.broadcast_mul(grad, factors[key], out=grad)
+        if key not in cast:
+            cast[key] = factors[0].as_in_context(grad.context).astype(grad.dtype, copy=False)
+        mx.nd.broadcast_mul(grad, cast[key], out=grad)
 
 
-def _sgd_update(optimizer, factor, indices, weights, grads, states):
-    """``SGD.update_multi_precision`` with the learning rates times ``factor`` and the weight
-    decays divided by it, given to MXNet's preloaded multi-tensor kernels as float32 arrays.
+def _sgd_update(optimizer, factors, indices, weights, grads, states):
+    """``SGD.update_multi_precision`` with the learning rates times f and the weight decays
+    divided by f, given to MXNet's preloaded multi-tensor kernels as float32 arrays.
 
     The optimizer's own bookkeeping is kept: update counts (the learning-rate schedule),
     lr_mult and wd_mult, momentum, the float32 master weights of ``multi_precision``.
     """
     if not isinstance(indices, (list, tuple)):   # the Updater's path when SGD does not aggregate
         indices, weights, grads, states = [indices], [weights], [grads], [states]
+    dtype = weights[0].dtype   # the Updater groups the arrays by dtype
+    if dtype not in _FOLDED_DTYPES:
+        _scale_each(grads, factors)
+        mx.optimizer.SGD.update_multi_precision(optimizer, indices, weights, grads, states)
+        return
     ctx = weights[0].context
-    master = optimizer.multi_precision and weights[0].dtype == np.float16
     # MXNet internals: the update count drives the lr scheduler; lrs/wds carry lr_mult and wd_mult
     optimizer._update_count(indices)
-    factor = factor.as_in_context(ctx)
-    lrs = (mx.nd.array(optimizer._get_lrs(indices), ctx=ctx, dtype="float64") * factor).astype("float32")
-    wds = (mx.nd.array(optimizer._get_wds(indices), ctx=ctx, dtype="float64") / factor).astype("float32")
+    given = _rates(ctx, tuple(optimizer._get_lrs(indices)), tuple(optimizer._get_wds(indices)))
+    lrs, wds = mx.nd.broadcast_mul(given, factors.as_in_context(ctx))   # rows: lr * f, wd / f
     momentum = optimizer.momentum > 0
-    if master:   # states are (momentum or None, float32 master weights)
+    if optimizer.multi_precision and dtype == np.float16:   # states: (momentum or None, float32 weights)
         moms, masters = zip(*states)
         per_weight = zip(weights, grads, moms, masters) if momentum else zip(weights, grads, masters)
         kernel = mx.nd.preloaded_multi_mp_sgd_mom_update if momentum else mx.nd.preloaded_multi_mp_sgd_update

@@ -8,7 +8,7 @@ from mxnet import gluon
 
 from ..names import first_names, select
 from .._validate import is_int, positive_int
-from ._gradients import clip_factor, read, replicas, scaled_update, sum_of_squares, zero
+from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from ._loss_scaling import LossScaling
 from ._statistics import RunningStatistics
 from ._trainer_args import (check_clip, check_clip_setting, check_count, check_kvstore, check_launched,
@@ -398,7 +398,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)
             return False
-        norm = None if sum_sq is None else _sqrt(sum_sq) * abs(self._scale) / count
+        norm = None if sum_sq is None else _sqrt(sum_sq) * (abs(self._scale) / count)
         if scaler is not None:   # once per window: the scale halves on overflow, grows after clean runs
             if hasattr(scaler, "record"):   # gluonkit's: told by this pass, which saw every device
                 scaler.record(not math.isfinite(sum_sq))
@@ -418,13 +418,13 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
 
     def _clip(self, norm):
         """``(host, device)``: the clip factor min(1, clip / norm) for ``rescale_grad`` when
-        ``norm`` is a float, with None; else 1.0 and the factor as an NDArray computed on the
-        device (no wait), which the update folds in."""
+        ``norm`` is a float, with None; else 1.0 and the factor computed on the device (no
+        wait) as ``clip_factors`` gives it, which the update folds in."""
         clip = self._clip_global_norm
         if clip is None:
             return 1.0, None
         if isinstance(norm, mx.nd.NDArray):
-            return 1.0, clip_factor(norm, clip)
+            return 1.0, clip_factors(norm, clip)
         return (clip / norm if math.isfinite(norm) and norm > clip else 1.0), None   # NaN: applied as it is
 
     def _sum_counts(self, count, arrays):
@@ -562,7 +562,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                 self._kvstore.pushpull(i, grads, priority=-i)
 
     def _update(self, ignore_stale_grad=False, factor=None):
-        """Update the selected parameters; ``factor``, a one-element NDArray, scales their
+        """Update the selected parameters; ``factor`` (``clip_factors``'s) scales their
         gradients on the devices (folded into SGD's learning rates and weight decays)."""
         selected = self._select(ignore_stale_grad) if self._selected is None else self._selected
         self._selected = None
@@ -578,7 +578,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                     if factor is None:
                         updater(list(indices), list(grads), list(arrays))
                     else:
-                        scaled_update(updater, list(indices), list(grads), list(arrays), factor)
+                        scaled_update(updater, list(indices), list(grads), list(arrays), factor,
+                                      dense=not self._contains_sparse_grad)
         self._finish(params)
         self.snapshot_statistics()
 

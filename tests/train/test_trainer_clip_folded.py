@@ -144,3 +144,19 @@ def test_a_clip_factor_below_1e_30_keeps_weight_decay_and_momentum():
     for a, b in zip(ref.collect_params().values(), net.collect_params().values()):
         assert np.isfinite(b.data().asnumpy()).all()
         assert_allclose(b.data().asnumpy(), a.data().asnumpy(), rtol=1e-6, atol=1e-8, err_msg=a.name)
+
+
+def test_the_norm_is_measured_on_new_gradient_arrays_after_a_reinitialization():
+    """The grouping of the gradients is kept between updates; parameters initialized again get
+    new gradient arrays, and the next update's norm is theirs (as NumPy computes it)."""
+    net = Elementwise()
+    net.initialize()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(SGD), clip_global_norm=CLIP)
+    for scale in (1.0, 3.0):
+        if scale != 1.0:
+            net.initialize(mx.init.Constant(scale), force_reinit=True)
+        _backward(net, [mx.cpu(0)], 0, 6, "float32")
+        expected = math.sqrt(sum((p.grad().asnumpy().astype("float64") ** 2).sum()
+                                 for p in net.collect_params().values())) / 6
+        trainer.step(6)
+        assert trainer.global_norm == pytest.approx(expected, rel=1e-6)

@@ -49,7 +49,7 @@ ALTERNATIVES = ("clip-each", "skip-device")   # behaviours gluonkit does not use
 TARGET = 1.10   # at most this times the reference: clipping and 'skip' on the host-bound network, ...
 TARGET_SETTINGS = ("clip", "skip")
 MICRO_BATCH, MICRO_BATCHES = 16, 4   # ... and accumulation over the floor of its micro-batches
-FULL = {"rounds": 20, "steps": 100, "updates": 10}
+FULL = {"rounds": 60, "steps": 30, "updates": 5}   # short rounds: pairs close in time
 QUICK = {"rounds": 2, "steps": 5, "updates": 2}
 
 
@@ -294,9 +294,9 @@ def readme_section(results):
 
 def parse_args(argv=None):
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--rounds", type=int, help="timed rounds (default 20; 2 with --quick)")
-    parser.add_argument("--steps", type=int, help="steps per round on the host-bound network (default 100)")
-    parser.add_argument("--updates", type=int, help="accumulated updates per round (default 10)")
+    parser.add_argument("--rounds", type=int, help="timed rounds (default 60; 2 with --quick)")
+    parser.add_argument("--steps", type=int, help="steps per round on the host-bound network (default 30)")
+    parser.add_argument("--updates", type=int, help="accumulated updates per round (default 5)")
     parser.add_argument("--seed", type=int, default=0)
     add_output_options(parser, SECTION)
     args = parse_with_config(parser, argv)

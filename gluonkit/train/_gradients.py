@@ -10,7 +10,7 @@ import numpy as np
 __all__ = ["clip_factors", "read", "replicas", "scaled_update", "sum_of_squares", "zero"]
 
 _DOT_FROM = 1 << 16  # elements from which the pass uses a dot rather than multi_sum_sq
-_SUM_SQ_GROUP = 60   # small arrays per multi_sum_sq call
+_SUM_SQ_GROUP = 110  # small arrays per multi_sum_sq call (its kernel takes 110 per pass)
 _SMALLEST_FACTOR = 1e-30   # keeps lr * factor and wd / factor normal float32 numbers
 _FOLDED_DTYPES = (np.float32, np.float16)   # weights that float32 learning rates serve exactly
 _GROUPED = {}         # the ids of a gradient list -> (the list, its groups), for the lists seen last

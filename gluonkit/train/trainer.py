@@ -369,7 +369,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         them: with ``on_nonfinite`` 'skip' or 'raise', or with a loss scaler (a window that
         overflowed is dropped, the scale moves), it reads the window's count and sum of squares
         together; with a count given as an NDArray (a window of 0 is dropped) and nothing else
-        to decide, it reads the count alone, which does not wait for the backward pass.
+        to decide, it reads the count alone.
         Otherwise the clip factor is computed on the device and folded into the update, and
         ``global_norm`` is read on demand.
         """
@@ -393,7 +393,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         sum_sq = sum_of_squares(self._grads(selected, one_copy)) if measures else None
         if decides:   # the one wait: count and squares together
             count, sum_sq = _read_window(count, sum_sq)
-        elif isinstance(count, mx.nd.NDArray):   # waits for the count alone, not for the gradients
+        elif isinstance(count, mx.nd.NDArray):   # the one wait: the count alone
             count = _whole(read(count)[0])
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)

@@ -96,26 +96,34 @@ def read(*arrays):
     return [float(v) for v in values.asnumpy()]
 
 
-def clip_factors(norm, clip):
-    """``[[f], [1 / f]]`` for the clip factor f = min(1, clip / norm): a float32 NDArray of shape
-    (2, 1) on ``norm``'s context, computed there (no wait); ``norm`` is a float64 NDArray of
-    shape (1,).
+def clip_factors(sum_sq, multiplier, clip):
+    """``(norm, factors)`` computed on ``sum_sq``'s device, without a wait: the gradient norm
+    sqrt(sum_sq) * multiplier (a float64 NDArray of shape (1,)), and ``[[f], [1 / f]]`` for the
+    clip factor f = min(1, clip / norm) (float32, shape (2, 1)), as ``scaled_update`` takes it.
 
-    A NaN or infinite norm gives 1: the gradient is applied as it is, as with a norm read on
-    the host. A factor below 1e-30 (a norm more than 1e30 times the clip) is taken as 1e-30,
-    so that 1 / f stays a float32 number.
+    A NaN or infinite norm gives f = 1: the gradient is applied as it is, as with a norm read
+    on the host. A factor below 1e-30 (a norm more than 1e30 times the clip) is taken as 1e-30,
+    so that 1 / f stays a float32 number. One call of a cached graph: its ten operators
+    called one by one cost the host five times as much.
     """
-    zero, powers = _clip_constants(norm.context)
-    finite = mx.nd.where(norm < math.inf, norm, zero)   # NaN < inf is false too
-    ratio = mx.nd.clip(finite / clip, 1, 1 / _SMALLEST_FACTOR)   # max(norm, clip) / clip
-    return mx.nd.broadcast_power(ratio, powers).astype("float32")
+    return _clip_graph(clip)(sum_sq, _constant(sum_sq.context, multiplier))
 
 
 @functools.lru_cache(maxsize=8)
-def _clip_constants(ctx):
-    """0 and the powers [[-1], [1]] that turn max(norm, clip) / clip into ``clip_factors``, as
-    float64 arrays on ``ctx`` (made once, never written)."""
-    return mx.nd.zeros((1,), ctx=ctx, dtype="float64"), mx.nd.array([[-1], [1]], ctx=ctx, dtype="float64")
+def _clip_graph(clip):
+    """The graph of ``clip_factors`` for one clip value, as an ``mx.nd.CachedOp``."""
+    sum_sq, multiplier = mx.sym.var("sum_sq"), mx.sym.var("multiplier")
+    norm = mx.sym.broadcast_mul(mx.sym.sqrt(sum_sq), multiplier)
+    finite = mx.sym.where(norm < math.inf, norm, mx.sym.zeros_like(norm))   # NaN < inf is false too
+    ratio = mx.sym.clip(finite / clip, 1, 1 / _SMALLEST_FACTOR)   # max(norm, clip) / clip = 1 / f
+    factors = mx.sym.concat(mx.sym.reciprocal(ratio), ratio, dim=0).reshape((2, 1)).astype("float32")
+    return mx.nd.CachedOp(mx.sym.Group([norm, factors]))
+
+
+@functools.lru_cache(maxsize=16)
+def _constant(ctx, value):
+    """``value`` as a float64 NDArray of shape (1,) on ``ctx``, made once (never written)."""
+    return mx.nd.array([value], ctx=ctx, dtype="float64")
 
 
 @functools.lru_cache(maxsize=16)

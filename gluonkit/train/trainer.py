@@ -35,11 +35,6 @@ def _read_window(count, sum_sq):
     return count, None if sum_sq is None else next(values)
 
 
-def _sqrt(value):
-    """The square root of a float, or of a one-element NDArray on its device (no wait)."""
-    return mx.nd.sqrt(value) if isinstance(value, mx.nd.NDArray) else math.sqrt(value)
-
-
 def _aggregate_updates(optimizer):
     """Let SGD update up to 60 parameters per multi-tensor call rather than MXNet's default 4.
 
@@ -398,7 +393,11 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)
             return False
-        norm = None if sum_sq is None else _sqrt(sum_sq) * (abs(self._scale) / count)
+        multiplier = abs(self._scale) / count
+        if isinstance(sum_sq, mx.nd.NDArray):   # clipping under 'ignore': on the device, no wait
+            norm, factor = clip_factors(sum_sq, multiplier, self._clip_global_norm)
+        else:
+            norm, factor = (None if sum_sq is None else math.sqrt(sum_sq) * multiplier), None
         if scaler is not None:   # once per window: the scale halves on overflow, grows after clean runs
             if hasattr(scaler, "record"):   # gluonkit's: told by this pass, which saw every device
                 scaler.record(not math.isfinite(sum_sq))
@@ -407,8 +406,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         if decides and not math.isfinite(norm):
             self._discard(selected, one_copy)
             return False
-        clip, factor = self._clip(norm)
-        self._check_and_rescale_grad(self._scale * clip / count)
+        self._check_and_rescale_grad(self._scale * self._clip(norm) / count)
         if kvstore_updates:
             self._allreduce_grads()
         self._update(ignore_stale_grad, factor)
@@ -417,15 +415,13 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         return True
 
     def _clip(self, norm):
-        """``(host, device)``: the clip factor min(1, clip / norm) for ``rescale_grad`` when
-        ``norm`` is a float, with None; else 1.0 and the factor computed on the device (no
-        wait) as ``clip_factors`` gives it, which the update folds in."""
+        """The clip factor min(1, clip / norm) for ``rescale_grad``; 1.0 without clipping, for a
+        NaN or infinite norm (applied as it is), and for a norm on the device, whose factor
+        the update folds in."""
         clip = self._clip_global_norm
-        if clip is None:
-            return 1.0, None
-        if isinstance(norm, mx.nd.NDArray):
-            return 1.0, clip_factors(norm, clip)
-        return (clip / norm if math.isfinite(norm) and norm > clip else 1.0), None   # NaN: applied as it is
+        if clip is None or isinstance(norm, mx.nd.NDArray):
+            return 1.0
+        return clip / norm if math.isfinite(norm) and norm > clip else 1.0
 
     def _sum_counts(self, count, arrays):
         """The window's count over all workers: an int, or a one-element NDArray still to read."""

@@ -1,19 +1,18 @@
 """The host's share of a training step: ``gluonkit.Trainer``'s settings on a host-bound network,
 and accumulation over small micro-batches against their forward+backward floor.
 
-    python -m benchmarks.stepcost           # the tables below (about 3 minutes on 2 idle cores)
-    python -m benchmarks.stepcost --quick   # seconds, for the test suite; figures not meaningful
+    OMP_NUM_THREADS=1 python -m benchmarks.stepcost   # the tables below (about 2 minutes)
+    python -m benchmarks.stepcost --quick             # seconds, for the test suite; figures not meaningful
 
 A host-bound network (40 ``Dense(8)`` layers, batch 4, ``hybridize(static_alloc=True,
 static_shape=True)``, one device) computes so little that a step costs what the host spends
 on it: every operator call and every wait for the device shows. It is trained under each
 setting of ``SETTINGS``, each with its own ``gluonkit.Trainer`` over the same parameters,
 taking turns round by round (the order rotating), and by the floor (forward and backward
-only). Two settings run Trainer behaviours that gluonkit no longer uses, as the alternatives
-(``ALTERNATIVES``): clipping by one operator per gradient array (what an optimizer gluonkit
-does not fold the factor into gets) and 'skip' decided on the devices (not exact, so not
-gluonkit's: see ``KeptOnDevice``). A setting's cost is the median over the rounds of its round time over the 'ignore'
-round's. Accumulation: the recipe CNN, ``accumulate=4`` over micro-batches of 16 already on
+only). Two settings run what gluonkit does not do, as the alternatives: clipping by one
+operator per gradient array (what an optimizer gluonkit does not fold the factor into gets)
+and 'skip' decided on the devices (not exact, so not gluonkit's: see ``KeptOnDevice``). A setting's cost is the median over the rounds of its
+round time over the 'ignore' round's. Accumulation: the recipe CNN, ``accumulate=4`` over micro-batches of 16 already on
 the device, against the same four forward+backward calls without a Trainer. Results go to a
 JSON file and the "stepcost" section of benchmarks/README.md.
 """
@@ -26,7 +25,7 @@ from ._common import (add_output_options, apply_defaults, benchmark_parser, pars
 from ._contestants import OPTIMIZER, make_data, make_net
 from ._harness import machine, markdown_table, measured_on, target_line
 
-__all__ = ["SETTINGS", "ALTERNATIVES", "KeptOnDevice", "host_bound_net", "measure_settings", "measure_accumulation",
+__all__ = ["SETTINGS", "KeptOnDevice", "host_bound_net", "measure_settings", "measure_accumulation",
            "targets", "parse_args", "main"]
 
 SECTION = "stepcost"
@@ -45,7 +44,6 @@ SETTINGS = {
     "ndarray": ("a count given as an NDArray", {}, True),
     "ndarray+clip": ("a count given as an NDArray, clip_global_norm=1e-6", {"clip_global_norm": CLIPS}, True),
 }
-ALTERNATIVES = ("clip-each", "skip-device")   # behaviours gluonkit does not use, timed against its own
 TARGET = 1.10   # at most this times the reference: clipping and 'skip' on the host-bound network, ...
 TARGET_SETTINGS = ("clip", "skip")
 MICRO_BATCH, MICRO_BATCHES = 16, 4   # ... and accumulation over the floor of its micro-batches
@@ -246,8 +244,8 @@ README_TEXT = """\
 ## The host's share of a step (`stepcost.py`)
 
 ```bash
-python -m benchmarks.stepcost           # the tables below (about 3 minutes)
-python -m benchmarks.stepcost --quick   # seconds, for the test suite
+OMP_NUM_THREADS=1 python -m benchmarks.stepcost   # the tables below (about 2 minutes)
+python -m benchmarks.stepcost --quick             # seconds, for the test suite
 ```
 
 A host-bound network ({layers} `Dense({width})` layers, batch {batch}, `hybridize(static_alloc=True,
@@ -255,8 +253,13 @@ static_shape=True)`, one device, SGD with momentum and weight decay) is trained 
 setting of `gluonkit.Trainer`, each with its own Trainer over the same parameters, taking
 turns for {rounds} rounds of {steps} steps (the order rotating). The ratio is the median over
 the rounds of a setting's round time over the 'ignore' round's (min and max in brackets).
-Clipping scales the gradients on the device and waits for nothing; 'skip' and a count given
-as an NDArray wait once per update (docs/trainer.md says why)."""
+Clipping computes its factor on the device and folds it into SGD's multi-tensor update: it
+waits for nothing; 'skip', 'raise' and a count given as an NDArray wait once per update
+(docs/trainer.md says why). Two rows time what gluonkit does not do, as the alternatives:
+clipping by one operator per gradient array (gluonkit's behaviour before the fold, kept for
+optimizers other than SGD) and 'skip' decided on the device (not exact). On a shared
+machine, `OMP_NUM_THREADS=1` makes the figures reproducible: with two OpenMP threads this
+network's step took twice as long and its rounds varied fourfold."""
 
 ACCUMULATION_TEXT = """\
 Accumulation: the recipe CNN (static memory and shapes), `accumulate={micro}` over micro-batches

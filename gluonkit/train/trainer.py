@@ -364,7 +364,9 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         them: with ``on_nonfinite`` 'skip' or 'raise', or with a loss scaler (a window that
         overflowed is dropped, the scale moves), it reads the window's count and sum of squares
         together; with a count given as an NDArray (a window of 0 is dropped) and nothing else
-        to decide, it reads the count alone.
+        to decide, it reads the count alone: a window's only NDArray count is read as given, so
+        the read waits for the operators that computed it (often long done), not for the
+        backward pass queued after them.
         Otherwise the clip factor is computed on the device and folded into the update, and
         ``global_norm`` is read on demand.
         """
@@ -377,17 +379,21 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         local_count, arrays = self._pending_samples, self._pending_arrays
         self._pending_steps, self._pending_samples, self._pending_arrays = 0, 0, []
         selected = self._select(ignore_stale_grad)
-        count = self._sum_counts(local_count, arrays)
+        scaler = self._amp_loss_scaler
+        decides = self._on_nonfinite != "ignore" or scaler is not None
+        # one NDArray count, nothing else to read: read as given, it waits only for what made it
+        lone = not decides and not self._distributed and len(arrays) == 1
+        count = local_count if lone else self._sum_counts(local_count, arrays)
         kvstore_updates = bool(self._kvstore and self._update_on_kvstore)
         if not kvstore_updates:
             self._allreduce_grads()   # first, so one device's copy holds the whole gradient
         one_copy = not kvstore_updates and (self._kvstore is not None or len(self._contexts) == 1)
-        scaler = self._amp_loss_scaler
-        decides = self._on_nonfinite != "ignore" or scaler is not None
         measures = decides or self._clip_global_norm is not None
         sum_sq = sum_of_squares(self._grads(selected, one_copy)) if measures else None
         if decides:   # the one wait: count and squares together
             count, sum_sq = _read_window(count, sum_sq)
+        elif lone:   # the one wait
+            count = _whole(count + float(arrays[0].asnumpy().reshape(-1)[0]))
         elif isinstance(count, mx.nd.NDArray):   # the one wait: the count alone
             count = _whole(read(count)[0])
         if not 0 < count < math.inf:

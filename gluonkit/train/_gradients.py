@@ -139,8 +139,8 @@ def scaled_update(updater, indices, grads, weights, factors, dense=True):
 
     MXNet's SGD (float32 or float16 weights, no ``clip_gradient``; ``dense``: no gradient is
     sparse) takes f into the learning rates and weight decays its preloaded multi-tensor
-    kernels read from arrays: lr * (wd * w + r * f * g) == (lr * f) * (wd / f * w + r * g), two
-    calls more per 60 parameters. Otherwise each gradient is multiplied by f first (one
+    kernels read from arrays: lr * (wd * w + r * f * g) == (lr * f) * (wd / f * w + r * g), one
+    call more per 60 parameters. Otherwise each gradient is multiplied by f first (one
     operator per array).
     """
     optimizer = updater.optimizer
@@ -178,7 +178,7 @@ def _sgd_update(optimizer, factors, indices, weights, grads, states):
         indices, weights, grads, states = [indices], [weights], [grads], [states]
     dtype = weights[0].dtype   # the Updater groups the arrays by dtype
     if dtype not in _FOLDED_DTYPES:
-        _scale_each(grads, factors)
+        _scale_each(grads, factors)   # and SGD's own update (the instance's is this function now)
         mx.optimizer.SGD.update_multi_precision(optimizer, indices, weights, grads, states)
         return
     ctx = weights[0].context

@@ -366,9 +366,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         together; with a count given as an NDArray (a window of 0 is dropped) and nothing else
         to decide, it reads the count alone: a window's only NDArray count is read as given, so
         the read waits for the operators that computed it (often long done), not for the
-        backward pass queued after them.
-        Otherwise the clip factor is computed on the device and folded into the update, and
-        ``global_norm`` is read on demand.
+        backward pass queued after them. The clip factor is computed on the device and folded
+        into the update unless the norm was read anyway; ``global_norm`` is read on demand.
         """
         if not self._kv_initialized:
             self._init_kvstore()

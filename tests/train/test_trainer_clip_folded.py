@@ -92,6 +92,7 @@ CASES = {
                                                    TWO, 2, False),
     "float16 master weights, no momentum": ("sgd", {"learning_rate": 0.1, "wd": 1e-2, "multi_precision": True},
                                             True, False, "float16", [mx.cpu(0)], 1, True),
+    "float16 weights, no master copy": ("sgd", SGD, False, False, "float16", [mx.cpu(0)], 1, False),
     "clip_gradient (scales each gradient)": ("sgd", dict(SGD, clip_gradient=0.02), False, False, "float32", TWO, 1,
                                              False),
     "float64 (scales each gradient)": ("sgd", SGD, True, True, "float64", [mx.cpu(0)], 2, False),

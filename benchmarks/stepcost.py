@@ -1,8 +1,12 @@
 """The host's share of a training step: ``gluonkit.Trainer``'s settings on a host-bound network,
 and accumulation over small micro-batches against their forward+backward floor.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.stepcost   # the tables below (about 2 minutes)
-    python -m benchmarks.stepcost --quick             # seconds, for the test suite; figures not meaningful
+    python -m benchmarks.stepcost           # the tables below (about 2 minutes)
+    python -m benchmarks.stepcost --quick   # seconds, for the test suite; figures not meaningful
+
+It runs MXNet with one OpenMP thread unless ``OMP_NUM_THREADS`` is set: with two, on a
+machine shared with other jobs, the host-bound network's step took twice as long and its
+rounds varied fourfold, too much for a ratio of a few per cent.
 
 A host-bound network (40 ``Dense(8)`` layers, batch 4, ``hybridize(static_alloc=True,
 static_shape=True)``, one device) computes so little that a step costs what the host spends
@@ -244,8 +248,8 @@ README_TEXT = """\
 ## The host's share of a step (`stepcost.py`)
 
 ```bash
-OMP_NUM_THREADS=1 python -m benchmarks.stepcost   # the tables below (about 2 minutes)
-python -m benchmarks.stepcost --quick             # seconds, for the test suite
+python -m benchmarks.stepcost           # the tables below (about 2 minutes)
+python -m benchmarks.stepcost --quick   # seconds, for the test suite
 ```
 
 A host-bound network ({layers} `Dense({width})` layers, batch {batch}, `hybridize(static_alloc=True,
@@ -257,9 +261,9 @@ Clipping computes its factor on the device and folds it into SGD's multi-tensor 
 waits for nothing; 'skip', 'raise' and a count given as an NDArray wait once per update
 (docs/trainer.md says why). Two rows time what gluonkit does not do, as the alternatives:
 clipping by one operator per gradient array (gluonkit's behaviour before the fold, kept for
-optimizers other than SGD) and 'skip' decided on the device (not exact). On a shared
-machine, `OMP_NUM_THREADS=1` makes the figures reproducible: with two OpenMP threads this
-network's step took twice as long and its rounds varied fourfold."""
+optimizers other than SGD) and 'skip' decided on the device (not exact). MXNet runs one
+OpenMP thread unless `OMP_NUM_THREADS` is set: with two, on this machine shared with other
+jobs, this network's step took twice as long and its rounds varied fourfold."""
 
 ACCUMULATION_TEXT = """\
 Accumulation: the recipe CNN (static memory and shapes), `accumulate={micro}` over micro-batches
@@ -326,5 +330,6 @@ def main(args):
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")   # see the module's docstring
     set_env("benchmarks.stepcost")
     main(parse_args())

@@ -1,14 +1,16 @@
 """The cost of the gradient checks of ``gluonkit.Trainer``: ``on_nonfinite='skip'``, alone and
-with ``clip_global_norm``, against 'ignore'.
+with ``clip_global_norm``, and clipping alone (on the device), against 'ignore'.
 
     python -m benchmarks.nonfinite           # the three networks (about 11 minutes on 2 idle cores)
     python -m benchmarks.nonfinite --quick   # seconds, for the test suite; figures not meaningful
 
-Each network is trained by a hand-written loop (the throughput benchmark's) under four
+Each network is trained by a hand-written loop (the throughput benchmark's) under the
 settings of ``gluonkit.Trainer``: 'ignore'; 'skip'; 'skip' with a ``clip_global_norm`` far
 above every gradient norm met (it never clips: the cost of computing and checking the norm);
-'skip' with one far below them (every update is scaled). ``clip_global_norm`` is fixed when a
-Trainer is built, so each setting has its own Trainer, all four built in one process over the
+'skip' with one far below them (every update is scaled); that clipping alone, under 'ignore'
+(on the device, no wait); and, as the alternative gluonkit does not use, 'skip' decided on the
+device (``benchmarks.stepcost.KeptOnDevice``: not exact). ``clip_global_norm`` is fixed when a
+Trainer is built, so each setting has its own Trainer, all built in one process over the
 same network's parameters, and the loop switches between them epoch by epoch, the order
 rotating every round. So every setting trains the same weights on the same data, memory and
 load, and each keeps optimizer states of the same size; separate processes (as in the
@@ -27,6 +29,7 @@ from ._common import (add_output_options, apply_defaults, benchmark_parser, pars
                       thread_settings, write_outputs)
 from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
 from ._harness import machine, markdown_table, measured_on, target_line
+from .stepcost import KeptOnDevice
 
 __all__ = ["SETTINGS", "check_clipping", "measure_network", "targets", "parse_args", "main"]
 
@@ -48,6 +51,9 @@ SETTINGS = {
                   {"on_nonfinite": "skip", "clip_global_norm": NEVER_CLIPS}),
     "skip+clipping": (f"'skip' + clip_global_norm={_number(CLIPS)} (clips every update)",
                       {"on_nonfinite": "skip", "clip_global_norm": CLIPS}),
+    "clipping": (f"clip_global_norm={_number(CLIPS)} under 'ignore' (on the device)",
+                 {"on_nonfinite": "ignore", "clip_global_norm": CLIPS}),
+    "skip-device": ("'skip' decided on the device (not exact)", {"on_nonfinite": "ignore"}),
 }
 TARGET = 0.02   # at most 2% extra step time ...
 TARGET_NET = "resnet18_v1b"   # ... on this network, for these settings:
@@ -86,6 +92,7 @@ def measure_network(net, size, rounds, device, seed):
                   "batch": batch, "steps": steps, "accumulate": 1, "on_nonfinite": "ignore",
                   "seed": seed})
     trainers = {name: loop.make_trainer("gluonkit", **options) for name, (_, options) in SETTINGS.items()}
+    trainers["skip-device"] = KeptOnDevice(trainers["skip-device"], loop.net.collect_params())
     names = list(SETTINGS)
     for name in names:   # warm-up: graphs, optimizer states, the check's buffers
         loop.trainer = trainers[name]
@@ -150,11 +157,15 @@ With `on_nonfinite='skip'` (or 'raise'), every update first sums the squares of 
 gradients on the device and reads the result, with the window's count, in one wait: the
 update waits for the whole backward pass, and the host for the device. A clipping update
 folds its factor into the optimizer's `rescale_grad` (with `clip_global_norm` alone, under
-'ignore', the factor is applied on the device and nothing waits: see `stepcost.py`).
+'ignore', the factor is computed on the device and folded into SGD's multi-tensor update:
+nothing waits, see `stepcost.py`).
 Each network (the throughput benchmark's, same batch, data and optimizer) is trained by a
-hand-written loop under four settings of `gluonkit.Trainer`: 'ignore', 'skip', 'skip' with
+hand-written loop under these settings of `gluonkit.Trainer`: 'ignore', 'skip', 'skip' with
 `clip_global_norm={never}` (far above every gradient norm met: it never clips, checked after
-every epoch) and 'skip' with `clip_global_norm={clips}` (far below: every update is scaled).
+every epoch), 'skip' with `clip_global_norm={clips}` (far below: every update is scaled), that
+clipping alone under 'ignore', and 'skip' decided on the device, the alternative gluonkit does
+not use as it is not exact (docs/trainer.md): each update copies every weight and momentum
+and keeps the copies where the gradients' sum of squares is not finite, without a wait.
 `clip_global_norm` is fixed when a Trainer is built, so each setting has its own Trainer, all
 built in one process over the same network's parameters; the loop switches Trainer epoch by
 epoch, the order rotating every round, {rounds} rounds after a warm-up epoch of each. The

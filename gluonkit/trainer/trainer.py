@@ -11,7 +11,7 @@ from ..validate import check_count, is_int, positive_int
 from ._args import (check_clip, check_clip_setting, check_kvstore, check_launched, check_learning_rate,
                     check_optimizer, check_pending, check_policy, check_update_on_kvstore, is_distributed,
                     unique_params)
-from ._gradients import clip_on_device, read, replicas, sum_of_squares, zero
+from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from ._loss_scaling import LossScaling
 from ._state import TrainerState
 from ._window import Window, whole
@@ -28,11 +28,6 @@ def _read_window(count, sum_sq):
     values = iter(read(*arrays))
     count = whole(next(values)) if isinstance(count, mx.nd.NDArray) else count
     return count, None if sum_sq is None else next(values)
-
-
-def _sqrt(value):
-    """The square root of a float, or of a one-element NDArray on its device (no wait)."""
-    return mx.nd.sqrt(value) if isinstance(value, mx.nd.NDArray) else math.sqrt(value)
 
 
 def _aggregate_updates(optimizer):
@@ -179,6 +174,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         self._amp_original_scale = self._scale
         self._nonfinite_skips = 0
         self._window = Window()
+        self._grouping = {}   # the gradients' grouping for their sum of squares, kept between updates
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
@@ -349,11 +345,14 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
     def _apply(self, ignore_stale_grad):
         """Apply the pending window as one update; False if it was dropped.
 
-        The host waits for the devices once, to read the window's count and sum of squares
-        together, only where it decides something by them: with a count given as an NDArray
-        (a window of 0 is dropped), with ``on_nonfinite`` 'skip' or 'raise', or with a loss
-        scaler (a window that overflowed is dropped, the scale moves). Otherwise the clip
-        factor is computed and applied on the device and ``global_norm`` is read on demand.
+        The host waits for the devices once, only where it decides something by a value on
+        them: with ``on_nonfinite`` 'skip' or 'raise', or with a loss scaler (a window that
+        overflowed is dropped, the scale moves), it reads the window's count and sum of squares
+        together; with a count given as an NDArray (a window of 0 is dropped) and nothing else
+        to decide, it reads the count alone: a window's only NDArray count is read as given, so
+        the read waits for the operators that computed it (often long done), not for the
+        backward pass queued after them. The clip factor is computed on the device and folded
+        into the update unless the norm was read anyway; ``global_norm`` is read on demand.
         """
         if not self._kv_initialized:
             self._init_kvstore()
@@ -363,21 +362,31 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             self._check_accumulating()
         local_count, arrays = self._window.take()
         selected = self._select(ignore_stale_grad)
-        count = self._sum_counts(local_count, arrays)
+        scaler = self._amp_loss_scaler
+        decides = self._on_nonfinite != "ignore" or scaler is not None
+        # one NDArray count, nothing else to read: read as given, it waits only for what made it
+        lone = not decides and not self._distributed and len(arrays) == 1
+        count = local_count if lone else self._sum_counts(local_count, arrays)
         kvstore_updates = bool(self._kvstore and self._update_on_kvstore)
         if not kvstore_updates:
             self._allreduce_grads()   # first, so one device's copy holds the whole gradient
         one_copy = not kvstore_updates and (self._kvstore is not None or len(self._contexts) == 1)
-        scaler = self._amp_loss_scaler
-        decides = self._on_nonfinite != "ignore" or scaler is not None
         measures = decides or self._clip_global_norm is not None
-        sum_sq = sum_of_squares(self._grads(selected, one_copy)) if measures else None
-        if decides or isinstance(count, mx.nd.NDArray):   # the one wait: count and squares together
+        sum_sq = sum_of_squares(self._grads(selected, one_copy), self._grouping) if measures else None
+        if decides:   # the one wait: count and squares together
             count, sum_sq = _read_window(count, sum_sq)
+        elif lone:   # the one wait
+            count = whole(count + float(arrays[0].asnumpy().reshape(-1)[0]))
+        elif isinstance(count, mx.nd.NDArray):   # the one wait: the count alone
+            count = whole(read(count)[0])
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)
             return False
-        norm = None if sum_sq is None else _sqrt(sum_sq) * abs(self._scale) / count
+        multiplier = abs(self._scale) / count
+        if isinstance(sum_sq, mx.nd.NDArray):   # clipping under 'ignore': on the device, no wait
+            norm, factor = clip_factors(sum_sq, multiplier, self._clip_global_norm)
+        else:
+            norm, factor = (None if sum_sq is None else math.sqrt(sum_sq) * multiplier), None
         if scaler is not None:   # once per window: the scale halves on overflow, grows after clean runs
             if hasattr(scaler, "record"):   # gluonkit's: told by this pass, which saw every device
                 scaler.record(not math.isfinite(sum_sq))
@@ -386,24 +395,22 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         if decides and not math.isfinite(norm):
             self._discard(selected, one_copy)
             return False
-        self._check_and_rescale_grad(self._scale * self._clip(norm, selected) / count)
+        self._check_and_rescale_grad(self._scale * self._clip(norm) / count)
         if kvstore_updates:
             self._allreduce_grads()
-        self._update(ignore_stale_grad)
+        self._update(ignore_stale_grad, factor)
         # per-device squares do not add up to the norm of the sum: no norm when nothing summed them
         self._global_norm = norm if one_copy or len(self._contexts) == 1 else None
         return True
 
-    def _clip(self, norm, selected):
-        """The clip factor min(1, clip / norm) for ``rescale_grad`` when ``norm`` is a float; else
-        1.0, once the gradients are scaled on their devices by the factor (no wait)."""
+    def _clip(self, norm):
+        """The clip factor min(1, clip / norm) for ``rescale_grad``; 1.0 without clipping, for a
+        NaN or infinite norm (applied as it is), and for a norm on the device, whose factor
+        the update folds in."""
         clip = self._clip_global_norm
-        if clip is None:
+        if clip is None or isinstance(norm, mx.nd.NDArray):
             return 1.0
-        if isinstance(norm, mx.nd.NDArray):
-            clip_on_device([g for i in selected for g in self._params[i].list_grad()], norm, clip)
-            return 1.0
-        return clip / norm if math.isfinite(norm) and norm > clip else 1.0   # NaN: applied as it is
+        return clip / norm if math.isfinite(norm) and norm > clip else 1.0
 
     def _sum_counts(self, count, arrays):
         """The window's count over all workers: an int, or a one-element NDArray still to read."""
@@ -537,7 +544,9 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             else:
                 self._kvstore.pushpull(i, grads, priority=-i)
 
-    def _update(self, ignore_stale_grad=False):
+    def _update(self, ignore_stale_grad=False, factor=None):
+        """Update the selected parameters; ``factor`` (``clip_factors``'s) scales their
+        gradients on the devices (folded into SGD's learning rates and weight decays)."""
         selected = self._select(ignore_stale_grad) if self._selected is None else self._selected
         self._selected = None
         params = [self._params[i] for i in selected]
@@ -549,7 +558,11 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             for updater, upd in zip(self._updaters, updates):
                 if upd:
                     indices, grads, arrays = zip(*upd)
-                    updater(list(indices), list(grads), list(arrays))
+                    if factor is None:
+                        updater(list(indices), list(grads), list(arrays))
+                    else:
+                        scaled_update(updater, list(indices), list(grads), list(arrays), factor,
+                                      dense=not self._contains_sparse_grad)
         self._finish(params)
         self.snapshot_statistics()
 

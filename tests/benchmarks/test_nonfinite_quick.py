@@ -15,7 +15,7 @@ import gluonkit
 from conftest import CLONE_ENV as ENV
 COMMAND = [sys.executable, "-m", "benchmarks.nonfinite"]
 OTHER_SECTION = "<!-- throughput:begin -->\nsomeone else's figures\n<!-- throughput:end -->"
-SETTINGS = ("ignore", "skip", "skip+clip", "skip+clipping")
+SETTINGS = ("ignore", "skip", "skip+clip", "skip+clipping", "clipping", "skip-device")
 
 
 @pytest.fixture(scope="module")

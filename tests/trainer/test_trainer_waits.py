@@ -5,6 +5,7 @@ through, ``NDArray.wait_to_read`` and ``mx.nd.waitall``) while ``step`` runs; th
 the table of docs/trainer.md.
 """
 import contextlib
+import time
 
 import mxnet as mx
 import numpy as np
@@ -172,3 +173,56 @@ def test_clipping_on_the_device_applies_a_nonfinite_gradient_as_it_is_under_igno
     for a, b in zip(ref.collect_params().values(), net.collect_params().values()):
         if a is not ref[0].bias:
             assert_allclose(b.data().asnumpy(), a.data().asnumpy(), rtol=1e-6, err_msg=a.name)
+
+
+class _SlowBackward(mx.operator.CustomOp):
+    """The identity, whose backward takes SLOW seconds and then notes that it ran."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0])
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        time.sleep(SLOW)
+        FINISHED.append(True)
+        self.assign(in_grad[0], req[0], out_grad[0])
+
+
+@mx.operator.register("gluonkit_test_slow_backward")
+class _SlowBackwardProp(mx.operator.CustomOpProp):
+    def __init__(self):
+        super().__init__(need_top_grad=True)
+
+    def infer_shape(self, in_shape):
+        return in_shape, in_shape, []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _SlowBackward()
+
+
+SLOW = 0.5
+FINISHED = []
+
+
+@pytest.mark.parametrize("options, as_array, waits_for_backward", [
+    ({}, False, False), ({"clip_global_norm": CLIP}, False, False), ({}, True, False),
+    ({"clip_global_norm": CLIP}, True, False), ({"on_nonfinite": "skip"}, False, True)],
+    ids=["default", "clip_global_norm", "NDArray count", "NDArray count + clip_global_norm", "skip"])
+def test_step_returns_before_the_backward_pass_ends_unless_it_must_check_the_gradients(options, as_array,
+                                                                                     waits_for_backward):
+    """The first layer's gradient comes through a backward that takes SLOW seconds: a step
+    that waits for no gradient (clipping on the device, a count read as given) returns while
+    that backward still runs; 'skip' reads the gradients' sum of squares, so it cannot."""
+    net = _net([mx.cpu(0)])
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, **options)
+    count = nd.array([8]) if as_array else 8
+    mx.nd.waitall()   # the count and the weights are ready: only the backward below is pending
+    del FINISHED[:]
+    with autograd.record():
+        hidden = mx.nd.Custom(net[0](nd.array(X)), op_type="gluonkit_test_slow_backward")
+        loss = ((net[1](hidden) - nd.array(Y)) ** 2).sum(axis=1)
+    loss.backward()
+    assert trainer.step(count)
+    assert bool(FINISHED) == waits_for_backward
+    mx.nd.waitall()
+    assert FINISHED == [True]
+    assert np.isfinite(net[0].weight.data().asnumpy()).all()

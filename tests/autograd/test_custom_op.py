@@ -180,7 +180,7 @@ def test_check_numeric_gradient_on_the_symbol():
     x = np.random.uniform(-1, 1, size=(2, 3))
     mx.test_utils.check_numeric_gradient(sym, [x], numeric_eps=1e-6, rtol=1e-5, atol=1e-7,
                                          dtype=np.float64)
-    out = sym.eval(data=nd.array(x, dtype="float64"))[0]
+    out = sym.bind(mx.cpu(), {"data": nd.array(x, dtype="float64")}).forward()[0]
     assert_allclose(out.asnumpy(), ((np.sin(x) * 1.5 + 0.25) * x).sum(), rtol=1e-12)
 
 

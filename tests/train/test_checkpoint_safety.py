@@ -21,14 +21,10 @@ from small_classifier import assert_same, batches, make_net, make_trainer, train
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
-class MakesADirectory:
-    """Unpickling it creates a directory: the proof that code from a file ran."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return os.mkdir, (self.path,)
+def hostile_pickle(marker):
+    """A pickle stream, written by hand in protocol 0, that calls ``os.mkdir(marker)`` when it
+    is unpickled: the proof that code from a file ran."""
+    return b"cos\nmkdir\n(V" + str(marker).encode() + b"\ntR."
 
 
 def planted_legacy(path, marker):
@@ -37,7 +33,7 @@ def planted_legacy(path, marker):
     meta = {"format": "gluonkit-checkpoint", "version": 2, "epoch": 1, "step": 0, "params": {}}
     arrays = io.BytesIO()
     np.savez(arrays)
-    blob = write_archive({"params.npz": arrays.getvalue(), "state.pkl": pickle.dumps(MakesADirectory(str(marker))),
+    blob = write_archive({"params.npz": arrays.getvalue(), "state.pkl": hostile_pickle(marker),
                           "meta.json": json.dumps(meta).encode()})
     path.write_bytes(blob)
 
@@ -51,7 +47,8 @@ def planted_array(path, marker, net):
     members = {}
     for name, p in params.items():
         buf = io.BytesIO()
-        np.save(buf, np.array([MakesADirectory(str(marker))], dtype=object), allow_pickle=True)
+        np.lib.format.write_array_header_1_0(buf, {"descr": "|O", "fortran_order": False, "shape": (1,)})
+        buf.write(hostile_pickle(marker))   # an object array's data is a pickle stream
         members[f"params/{name}.npy"] = buf.getvalue()
     members["meta.json"] = json.dumps(meta).encode()
     path.write_bytes(write_archive(members))
@@ -80,7 +77,7 @@ def test_even_a_trusted_checkpoint_of_the_previous_format_runs_no_function_it_na
     planted = tmp_path / "old.ckpt"
     planted_legacy(planted, marker)
     with pytest.raises(CheckpointError,
-                       match=r"old\.ckpt.*names posix\.mkdir, which no gluonkit checkpoint holds"):
+                       match=r"old\.ckpt.*names os\.mkdir, which no gluonkit checkpoint holds"):
         Checkpoint(tmp_path).load(net, path=planted, trusted=True)
     assert not marker.exists()
 

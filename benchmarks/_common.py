@@ -1,6 +1,7 @@
 """What the benchmark scripts share: options and --config files (gluonkit's command-line kit),
 thread settings, default outputs and writing them, the report templates."""
 import os
+import time
 
 from gluonkit.recipes import common
 
@@ -12,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 __all__ = ["HERE", "ROOT", "set_env", "thread_settings", "benchmark_parser", "parse_with_config",
-           "add_output_options", "apply_defaults", "write_outputs", "template"]
+           "add_output_options", "apply_defaults", "write_outputs", "template", "timed"]
 
 
 def set_env(module):
@@ -81,3 +82,14 @@ def template(name):
     """The report prose of a benchmark: ``templates/<name>.md`` (a ``str.format`` template)."""
     with open(os.path.join(HERE, "templates", f"{name}.md")) as f:
         return f.read().rstrip("\n")
+
+
+def timed(run):
+    """Seconds that ``run()`` takes, the devices idle before it starts and waited for after it."""
+    import mxnet as mx   # here: a benchmark sets its threads before mxnet loads
+
+    mx.nd.waitall()
+    tic = time.perf_counter()
+    run()
+    mx.nd.waitall()
+    return time.perf_counter() - tic

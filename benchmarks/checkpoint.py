@@ -17,13 +17,14 @@ import json
 import os
 import statistics
 import tempfile
-import time
 
 import mxnet as mx
 from gluoncv import model_zoo
 from mxnet import autograd, gluon
 
 import gluonkit
+
+from ._common import timed
 
 __all__ = ["build", "measure", "main"]
 
@@ -43,14 +44,6 @@ def build():
     return net, trainer
 
 
-def _timed(fn):
-    mx.nd.waitall()
-    tic = time.perf_counter()
-    fn()
-    mx.nd.waitall()
-    return time.perf_counter() - tic
-
-
 def measure(net, trainer, rounds):
     """{'checkpoint_s': [...], 'gluon_s': [...], 'bytes': int} over ``rounds`` rounds (after a warm-up)."""
     times = {"checkpoint_s": [], "gluon_s": []}
@@ -60,13 +53,13 @@ def measure(net, trainer, rounds):
             ckpt = gluonkit.Checkpoint(os.path.join(root, f"ckpt{i}"), keep=1)
             folder = os.path.join(root, f"gluon{i}")
             os.makedirs(folder)
-            spent = _timed(lambda: ckpt.save(net, trainer, 1))
+            spent = timed(lambda: ckpt.save(net, trainer, 1))
 
             def gluon_save():
                 net.save_parameters(os.path.join(folder, "net.params"))
                 trainer.save_states(os.path.join(folder, "trainer.states"))
 
-            gluon_spent = _timed(gluon_save)
+            gluon_spent = timed(gluon_save)
             size = os.path.getsize(ckpt.latest)
             if i:   # the first round warms up
                 times["checkpoint_s"].append(spent)

@@ -22,10 +22,9 @@ JSON file and the "stepcost" section of benchmarks/README.md.
 """
 import os
 import statistics
-import time
 
 from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
-                      thread_settings, write_outputs)
+                      thread_settings, timed, write_outputs)
 from ._contestants import OPTIMIZER, make_data, make_net
 from ._harness import machine, markdown_table, measured_on, target_line
 
@@ -135,16 +134,6 @@ def _forward_backward(net, loss_fn, x, y):
     loss.backward()
 
 
-def _timed(run):
-    import mxnet as mx
-
-    mx.nd.waitall()
-    tic = time.perf_counter()
-    run()
-    mx.nd.waitall()
-    return time.perf_counter() - tic
-
-
 def _ratios(seconds, reference):
     """Median, min and max of the paired ratios ``seconds[r] / reference[r]``."""
     ratios = [a / b for a, b in zip(seconds, reference)]
@@ -174,7 +163,7 @@ def measure_settings(rounds, steps, seed):
     for r in range(rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            seconds[name].append(_timed(runs[name]))
+            seconds[name].append(timed(runs[name]))
     return {"rounds": rounds, "steps": steps, "seconds": seconds,
             "ms_per_step": {n: 1000 * statistics.median(s) / steps for n, s in seconds.items()},
             "ratio": {n: _ratios(seconds[n], seconds[REFERENCE]) for n in names if n != REFERENCE}}
@@ -223,7 +212,7 @@ def measure_accumulation(rounds, updates, seed):
     seconds = {name: [] for name in runs}
     for r in range(rounds):
         for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
-            seconds[name].append(_timed(runs[name]))
+            seconds[name].append(timed(runs[name]))
     return {"rounds": rounds, "updates": updates, "seconds": seconds,
             "ms_per_update": {n: 1000 * statistics.median(s) / updates for n, s in seconds.items()},
             "ratio": _ratios(seconds["accumulate"], seconds["floor"])}

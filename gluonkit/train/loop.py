@@ -186,25 +186,13 @@ def _step(run, losses, count, labels, outputs):
 
 
 def _updated(run):
+    """Count an update, and give the tally its gradient norm as the trainer holds it (a
+    gluonkit.Trainer's as an NDArray not read yet, read when the tally settles), if any."""
     run.step += 1
-
-
-def _collect_norm(norms, trainer):
-    """Keep the last update's gradient norm as the trainer holds it (a gluonkit.Trainer's as an
-    NDArray not read yet), if it measured one."""
-    norm = getattr(trainer, "global_norm_array", None)
-    norm = getattr(trainer, "global_norm", None) if norm is None else norm
+    norm = getattr(run.trainer, "global_norm_array", None)
+    norm = getattr(run.trainer, "global_norm", None) if norm is None else norm
     if norm is not None:
-        norms.append(norm)
-
-
-def _read_norms(norms, tally):
-    """Add the collected norms to the tally's, reading those still on the device in one wait."""
-    arrays = [n for n in norms if isinstance(n, mx.nd.NDArray)]
-    values = iter(mx.nd.concat(*(a.reshape((1,)).astype("float64").as_in_context(mx.cpu()) for a in arrays), dim=0)
-                  .asnumpy().tolist() if arrays else ())
-    tally.grad_norms.extend(next(values) if isinstance(n, mx.nd.NDArray) else float(n) for n in norms)
-    norms.clear()
+        run.tally.add_norm(norm)
 
 
 def _train_batch(run, batch):
@@ -368,17 +356,12 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
         bar.set_postfix({**{k: f"{v:.4f}" for k, v in run.logs.items()}, "samples/s": f"{rate:.0f}"},
                         refresh=False)
 
-    norms = []   # the updates' gradient norms, read when the tally settles (a wait anyway)
     try:
         for batch in batches:
-            step = run.step
             seen += _train_batch(run, batch)
-            if run.step != step:
-                _collect_norm(norms, run.trainer)
             run.batch += 1
             now = time.perf_counter()
             if now >= next_settle:   # waits for the batch: at most 0.5 s of work is queued ahead
-                _read_norms(norms, run.tally)
                 run.tally.settle()
                 if not bar.disable:
                     show_running(now)
@@ -386,7 +369,6 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
             bar.update(1)
             _call(run, "on_batch_end")
             if run.interrupted is not None:
-                _read_norms(norms, run.tally)   # on_train_end may snapshot the tally
                 return
         if not bar.disable:
             show_running(time.perf_counter())
@@ -398,8 +380,6 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
                          "exhausted after one pass: use a gluon.data.DataLoader).")
     if getattr(run.trainer, "flush", None) and run.trainer.flush():
         _updated(run)
-        _collect_norm(norms, run.trainer)
-    _read_norms(norms, run.tally)
     mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
     logs = {"epoch": run.epoch + 1, **run.tally.values()}

@@ -30,7 +30,8 @@ class Tally:
         self.outputs_optional = outputs_optional   # batches without outputs skip the metrics
         self._metrics_fed = False
         self._feeder = MetricFeeder(metrics)
-        self.grad_norms = []       # the trainer's global_norm after each update of the epoch
+        self._norms = []           # the trainer's global_norm after each update of the epoch
+        self._norms_unread = []    # (index in _norms, NDArray) of the norms still on the device
         self._samples = 0          # counts given as numbers
         self._count = None         # counts given as NDArrays: float64 (1,) on their context
         self._loss = None          # float64 NDArray of shape (1,) on the first loss's context
@@ -51,6 +52,31 @@ class Tally:
         self._loss, self._loss_parts, self._restored = None, [], float(value)
 
     @property
+    def grad_norms(self):
+        """list of float: The gradient norm of each update of the epoch (reading them waits for
+        those still on the device, all in one wait)."""
+        self._read_norms()
+        return self._norms
+
+    @grad_norms.setter
+    def grad_norms(self, values):
+        self._norms, self._norms_unread = list(values), []
+
+    def add_norm(self, norm):
+        """Add an update's gradient norm: a float, or a one-element NDArray not read yet."""
+        if isinstance(norm, mx.nd.NDArray):
+            self._norms_unread.append((len(self._norms), norm))
+        self._norms.append(norm)
+
+    def _read_norms(self):
+        if self._norms_unread:
+            unread, self._norms_unread = self._norms_unread, []
+            values = mx.nd.concat(*(n.reshape((1,)).astype("float64", copy=False).as_in_context(mx.cpu())
+                                    for _, n in unread), dim=0).asnumpy().tolist()
+            for (index, _), value in zip(unread, values):
+                self._norms[index] = value
+
+    @property
     def samples(self):
         """Sum of the counts added so far (waits for the last batch if counts are NDArrays)."""
         return self._samples if self._count is None else self._samples + float(self._count.asscalar())
@@ -68,7 +94,7 @@ class Tally:
     def add(self, labels, outputs, losses, count):
         """Add a batch normalized by ``count`` (``losses`` is None when no loss is tallied)."""
         if isinstance(count, mx.nd.NDArray):
-            count = count.astype("float64").reshape((1,))
+            count = count.astype("float64", copy=False).reshape((1,))
             if self._count is None:
                 self._count = count.copy()
             else:
@@ -96,6 +122,7 @@ class Tally:
             self._feeder.update(labels, outputs)
         ends = self._label_ends()   # pushed first: computed by the time the losses are
         self._fold_losses()
+        self._read_norms()
         for pending in (self._loss, self._count):
             if pending is not None:
                 pending.wait_to_read()

@@ -70,6 +70,15 @@ def test_saving_inside_a_window_does_not_change_the_run(tmp_path, at):
     assert_same_copies(copies_of(resumed), copies_of(straight))
 
 
+def test_a_mid_epoch_resume_keeps_the_gradient_norms_of_the_updates_before_it(tmp_path):
+    # clipping keeps each norm on the device until the tally settles; the snapshot needs them all
+    straight, history = run(None, 2, TWO, clip_global_norm=0.5)
+    run(None, 1, TWO, clip_global_norm=0.5, callbacks=[SaveAt(tmp_path, 0, 3)])
+    _, resumed_history = run(tmp_path, 2, TWO, clip_global_norm=0.5, resume=True)
+    assert len(history["grad_norm"]) == 2
+    assert resumed_history["grad_norm"] == history["grad_norm"]
+
+
 def test_a_resume_after_the_first_update_keeps_each_device_statistics(tmp_path):
     straight, _ = run(None, 2, TWO, accumulate=2)
     with pytest.raises(KeyboardInterrupt):

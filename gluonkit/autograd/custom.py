@@ -1,8 +1,8 @@
 """Custom operators: a forward function and a hand-written backward, as one MXNet operator.
 
 :func:`custom_op` builds a :class:`CustomOperator`, which registers an ``mx.operator``
-under a stable name (its ``op_type``), infers output shapes and dtypes by running the
-forward on zeros, and runs forward and backward as a ``CustomOp`` kernel, imperatively
+under a stable name (its ``op_type``), finds output shapes and dtypes by running the
+forward on zeros (keeping the shapes, dropping errors of the values), and runs forward and backward as a ``CustomOp`` kernel, imperatively
 under ``autograd.record()``, inside hybridized blocks, and after ``export``.
 """
 import atexit
@@ -312,6 +312,13 @@ class CustomOperator:
             if not isinstance(out, mx.nd.NDArray):
                 raise TypeError(f"output {i} of {self.__name__} is a {type(out).__name__}; "
                                 "the forward must return NDArrays.")
+        for out in outs:
+            # only the shapes count: the values of zeros may be an error (a zero matrix has no
+            # inverse), which the engine would otherwise raise at the next waitall and at exit
+            try:
+                out.wait_to_read()
+            except mx.base.MXNetError:
+                pass
         return tuple(o.shape for o in outs), tuple(np.dtype(o.dtype).type for o in outs)
 
     def _check_call(self, args, kwargs):
@@ -378,10 +385,12 @@ def custom_op(forward=None, *, name=None):
     unknown keyword, a value of another type, or an array passed as a keyword raises
     ``TypeError``.
 
-    Output shapes and dtypes are inferred by running the forward on zero-filled inputs of
-    the input shapes and dtypes (once per distinct shapes, dtypes and keywords). The forward
-    must therefore run on zeros, and its output shapes and dtypes must depend only on the
-    input shapes, dtypes and keywords, never on the values.
+    Output shapes and dtypes are found by running the forward on zero-filled inputs of the
+    input shapes and dtypes (once per distinct shapes, dtypes and keywords), waiting for that
+    run and keeping only its shapes: an error of its values (a zero matrix has no inverse) is
+    dropped. The output shapes and dtypes must depend only on the input shapes, dtypes and
+    keywords, never on the values (a forward that reads values with ``asnumpy`` to decide
+    them cannot be inferred).
 
     Example::
 

@@ -218,6 +218,39 @@ def test_load_into_finds_the_prefix(tmp_path):
         _mlp(in_units=4, hidden=5).load_parameters(str(tmp_path / "whole.params"))
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_sub_blocks_file_loads_into_that_sub_block_of_the_whole_network(tmp_path, strict):
+    # the file of net.nested holds trunk.0.*: loaded into the whole network it went into the
+    # outer trunk (same names) and left nested.* untouched, silently with strict=False
+    def network():
+        return _Whole(trunk=_mlp(in_units=3, hidden=3, layers=1),
+                      nested=_Whole(trunk=_mlp(in_units=3, hidden=3, classes=3)))
+
+    net = network()
+    net.initialize(mx.init.Xavier())
+    net.nested.save_parameters(str(tmp_path / "nested.params"))
+    net2 = network()
+    net2.initialize(mx.init.Xavier())
+    before = _values(net2)
+    assert P.load_into(net2, tmp_path / "nested.params", strict=strict) == "nested."
+    after = _values(net2)
+    _assert_same(_values(net.nested), {n[len("nested."):]: v for n, v in after.items()
+                                       if n.startswith("nested.")})
+    _assert_same(before, after, [n for n in before if not n.startswith("nested.")])
+
+
+def test_a_file_that_fits_several_sub_blocks_is_refused_naming_them(tmp_path):
+    net = nn.HybridSequential()
+    net.add(nn.Dense(3, in_units=3), nn.Dense(3, in_units=3))
+    net.initialize()
+    net[1].save_parameters(str(tmp_path / "layer.params"))
+    before = _values(net)
+    with pytest.raises(ValueError, match=r"block\[0\].*block\[1\].*load_into\(block\[0\]"):
+        P.load_into(net, tmp_path / "layer.params")
+    _assert_same(before, _values(net))
+    assert P.load_into(net[1], tmp_path / "layer.params") == ""
+
+
 def test_load_into_ambiguous_and_shape_chosen_prefixes(tmp_path):
     twins = _Whole(a=_mlp(in_units=3, hidden=3), b=_mlp(in_units=3, hidden=3))
     twins.initialize()

@@ -66,7 +66,7 @@ SETTINGS = {
     "cifar": {"min_size": 24, "max_size": 40, "batch_size": 32, "samples": 768},
     "short": {"min_size": 12, "max_size": 20, "batch_size": 8, "samples": 384},
     "tiny": {"min_size": 10, "max_size": 18, "batch_size": 8, "samples": 48},
-    "many": {"min_size": 12, "max_size": 51, "batch_size": 8, "samples": 384},   # 40 sizes
+    "many": {"min_size": 12, "max_size": 51, "batch_size": 8, "samples": 192},   # 40 sizes
 }
 
 
@@ -286,7 +286,7 @@ def parse_args(argv=None):
     args = parse_with_config(parser, argv)
     if args.many_shapes:
         defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2, "only": ",".join(MANY)} \
-            if args.quick else {"settings": "many", "nets": "cifar_resnet20_v1", "repeats": 10,
+            if args.quick else {"settings": "many", "nets": "cifar_resnet20_v1", "repeats": 6,
                                 "only": ",".join(MANY)}
     else:
         defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2} if args.quick else \

@@ -72,6 +72,7 @@ class _Route(HybridBlock):
         super().__init__(prefix=f"{owner.prefix}route_{'_'.join(names)}_")
         self._names = names
         self._complete = owner._complete_deferred_init
+        self._waiting = owner._waiting_branches
         self.trunk = owner.trunk
         for name in names:
             setattr(self, name, getattr(owner, name))
@@ -81,9 +82,24 @@ class _Route(HybridBlock):
         return f"Route({trunk}{', '.join(self._names)})"
 
     def forward(self, x, *args):
+        if not isinstance(x, NDArray):
+            self._refuse_to_be_traced_with_branches_waiting()
         out = _tuples(super().forward(x, *args))
         self._complete_other_branches((x,) + args)
         return out
+
+    def _refuse_to_be_traced_with_branches_waiting(self):
+        """A graph traced through this route leaves out the other branches: if they still wait
+        for their shapes, the graph of the block that traces it cannot give them any, and Gluon
+        fails with a bare "shape cannot be inferred" naming an internal parameter name."""
+        waiting = list(self._waiting(skip=self._names))
+        if waiting:
+            raise RuntimeError(
+                f"route{self._names} is traced inside another hybridized block while the "
+                f"branches {', '.join(map(repr, waiting))} it leaves out still wait for their "
+                "shapes, which that block's graph cannot give them; call the network (or the "
+                "route) once on a batch before that block's first call, e.g. net(x), or give "
+                "those layers their input sizes (in_units, in_channels).")
 
     def _complete_other_branches(self, inputs):
         """Finish the deferred initialization of the branches this route skips, from the input
@@ -263,12 +279,8 @@ class Branches(HybridBlock):
                                "add(name, block) before calling it.")
         return _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
 
-    def _complete_deferred_init(self, inputs, skip=()):
-        """Finish the deferred initialization of branches that have not run yet.
-
-        The trunk's output shapes come from symbolic shape inference on the input shapes, and
-        each pending branch's parameter shapes from its graph on those: nothing is computed.
-        """
+    def _waiting_branches(self, skip=()):
+        """{name: parameters waiting for their shapes} of the branches not in ``skip``."""
         pending = {}
         for name in self._names:
             if name not in skip:
@@ -276,6 +288,15 @@ class Branches(HybridBlock):
                           if _waiting(param)]
                 if params:
                     pending[name] = params
+        return pending
+
+    def _complete_deferred_init(self, inputs, skip=()):
+        """Finish the deferred initialization of branches that have not run yet.
+
+        The trunk's output shapes come from symbolic shape inference on the input shapes, and
+        each pending branch's parameter shapes from its graph on those: nothing is computed.
+        """
+        pending = self._waiting_branches(skip)
         if not pending:
             return
         in_shapes = [x.shape for x in inputs]

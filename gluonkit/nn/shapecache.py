@@ -117,11 +117,10 @@ class ShapeCache(HybridBlock):
             view = _View(self.net)
             view.hybridize(True, **self._view_flags)
             self._views.put(key, view)
-        out = view(x, *args)
         complete = getattr(self.net, "_complete_other_branches", None)  # a Branches route
-        if complete is not None:
+        if complete is not None:   # before the view traces the route, which needs them ready
             complete((x,) + args)
-        return out
+        return view(x, *args)
 
     def hybrid_forward(self, F, x, *args):
         return self.net(x, *args)

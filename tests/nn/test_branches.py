@@ -501,3 +501,29 @@ def test_calling_without_branches_says_what_to_do():
     net.initialize()
     with pytest.raises(RuntimeError, match="add"):
         net(batch(2))
+
+
+class _DigitOnly(nn.HybridBlock):
+    """One's own hybridized block that calls a route."""
+
+    def __init__(self, net, **kwargs):
+        super().__init__(**kwargs)
+        self.net = net
+
+    def hybrid_forward(self, F, x):
+        return self.net.route("digit")(x)
+
+
+def test_a_route_traced_in_ones_own_block_points_to_the_fix():
+    # Gluon failed with its bare "Deferred initialization failed because shape cannot be
+    # inferred", naming an internal parameter name of a branch the route leaves out
+    outer = _DigitOnly(ThreeHeads())
+    outer.initialize(mx.init.Xavier())
+    outer.hybridize()
+    x = batch(3)
+    with pytest.raises(RuntimeError, match=r"'parity', 'aux'.*call the network \(or the route\) "
+                                           r"once on a batch before"):
+        outer(x)
+    outer.net(x)                                    # the documented fix
+    assert_allclose(outer(x).asnumpy(), numpy_three_heads(outer.net, x.asnumpy())["digit"],
+                    rtol=1e-5, atol=1e-6)

@@ -527,3 +527,31 @@ def test_a_route_traced_in_ones_own_block_points_to_the_fix():
     outer.net(x)                                    # the documented fix
     assert_allclose(outer(x).asnumpy(), numpy_three_heads(outer.net, x.asnumpy())["digit"],
                     rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_a_route_reaches_nested_heads_by_dotted_names(hybridize, tmp_path):
+    # route("heads.aux") was a KeyError, and route("heads") runs every inner head
+    net = Nested()
+    net.initialize(mx.init.Xavier())
+    if hybridize:
+        net.hybridize()
+    x = batch(3)
+    aux = net.route("heads.aux")(x)                 # first call: every branch initialized
+    assert len(saved(net, tmp_path)) == 10
+    ref = numpy_nested(net, x.asnumpy())
+    assert_allclose(aux.asnumpy(), ref["aux"], rtol=1e-5, atol=1e-6)
+    aux, digit, parity = net.route("heads.aux", "digit", "heads.parity")(x)
+    for got, name in [(aux, "aux"), (digit, "digit"), (parity, "parity")]:
+        assert_allclose(got.asnumpy(), ref[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    with autograd.record():
+        out = net.route("heads.aux")(x)
+    out.backward()
+    assert net.heads.parity.weight.grad().abs().sum().asscalar() == 0
+    assert net.heads.aux.weight.grad().abs().sum().asscalar() > 0
+    with pytest.raises(KeyError, match="'heads.nope'.*'parity', 'aux'"):
+        net.route("heads.nope")
+    with pytest.raises(KeyError, match="'digit' has no branches of its own"):
+        net.route("digit.x")
+    with pytest.raises(ValueError, match="'heads' and 'heads.aux'"):
+        net.route("heads", "heads.aux")

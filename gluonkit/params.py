@@ -38,8 +38,10 @@ def freeze(block, pattern=None):
     The previous ``grad_req`` (``'write'``, or ``'add'`` with an accumulating Trainer) is
     remembered for :func:`unfreeze`. Parameters that are already ``'null'``, such as
     BatchNorm's running statistics, are left alone. Note that in training mode BatchNorm
-    still updates its running statistics: run a frozen backbone under
-    ``autograd.predict_mode()`` to keep them fixed too.
+    still normalizes with the batch's statistics and updates its running ones: call
+    ``gluonkit.nn.freeze_batchnorm(block)`` to keep them fixed too, with exact input
+    gradients (not ``autograd.predict_mode()``: in MXNet 1.9.1 a BatchNorm's input gradient
+    computed in prediction mode is wrong).
 
     Returns
     -------
@@ -392,7 +394,8 @@ def _shape_text(shape):
 
 
 def summary(block):
-    """A table of the block's parameters: name, shape, size, grad_req, lr_mult, initialized.
+    """A table of the block's parameters: name, shape, size, grad_req, lr_mult, wd_mult,
+    initialized.
 
     Unknown dimensions of deferred parameters show as ``?``, with their size unknown. The
     totals count a shared parameter once and split trainable (``grad_req != 'null'``) from
@@ -401,8 +404,8 @@ def summary(block):
     Example::
 
         >>> print(summary(net))     # the two-layer net of select's example
-        name      shape   size  grad_req  lr_mult  initialized
-        0.weight  (4, 3)    12  write           1  yes
+        name      shape   size  grad_req  lr_mult  wd_mult  initialized
+        0.weight  (4, 3)    12  write           1        1  yes
         ...
         total: 26 values in 4 parameters (26 trainable, 0 not trainable)
     """
@@ -410,11 +413,11 @@ def summary(block):
     for name, param in select(block).items():
         size = _size(param.shape)
         rows.append((name, _shape_text(param.shape), "?" if size is None else f"{size:,}",
-                     param.grad_req, f"{param.lr_mult:g}", _state(param)))
+                     param.grad_req, f"{param.lr_mult:g}", f"{param.wd_mult:g}", _state(param)))
         counted.setdefault(param, size)
-    header = ("name", "shape", "size", "grad_req", "lr_mult", "initialized")
+    header = ("name", "shape", "size", "grad_req", "lr_mult", "wd_mult", "initialized")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    right = (False, False, True, False, True, False)
+    right = (False, False, True, False, True, True, False)
     lines = ["  ".join(cell.rjust(w) if r else cell.ljust(w)
                        for cell, w, r in zip(row, widths, right)).rstrip()
              for row in [header] + rows]

@@ -373,9 +373,10 @@ def test_summary_deferred_network():
     net.initialize()
     table = P.summary(net)
     lines = table.splitlines()
-    assert lines[0].split() == ["name", "shape", "size", "grad_req", "lr_mult", "initialized"]
-    assert lines[1].split() == ["0.weight", "(5,", "?)", "?", "write", "1", "deferred"]
-    assert lines[2].split() == ["0.bias", "(5,)", "5", "write", "1", "yes"]
+    assert lines[0].split() == ["name", "shape", "size", "grad_req", "lr_mult", "wd_mult",
+                                "initialized"]
+    assert lines[1].split() == ["0.weight", "(5,", "?)", "?", "write", "1", "1", "deferred"]
+    assert lines[2].split() == ["0.bias", "(5,)", "5", "write", "1", "1", "yes"]
     assert lines[-1] == ("total: 17 values in 4 parameters (17 trainable, 0 not trainable); "
                          "1 of unknown size")
 
@@ -383,8 +384,8 @@ def test_summary_deferred_network():
     P.freeze(net, r"^1\.")
     P.set_lr_mult(net, 2.5, r"^0\.")
     lines = P.summary(net).splitlines()
-    assert lines[1].split() == ["0.weight", "(5,", "7)", "35", "write", "2.5", "yes"]
-    assert lines[3].split() == ["1.weight", "(2,", "5)", "10", "null", "1", "yes"]
+    assert lines[1].split() == ["0.weight", "(5,", "7)", "35", "write", "2.5", "1", "yes"]
+    assert lines[3].split() == ["1.weight", "(2,", "5)", "10", "null", "1", "1", "yes"]
     assert lines[-1] == "total: 52 values in 4 parameters (40 trainable, 12 not trainable)"
 
 
@@ -469,3 +470,43 @@ def test_load_into_with_a_context_that_is_not_one_changes_nothing(tmp_path, ctx)
 def _summary_rows(block):
     """The rows of ``summary``'s table, split into cells."""
     return [line.split() for line in P.summary(block).splitlines()[1:-1]]
+
+
+def test_the_freeze_advice_keeps_batchnorm_statistics_with_exact_input_gradients():
+    # freeze's docstring advised autograd.predict_mode(), which gives BatchNorm wrong input
+    # gradients in MXNet 1.9.1 (docs/branches.md warns against it); it now names
+    # freeze_batchnorm, which keeps the statistics and gives the analytic gradient
+    assert "predict_mode()`` to keep" not in P.freeze.__doc__
+    assert "gluonkit.nn.freeze_batchnorm(block)" in P.freeze.__doc__
+    backbone = nn.HybridSequential()
+    backbone.add(nn.BatchNorm(in_channels=4))
+    backbone.initialize()
+    rng = np.random.RandomState(0)
+    for name, value in [("gamma", rng.rand(4) + 0.5), ("running_mean", rng.randn(4)),
+                        ("running_var", rng.rand(4) + 0.5)]:
+        getattr(backbone[0], name).set_data(nd.array(value))
+    P.freeze(backbone)
+    gluonkit.nn.freeze_batchnorm(backbone)
+    stats = _values(backbone)
+    x = nd.array(rng.randn(3, 4, 2, 2))
+    x.attach_grad()
+    with autograd.record():
+        y = backbone(x)
+    y.backward()
+    gamma, var = backbone[0].gamma.data().asnumpy(), backbone[0].running_var.data().asnumpy()
+    expected = np.broadcast_to((gamma / np.sqrt(var + 1e-5)).reshape(1, 4, 1, 1), x.shape)
+    assert_allclose(x.grad.asnumpy(), expected, rtol=1e-5)
+    _assert_same(stats, _values(backbone))
+
+
+def test_summary_shows_wd_mult_beside_lr_mult():
+    # summary() showed lr_mult but not wd_mult, so set_wd_mult could not be checked in it
+    net = _mlp()
+    net.initialize()
+    assert P.set_wd_mult(net, 0, "bias$") == ["0.bias", "1.bias"]
+    P.set_lr_mult(net, 10, r"^1\.")
+    header, *rows = P.summary(net).splitlines()[:-1]
+    columns = header.split()
+    table = {row.split()[0]: dict(zip(columns, row.replace(", ", ",").split())) for row in rows}
+    assert {n: (r["lr_mult"], r["wd_mult"]) for n, r in table.items()} == {
+        "0.weight": ("1", "1"), "0.bias": ("1", "0"), "1.weight": ("10", "1"), "1.bias": ("10", "0")}

@@ -381,7 +381,8 @@ def custom_op(forward=None, *, name=None):
     once nothing uses that any more.
 
     Keyword values keep their Python types (int, float, bool, None, str, and lists/tuples of
-    them) in forward and backward; omitted keywords take the forward's defaults in both. An
+    them) in forward and backward; NumPy scalars (``np.float32(2.0)``, ``np.int64(3)``) arrive
+    as the Python value they hold; omitted keywords take the forward's defaults in both. An
     unknown keyword, a value of another type, or an array passed as a keyword raises
     ``TypeError``.
 

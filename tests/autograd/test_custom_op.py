@@ -266,7 +266,7 @@ def test_bad_keywords_raise_type_error_naming_them():
     x = nd.ones(2)
     cases = [
         ({"scael": 2.0}, "'scael'"),
-        ({"scale": np.float32(2)}, "'scale'"),
+        ({"scale": np.complex64(2)}, "'scale'"),
         ({"scale": {"a": 1}}, "'scale'"),
         ({"shift": [1, object()]}, "'shift'[1]"),
         ({"shift": nd.ones(2)}, "positional"),

@@ -79,6 +79,15 @@ def _peak_rss_mb():
     return peak / (2 ** 20 if sys.platform == "darwin" else 2 ** 10)
 
 
+def _rss_mb():
+    """This process's resident memory now in MB (Linux), or None where /proc is missing."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    except OSError:
+        return None
+
+
 def serve(build):
     """Worker side: build one contestant, then answer 'setup', 'run' and 'stop' on stdin.
 
@@ -108,7 +117,7 @@ def serve(build):
         tic = time.perf_counter()
         samples = contestant.setup() if command == "setup" else contestant.run()
         mx.nd.waitall()
-        reply({"seconds": time.perf_counter() - tic, "samples": samples})
+        reply({"seconds": time.perf_counter() - tic, "samples": samples, "rss_mb": _rss_mb()})
 
 
 class _Worker:
@@ -171,7 +180,8 @@ def compare(module, names, options, repeats, reference=None, log=None):
     list of dict
         One row per contestant: ``samples_per_s`` (median), ``min``, ``max``, ``runs`` (each
         repeat's samples/s), ``samples_per_run``, ``ratio``, ``setup_s`` (its setup, warm-up
-        included), ``peak_rss_mb``.
+        included), ``rss_mb`` (resident memory after the setup and after each repeat),
+        ``peak_rss_mb``.
     """
     if reference is not None and reference not in names:
         raise ValueError(f"reference {reference!r} is not among the contestants {names}.")
@@ -184,7 +194,8 @@ def compare(module, names, options, repeats, reference=None, log=None):
         rows = {}
         for worker in workers:
             setup = worker.ask("setup")
-            rows[worker.name] = {"name": worker.name, "setup_s": setup["seconds"], "runs": []}
+            rows[worker.name] = {"name": worker.name, "setup_s": setup["seconds"], "runs": [],
+                                 "rss_mb": [setup["rss_mb"]]}
             log(f"  {worker.name}: ready in {setup['seconds']:.1f} s")
         for r in range(repeats):
             shift = r % len(workers)
@@ -192,6 +203,7 @@ def compare(module, names, options, repeats, reference=None, log=None):
                 result = worker.ask("run")
                 rows[worker.name]["runs"].append(result["samples"] / result["seconds"])
                 rows[worker.name]["samples_per_run"] = result["samples"]
+                rows[worker.name]["rss_mb"].append(result["rss_mb"])
                 log(f"  repeat {r + 1}/{repeats} {worker.name}: "
                     f"{rows[worker.name]['runs'][-1]:.1f} samples/s")
         for worker in workers:

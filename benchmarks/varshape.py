@@ -2,6 +2,7 @@
 
     python -m benchmarks.varshape                 # full run (a few minutes on 2 cores)
     python -m benchmarks.varshape --quick         # seconds; figures are not meaningful
+    python -m benchmarks.varshape --many-shapes   # memory and speed with more shapes than graphs
 
 The data are images of random height and width (uniform in --min-size..--max-size, so the
 mean pixel count equals that of a --ref-size square image) and random labels. Every
@@ -20,16 +21,17 @@ from gluoncv.data.batchify import Stack, Tuple
 from mxnet import autograd, gluon
 
 from gluonkit.data.buckets import BucketPad, Buckets, bucket_loader
-from gluonkit.data.multiscale import resize_first
+from gluonkit.data.multiscale import multiscale_loader, resize_first
 from gluonkit.nn.shapecache import ShapeCache
 from gluonkit.recipes.models import small_cnn
 from gluonkit.trainer import Trainer
 
 from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
-                      write_outputs)
+                      template, write_outputs)
 from ._harness import WORKER_FLAG, compare, machine, markdown_table, measured_on, paired, serve
 
 SECTION = "varshape"
+SECTION_MANY = "varshape-many"
 
 # name: (table label, data path, graph mode)
 CONTESTANTS = {
@@ -46,6 +48,15 @@ CONTESTANTS = {
                           "shapecache-static"),
     "module": ("gluonkit buckets + mx.mod.BucketingModule", "buckets", "module"),
 }
+# --many-shapes: every batch at one of many sizes (multiscale_loader), more than ShapeCache keeps
+MANY = {
+    "many-static": ("one graph, static_alloc + static_shape (reference)", "multiscale", "static"),
+    "many-hybrid": ("one graph, hybridize()", "multiscale", "hybrid"),
+    "many-shapecache": ("ShapeCache(max_shapes={max_shapes}), static_alloc + static_shape",
+                        "multiscale", "shapecache-static"),
+    "many-shapecache-all": ("ShapeCache(max_shapes={sizes}): every size kept, static_alloc + "
+                            "static_shape", "multiscale", "shapecache-static-all"),
+}
 GLUONKIT = "shapecache-static"   # gluonkit's variable-shape path, checked against the targets
 NAIVE = "hybrid"
 STATIC = {"static_alloc": True, "static_shape": True}
@@ -55,6 +66,7 @@ SETTINGS = {
     "cifar": {"min_size": 24, "max_size": 40, "batch_size": 32, "samples": 768},
     "short": {"min_size": 12, "max_size": 20, "batch_size": 8, "samples": 384},
     "tiny": {"min_size": 10, "max_size": 18, "batch_size": 8, "samples": 48},
+    "many": {"min_size": 12, "max_size": 51, "batch_size": 8, "samples": 192},   # 40 sizes
 }
 
 
@@ -125,6 +137,9 @@ def make_loader(path, options):
         return gluon.data.DataLoader(gluon.data.ArrayDataset(images, labels), o["batch_size"],
                                      shuffle=True, batchify_fn=Tuple(Stack(), Stack()))
     dataset = gluon.data.ArrayDataset(images, labels)
+    if path == "multiscale":
+        sizes = list(range(o["min_size"], o["max_size"] + 1))
+        return multiscale_loader(dataset, o["batch_size"], sizes, seed=o["seed"])
     if path == "padmax":
         return gluon.data.DataLoader(dataset, o["batch_size"], shuffle=True, batchify_fn=_OwnSize("pad"))
     if path == "sorted":
@@ -148,8 +163,8 @@ class _GluonContestant:
         elif graph == "static":
             net.hybridize(**STATIC)
         elif graph.startswith("shapecache"):
-            net = ShapeCache(net, max_shapes=2 * options["buckets"])
-            net.hybridize(**(STATIC if graph.endswith("static") else {}))
+            net = ShapeCache(net, max_shapes=_max_shapes(graph, options))
+            net.hybridize(**(STATIC if "static" in graph else {}))
         self._net = net
         self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
@@ -199,9 +214,16 @@ class _ModuleContestant:
     setup = run
 
 
+def _max_shapes(graph, options):
+    """The graphs a ShapeCache contestant keeps: every size, --max-shapes, or 2 per bucket."""
+    if graph.endswith("all"):
+        return options["max_size"] - options["min_size"] + 1
+    return options.get("max_shapes") or 2 * options["buckets"]
+
+
 def build(name, options):
     """A contestant by name (called in its worker process)."""
-    _, path, graph = CONTESTANTS[name]
+    _, path, graph = {**CONTESTANTS, **MANY}[name]
     if graph == "module":
         return _ModuleContestant(options)
     return _GluonContestant(path, graph, options)
@@ -255,29 +277,40 @@ def parse_args(argv=None):
     data.add_argument("--multiple", type=int, default=4,
                       help="gluonkit bucket sizes are multiples of this (the networks' stride)")
     data.add_argument("--seed", type=int, default=0)
+    many = parser.add_argument_group("many shapes")
+    many.add_argument("--many-shapes", action="store_true",
+                      help="instead: one of 40 sizes per batch (--min-size..--max-size) against "
+                           "a ShapeCache of --max-shapes graphs; resident memory after each epoch")
+    many.add_argument("--max-shapes", type=int, default=16, help="ShapeCache's bound")
     add_output_options(parser, SECTION)
     args = parse_with_config(parser, argv)
-    defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2} if args.quick else \
-        {"settings": "cifar,short", "nets": "cifar_resnet20_v1,cnn", "repeats": 5}
-    apply_defaults(args, defaults, "varshape")
+    if args.many_shapes:
+        defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2, "only": ",".join(MANY)} \
+            if args.quick else {"settings": "many", "nets": "cifar_resnet20_v1", "repeats": 6,
+                                "only": ",".join(MANY)}
+    else:
+        defaults = {"settings": "tiny", "nets": "cnn", "repeats": 2} if args.quick else \
+            {"settings": "cifar,short", "nets": "cifar_resnet20_v1,cnn", "repeats": 5}
+    apply_defaults(args, defaults, SECTION_MANY if args.many_shapes else SECTION)
     args.settings = args.settings.split(",")
     if any(name not in SETTINGS for name in args.settings):
         parser.error(f"--settings must name settings among {', '.join(SETTINGS)}, got {args.settings}.")
-    for name in ("repeats", "samples", "batch_size", "min_size", "buckets", "multiple"):
+    for name in ("repeats", "samples", "batch_size", "min_size", "buckets", "multiple", "max_shapes"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}.")
     args.only = args.only.split(",") if args.only else list(CONTESTANTS)
-    unknown = [n for n in args.only if n not in CONTESTANTS]
-    if unknown or "fixed" not in args.only:
-        parser.error(f"--only must name contestants among {', '.join(CONTESTANTS)} and include "
-                     f"'fixed' (the reference); got {', '.join(args.only)}.")
+    names, reference = (MANY, "many-static") if args.many_shapes else (CONTESTANTS, "fixed")
+    unknown = [n for n in args.only if n not in names]
+    if unknown or reference not in args.only:
+        parser.error(f"--only must name contestants among {', '.join(names)} and include "
+                     f"{reference!r} (the reference); got {', '.join(args.only)}.")
     return args
 
 
 def setting_options(name, args):
     """The options of one data setting, with the command line's overrides."""
     options = dict(SETTINGS[name], buckets=args.buckets, mode=args.mode, multiple=args.multiple,
-                   seed=args.seed)
+                   seed=args.seed, max_shapes=args.max_shapes if args.many_shapes else None)
     for key in ("samples", "batch_size", "min_size", "max_size"):
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
@@ -335,7 +368,48 @@ def findings(rows):
     return "\n".join(items)
 
 
+MANY_COLUMNS = [
+    ("contestant", lambda r: r["label"]),
+    ("samples/s: median (min - max)",
+     lambda r: f"{_fmt(r['samples_per_s'])} ({_fmt(r['min'])} - {_fmt(r['max'])})"),
+    ("vs one graph with static_alloc", lambda r: _ratio_cell(r["vs_static"])),
+    ("RSS MB after epoch 1, 2, last", lambda r: ", ".join(f"{m:.0f}" for m in
+                                                         r["rss_mb"][:2] + r["rss_mb"][-1:])),
+    ("growth after epoch 2 MB", lambda r: f"{r['rss_mb'][-1] - r['rss_mb'][1]:+.0f}"),
+    ("peak RSS MB", lambda r: f"{r['peak_rss_mb']:.0f}"),
+]
+
+
+def main_many(args):
+    """The --many-shapes comparison: more sizes than ShapeCache keeps, memory after each epoch."""
+    info = machine()
+    results = {"machine": info, "repeats": args.repeats, "runs": []}
+    options = setting_options(args.settings[0], args)
+    options["sizes"] = options["max_size"] - options["min_size"] + 1
+    for net in args.nets.split(","):
+        print(f"{net}: {options['samples']} images per epoch at one of {options['sizes']} sizes "
+              f"per batch, batch {options['batch_size']}", flush=True)
+        rows = compare("benchmarks.varshape", args.only, dict(options, net=net), args.repeats,
+                       reference="many-static")
+        reference = rows[args.only.index("many-static")]
+        for row in rows:
+            row["label"] = MANY[row["name"]][0].format(**options)
+            row["vs_static"] = paired(row["runs"], reference["runs"])
+        results["runs"].append({"net": net, "options": options, "rows": rows})
+        print(markdown_table(rows, MANY_COLUMNS), flush=True)
+    results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    sections = [template("varshape-many").format(repeats=args.repeats),
+                measured_on(info, f"OMP_NUM_THREADS={info['omp_num_threads']}")]
+    sections += [f"### {run['net']}, {options['min_size']}..{options['max_size']} px, batch "
+                 f"{options['batch_size']}, {options['samples']} images per epoch\n\n"
+                 f"{markdown_table(run['rows'], MANY_COLUMNS)}" for run in results["runs"]]
+    write_outputs(args, SECTION_MANY, results, "\n\n".join(sections))
+    return results
+
+
 def main(args):
+    if args.many_shapes:
+        return main_many(args)
     info = machine()
     print(f"{info['cpu']}, {info['cores']} cores, OMP_NUM_THREADS={info['omp_num_threads']}, "
           f"load {info['load_average']}", flush=True)

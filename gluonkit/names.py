@@ -14,11 +14,12 @@ Example::
     >>> brief_names(select(net), limit=2)
     "'0.weight', '0.bias' and 2 more"
 """
+import gc
 import re
 
 from mxnet import gluon
 
-__all__ = ["select", "first_names", "brief_names", "shape_fits"]
+__all__ = ["select", "first_names", "network_names", "brief_names", "shape_fits"]
 
 
 def select(block, pattern=None):
@@ -86,6 +87,32 @@ def first_names(params):
     for name, param in params.items():
         firsts.setdefault(param, name)
     return {name: param for param, name in firsts.items()}
+
+
+def network_names(params):
+    """``{name: Parameter}`` under structural names for a ``block.collect_params()`` result.
+
+    A ``ParameterDict`` keeps Gluon's internal names (``multitask0_dense2_weight``) and not
+    the block that collected it; that block is found among the live blocks with the dict's
+    prefix that hold all of its parameters (the most direct, if several), and names them as
+    :func:`select` does. Returns None if no such block is alive. Searching the live objects takes a fraction of a second:
+    call it once (a Trainer does, when built), not per step.
+
+    Example::
+
+        >>> list(network_names(net.collect_params(".*weight")))
+        ['0.weight', '1.weight']
+    """
+    wanted = list(params.values())
+    found = []
+    for obj in gc.get_objects():
+        if issubclass(type(obj), gluon.Block) and obj.prefix == params.prefix:
+            names = {param: name for name, param in first_names(select(obj)).items()}
+            if all(param in names for param in wanted):
+                found.append({names[param]: param for param in wanted})
+    # blocks made with prefix='' share it (a wrapper and its views): the one that names the
+    # parameters most directly, with the shortest names, is the one that collected them
+    return min(found, key=lambda named: sum(map(len, named)), default=None)
 
 
 def brief_names(names, limit=8):

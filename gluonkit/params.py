@@ -38,8 +38,10 @@ def freeze(block, pattern=None):
     The previous ``grad_req`` (``'write'``, or ``'add'`` with an accumulating Trainer) is
     remembered for :func:`unfreeze`. Parameters that are already ``'null'``, such as
     BatchNorm's running statistics, are left alone. Note that in training mode BatchNorm
-    still updates its running statistics: run a frozen backbone under
-    ``autograd.predict_mode()`` to keep them fixed too.
+    still normalizes with the batch's statistics and updates its running ones: call
+    ``gluonkit.nn.freeze_batchnorm(block)`` to keep them fixed too, with exact input
+    gradients (not ``autograd.predict_mode()``: in MXNet 1.9.1 a BatchNorm's input gradient
+    computed in prediction mode is wrong).
 
     Returns
     -------
@@ -206,22 +208,68 @@ def _prefixes(params, saved):
             for prefix, names in found.items()}
 
 
-def _choose_prefix(params, saved, path):
-    """The one prefix under which most of ``params`` fit (then: are present) in ``saved``."""
-    ranked = _prefixes(params, saved)
+def _sub_block_prefixes(params):
+    """The structural prefix of every sub-block that holds some of ``params`` (``'nested.'``)."""
+    prefixes = set()
+    for name in params:
+        parts = name.split(".")
+        prefixes.update(".".join(parts[:i]) + "." for i in range(1, len(parts)))
+    return prefixes
+
+
+def _within(params, sub):
+    """The parameters of the sub-block at prefix ``sub``, under the sub-block's own names."""
+    return {n[len(sub):]: p for n, p in params.items() if n.startswith(sub)}
+
+
+def _placements(params, saved):
+    """Every way ``saved`` maps onto ``params``, scored: (file prefix, sub-block) -> (fitting,
+    present).
+
+    A file saved by a network that contains the block stores a block's ``name`` as
+    ``file_prefix + name`` (sub-block ``''``); a file saved by a sub-block of the block stores
+    the names the block holds under ``sub_block`` (file prefix ``''``).
+    """
+    scores = {(prefix, ""): score for prefix, score in _prefixes(params, saved).items()}
+    for sub in _sub_block_prefixes(params):
+        inner = _within(params, sub)
+        names = [k for k in saved if k in inner]
+        if names:
+            scores[("", sub)] = (sum(shape_fits(inner[k].shape, saved[k].shape) for k in names),
+                                 len(names))
+    return scores
+
+
+def _expression(sub):
+    """``block.nested.trunk[0]``: Python that reaches the sub-block at prefix ``sub``."""
+    return "block" + "".join(f"[{part}]" if part.isdigit() else f".{part}"
+                             for part in sub.rstrip(".").split("."))
+
+
+def _choose_placement(params, saved, path):
+    """The one (file prefix, sub-block) under which most of ``params`` fit (then: are present)."""
+    ranked = _placements(params, saved)
     if not ranked:
         raise ValueError(f"none of the block's parameter names ({brief_names(params)}) appears "
                          f"in {path!r}, which holds {brief_names(saved)}.")
     best = max(ranked.values())
     tied = sorted(p for p, score in ranked.items() if score == best)
-    if len(tied) > 1:
+    if len(tied) == 1:
+        return tied[0]
+    subs = [sub for _, sub in tied if sub]
+    if not subs:
+        prefixes = [prefix for prefix, _ in tied]
         raise ValueError(f"the block's parameters fit equally well under the prefixes "
-                         f"{brief_names(tied)} of {path!r}; choose one with "
-                         f"load_into(..., prefix={tied[0]!r}).")
-    return tied[0]
+                         f"{brief_names(prefixes)} of {path!r}; choose one with "
+                         f"load_into(..., prefix={prefixes[0]!r}).")
+    places = [_expression(sub) if sub else "the block itself" if not prefix
+              else f"prefix={prefix!r}" for prefix, sub in tied]
+    raise ValueError(f"{path!r} fits {', '.join(places)} equally well; load it into the "
+                     f"sub-block that saved it, e.g. load_into({_expression(subs[0])}, "
+                     f"{path!r}).")
 
 
-def _plan(params, saved, prefix, ctx, strict, path):
+def _plan(params, saved, prefix, ctx, strict, path, target="the block"):
     """The (parameter, array) pairs to load; raises on any problem before anything is copied."""
     plan, missing, seen = [], [], set()
     for name, param in params.items():
@@ -250,7 +298,7 @@ def _plan(params, saved, prefix, ctx, strict, path):
     missing = [n for n in missing if params[n] not in seen]
     extra = [k for k in saved if k.startswith(prefix) and k[len(prefix):] not in params]
     if strict and (missing or extra):
-        raise ValueError(f"loading {path!r} with prefix {prefix!r}: "
+        raise ValueError(f"loading {path!r} into {target} with prefix {prefix!r}: "
                          + (f"missing in the file: {brief_names(missing)}. " if missing else "")
                          + (f"in the file but not in the block: {brief_names(extra)}. "
                             if extra else "")
@@ -267,8 +315,10 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
     The prefix under which the block's parameters are stored is found from the file: ``''``
     for the block's own file, ``'features.'`` for ``net.features`` in ``net``'s file (at any
     depth), or the prefix of a block with the same relative names and shapes in another
-    network's file. Everything is checked before anything is copied: on any error the
-    block's parameters are unchanged.
+    network's file. A file saved by a sub-block of ``block`` (``net.nested.save_parameters``,
+    then ``load_into(net, ...)``) is loaded into that sub-block; a file that fits several
+    places equally well (twin sub-blocks) is refused, naming them. Everything is checked
+    before anything is copied: on any error the block's parameters are unchanged.
 
     Parameters
     ----------
@@ -287,7 +337,8 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
     Returns
     -------
     str
-        The prefix used, ``''`` or ending with ``'.'``.
+        The prefix used, ``''`` or ending with ``'.'``: the file's names are the block's under
+        it; for a sub-block's file, the sub-block's prefix in ``block`` (``'nested.'``).
 
     Example::
 
@@ -307,14 +358,16 @@ def load_into(block, filename, ctx=None, strict=True, prefix=None):
         raise TypeError(f"prefix must be a str such as 'backbone.', got {prefix!r}.")
     path = os.fspath(filename)
     saved = _load_file(path)
+    sub = ""
     if prefix is None:
-        prefix = _choose_prefix(params, saved, path)
+        prefix, sub = _choose_placement(params, saved, path)
     elif prefix and not prefix.endswith("."):
         prefix += "."
-    plan = _plan(params, saved, prefix, ctx, strict, path)
+    plan = _plan(_within(params, sub), saved, prefix, ctx, strict, path,
+                 _expression(sub) if sub else "the block")
     block.collect_params().load_dict({param.name: array for param, array in plan}, ctx=ctx,
                                      allow_missing=True, filename=path)
-    return prefix
+    return sub or prefix
 
 
 def _state(param):
@@ -341,7 +394,8 @@ def _shape_text(shape):
 
 
 def summary(block):
-    """A table of the block's parameters: name, shape, size, grad_req, lr_mult, initialized.
+    """A table of the block's parameters: name, shape, size, grad_req, lr_mult, wd_mult,
+    initialized.
 
     Unknown dimensions of deferred parameters show as ``?``, with their size unknown. The
     totals count a shared parameter once and split trainable (``grad_req != 'null'``) from
@@ -350,8 +404,8 @@ def summary(block):
     Example::
 
         >>> print(summary(net))     # the two-layer net of select's example
-        name      shape   size  grad_req  lr_mult  initialized
-        0.weight  (4, 3)    12  write           1  yes
+        name      shape   size  grad_req  lr_mult  wd_mult  initialized
+        0.weight  (4, 3)    12  write           1        1  yes
         ...
         total: 26 values in 4 parameters (26 trainable, 0 not trainable)
     """
@@ -359,11 +413,11 @@ def summary(block):
     for name, param in select(block).items():
         size = _size(param.shape)
         rows.append((name, _shape_text(param.shape), "?" if size is None else f"{size:,}",
-                     param.grad_req, f"{param.lr_mult:g}", _state(param)))
+                     param.grad_req, f"{param.lr_mult:g}", f"{param.wd_mult:g}", _state(param)))
         counted.setdefault(param, size)
-    header = ("name", "shape", "size", "grad_req", "lr_mult", "initialized")
+    header = ("name", "shape", "size", "grad_req", "lr_mult", "wd_mult", "initialized")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    right = (False, False, True, False, True, False)
+    right = (False, False, True, False, True, True, False)
     lines = ["  ".join(cell.rjust(w) if r else cell.ljust(w)
                        for cell, w, r in zip(row, widths, right)).rstrip()
              for row in [header] + rows]

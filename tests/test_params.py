@@ -218,6 +218,39 @@ def test_load_into_finds_the_prefix(tmp_path):
         _mlp(in_units=4, hidden=5).load_parameters(str(tmp_path / "whole.params"))
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_sub_blocks_file_loads_into_that_sub_block_of_the_whole_network(tmp_path, strict):
+    # the file of net.nested holds trunk.0.*: loaded into the whole network it went into the
+    # outer trunk (same names) and left nested.* untouched, silently with strict=False
+    def network():
+        return _Whole(trunk=_mlp(in_units=3, hidden=3, layers=1),
+                      nested=_Whole(trunk=_mlp(in_units=3, hidden=3, classes=3)))
+
+    net = network()
+    net.initialize(mx.init.Xavier())
+    net.nested.save_parameters(str(tmp_path / "nested.params"))
+    net2 = network()
+    net2.initialize(mx.init.Xavier())
+    before = _values(net2)
+    assert P.load_into(net2, tmp_path / "nested.params", strict=strict) == "nested."
+    after = _values(net2)
+    _assert_same(_values(net.nested), {n[len("nested."):]: v for n, v in after.items()
+                                       if n.startswith("nested.")})
+    _assert_same(before, after, [n for n in before if not n.startswith("nested.")])
+
+
+def test_a_file_that_fits_several_sub_blocks_is_refused_naming_them(tmp_path):
+    net = nn.HybridSequential()
+    net.add(nn.Dense(3, in_units=3), nn.Dense(3, in_units=3))
+    net.initialize()
+    net[1].save_parameters(str(tmp_path / "layer.params"))
+    before = _values(net)
+    with pytest.raises(ValueError, match=r"block\[0\].*block\[1\].*load_into\(block\[0\]"):
+        P.load_into(net, tmp_path / "layer.params")
+    _assert_same(before, _values(net))
+    assert P.load_into(net[1], tmp_path / "layer.params") == ""
+
+
 def test_load_into_ambiguous_and_shape_chosen_prefixes(tmp_path):
     twins = _Whole(a=_mlp(in_units=3, hidden=3), b=_mlp(in_units=3, hidden=3))
     twins.initialize()
@@ -340,9 +373,10 @@ def test_summary_deferred_network():
     net.initialize()
     table = P.summary(net)
     lines = table.splitlines()
-    assert lines[0].split() == ["name", "shape", "size", "grad_req", "lr_mult", "initialized"]
-    assert lines[1].split() == ["0.weight", "(5,", "?)", "?", "write", "1", "deferred"]
-    assert lines[2].split() == ["0.bias", "(5,)", "5", "write", "1", "yes"]
+    assert lines[0].split() == ["name", "shape", "size", "grad_req", "lr_mult", "wd_mult",
+                                "initialized"]
+    assert lines[1].split() == ["0.weight", "(5,", "?)", "?", "write", "1", "1", "deferred"]
+    assert lines[2].split() == ["0.bias", "(5,)", "5", "write", "1", "1", "yes"]
     assert lines[-1] == ("total: 17 values in 4 parameters (17 trainable, 0 not trainable); "
                          "1 of unknown size")
 
@@ -350,8 +384,8 @@ def test_summary_deferred_network():
     P.freeze(net, r"^1\.")
     P.set_lr_mult(net, 2.5, r"^0\.")
     lines = P.summary(net).splitlines()
-    assert lines[1].split() == ["0.weight", "(5,", "7)", "35", "write", "2.5", "yes"]
-    assert lines[3].split() == ["1.weight", "(2,", "5)", "10", "null", "1", "yes"]
+    assert lines[1].split() == ["0.weight", "(5,", "7)", "35", "write", "2.5", "1", "yes"]
+    assert lines[3].split() == ["1.weight", "(2,", "5)", "10", "null", "1", "1", "yes"]
     assert lines[-1] == "total: 52 values in 4 parameters (40 trainable, 12 not trainable)"
 
 
@@ -436,3 +470,43 @@ def test_load_into_with_a_context_that_is_not_one_changes_nothing(tmp_path, ctx)
 def _summary_rows(block):
     """The rows of ``summary``'s table, split into cells."""
     return [line.split() for line in P.summary(block).splitlines()[1:-1]]
+
+
+def test_the_freeze_advice_keeps_batchnorm_statistics_with_exact_input_gradients():
+    # freeze's docstring advised autograd.predict_mode(), which gives BatchNorm wrong input
+    # gradients in MXNet 1.9.1 (docs/branches.md warns against it); it now names
+    # freeze_batchnorm, which keeps the statistics and gives the analytic gradient
+    assert "predict_mode()`` to keep" not in P.freeze.__doc__
+    assert "gluonkit.nn.freeze_batchnorm(block)" in P.freeze.__doc__
+    backbone = nn.HybridSequential()
+    backbone.add(nn.BatchNorm(in_channels=4))
+    backbone.initialize()
+    rng = np.random.RandomState(0)
+    for name, value in [("gamma", rng.rand(4) + 0.5), ("running_mean", rng.randn(4)),
+                        ("running_var", rng.rand(4) + 0.5)]:
+        getattr(backbone[0], name).set_data(nd.array(value))
+    P.freeze(backbone)
+    gluonkit.nn.freeze_batchnorm(backbone)
+    stats = _values(backbone)
+    x = nd.array(rng.randn(3, 4, 2, 2))
+    x.attach_grad()
+    with autograd.record():
+        y = backbone(x)
+    y.backward()
+    gamma, var = backbone[0].gamma.data().asnumpy(), backbone[0].running_var.data().asnumpy()
+    expected = np.broadcast_to((gamma / np.sqrt(var + 1e-5)).reshape(1, 4, 1, 1), x.shape)
+    assert_allclose(x.grad.asnumpy(), expected, rtol=1e-5)
+    _assert_same(stats, _values(backbone))
+
+
+def test_summary_shows_wd_mult_beside_lr_mult():
+    # summary() showed lr_mult but not wd_mult, so set_wd_mult could not be checked in it
+    net = _mlp()
+    net.initialize()
+    assert P.set_wd_mult(net, 0, "bias$") == ["0.bias", "1.bias"]
+    P.set_lr_mult(net, 10, r"^1\.")
+    header, *rows = P.summary(net).splitlines()[:-1]
+    columns = header.split()
+    table = {row.split()[0]: dict(zip(columns, row.replace(", ", ",").split())) for row in rows}
+    assert {n: (r["lr_mult"], r["wd_mult"]) for n, r in table.items()} == {
+        "0.weight": ("1", "1"), "0.bias": ("1", "0"), "1.weight": ("10", "1"), "1.bias": ("10", "0")}

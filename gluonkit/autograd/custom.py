@@ -1,8 +1,8 @@
 """Custom operators: a forward function and a hand-written backward, as one MXNet operator.
 
 :func:`custom_op` builds a :class:`CustomOperator`, which registers an ``mx.operator``
-under a stable name (its ``op_type``), infers output shapes and dtypes by running the
-forward on zeros, and runs forward and backward as a ``CustomOp`` kernel, imperatively
+under a stable name (its ``op_type``), finds output shapes and dtypes by running the
+forward on zeros (keeping the shapes, dropping errors of the values), and runs forward and backward as a ``CustomOp`` kernel, imperatively
 under ``autograd.record()``, inside hybridized blocks, and after ``export``.
 """
 import atexit
@@ -160,8 +160,7 @@ class _Prop(mx.operator.CustomOpProp):
         if not all(_shape_known(s) for s in in_shape):
             return in_shape, [()] * n_out, []
         self._in_shapes = tuple(tuple(s) for s in in_shape)
-        types = self._in_types or (np.float32,) * len(in_shape)
-        out_shapes, _ = self._op._infer(self._keywords, self._in_shapes, types)
+        out_shapes, _ = self._op._infer(self._keywords, self._in_shapes, self._in_types)
         return in_shape, list(out_shapes), []
 
     def infer_type(self, in_type):
@@ -266,13 +265,18 @@ class CustomOperator:
         self.num_outputs = num_outputs
         return function
 
-    def _infer(self, keywords, shapes, types):
-        """:meth:`_run_on_zeros`, remembered for the last distinct arguments."""
+    def _infer(self, keywords, shapes, types=None, inputs=None):
+        """Output shapes and dtypes (:meth:`_find_outputs`), remembered for the last distinct
+        arguments; ``types`` None (MXNet asks for shapes before it gives types) takes those of
+        a call remembered with these shapes, else float32."""
+        if types is None:
+            known = [key for key in self._inferred if key[:2] == (keywords, shapes)]
+            types = known[-1][2] if known else (np.float32,) * len(shapes)
         key = (keywords, shapes, types)
         if key not in self._inferred:
             if len(self._inferred) >= _INFER_CACHE_SIZE:
                 self._inferred.pop(next(iter(self._inferred)))
-            self._inferred[key] = self._run_on_zeros(keywords, shapes, types)
+            self._inferred[key] = self._find_outputs(keywords, shapes, types, inputs)
         return self._inferred[key]
 
     def _resolve(self, given):
@@ -281,8 +285,30 @@ class CustomOperator:
         kwargs.update(given)
         return kwargs
 
-    def _run_on_zeros(self, keywords, shapes, types):
-        """Output shapes and dtypes of the forward run on zeros of these input shapes/types.
+    def _find_outputs(self, keywords, shapes, types, inputs):
+        """Output shapes and dtypes of the forward run on zeros of the input shapes and types.
+
+        A forward that reads values (``asnumpy``) may fail on zeros (a zero matrix has no
+        inverse): then an imperative call's own ``inputs`` are used instead; a graph, which
+        MXNet gives only shapes, cannot be inferred.
+        """
+        def zeros():
+            return [mx.nd.zeros(s, ctx=mx.cpu(), dtype=t) for s, t in zip(shapes, types)]
+
+        try:
+            return self._in_thread(self._signature, decode_keywords(keywords), zeros)
+        except mx.base.MXNetError as err:
+            if inputs is None:
+                raise RuntimeError(
+                    f"{self.__name__} failed in MXNet when run on zero-filled inputs of shapes "
+                    f"{list(shapes)} to find its output shapes inside a graph, where MXNet gives "
+                    "operators only shapes: make the forward return its outputs without reading "
+                    "their values (asnumpy, asscalar, wait_to_read), or call it imperatively, "
+                    "where its own inputs are used.") from err
+        return self._in_thread(self._signature, decode_keywords(keywords), lambda: inputs)
+
+    def _in_thread(self, function, *args):
+        """``function(*args)`` run in a fresh thread, its error re-raised here.
 
         MXNet calls shape and type inference from inside its own C API calls, whose
         per-thread buffers a nested imperative call would overwrite; the forward therefore
@@ -292,7 +318,7 @@ class CustomOperator:
 
         def target():
             try:
-                result["value"] = self._zero_forward(decode_keywords(keywords), shapes, types)
+                result["value"] = function(*args)
             except Exception as err:  # re-raised in the calling thread below
                 result["error"] = err
 
@@ -303,15 +329,22 @@ class CustomOperator:
             raise result["error"]
         return result["value"]
 
-    def _zero_forward(self, given, shapes, types):
-        zeros = [mx.nd.zeros(s, ctx=mx.cpu(), dtype=t) for s, t in zip(shapes, types)]
-        outs = _as_list(self._forward(*zeros, **self._resolve(given)), self.num_outputs,
+    def _signature(self, given, arrays):
+        """Output shapes and dtypes of the forward run on ``arrays()``, waited for: only the
+        shapes count, and an error of the values (a zero matrix has no inverse) is dropped,
+        which the engine would otherwise raise at the next waitall and at exit."""
+        outs = _as_list(self._forward(*arrays(), **self._resolve(given)), self.num_outputs,
                         f"the forward of {self.__name__} (its backward takes "
                         f"{self.num_outputs} output gradient(s))")
         for i, out in enumerate(outs):
             if not isinstance(out, mx.nd.NDArray):
                 raise TypeError(f"output {i} of {self.__name__} is a {type(out).__name__}; "
                                 "the forward must return NDArrays.")
+        for out in outs:
+            try:
+                out.wait_to_read()
+            except mx.base.MXNetError:
+                pass
         return tuple(o.shape for o in outs), tuple(np.dtype(o.dtype).type for o in outs)
 
     def _check_call(self, args, kwargs):
@@ -348,7 +381,7 @@ class CustomOperator:
         else:
             # infer here first: forward errors surface as themselves, not inside MXNet's callback
             self._infer(keywords, tuple(a.shape for a in args),
-                        tuple(np.dtype(a.dtype).type for a in args))
+                        tuple(np.dtype(a.dtype).type for a in args), inputs=args)
             out = mx.nd.Custom(*args, op_type=self.op_type, keywords=keywords)
             outs = out if isinstance(out, (list, tuple)) else [out]
         return outs[0] if self.num_outputs == 1 else tuple(outs)
@@ -374,14 +407,18 @@ def custom_op(forward=None, *, name=None):
     once nothing uses that any more.
 
     Keyword values keep their Python types (int, float, bool, None, str, and lists/tuples of
-    them) in forward and backward; omitted keywords take the forward's defaults in both. An
+    them) in forward and backward; NumPy scalars (``np.float32(2.0)``, ``np.int64(3)``) arrive
+    as the Python value they hold; omitted keywords take the forward's defaults in both. An
     unknown keyword, a value of another type, or an array passed as a keyword raises
     ``TypeError``.
 
-    Output shapes and dtypes are inferred by running the forward on zero-filled inputs of
-    the input shapes and dtypes (once per distinct shapes, dtypes and keywords). The forward
-    must therefore run on zeros, and its output shapes and dtypes must depend only on the
-    input shapes, dtypes and keywords, never on the values.
+    Output shapes and dtypes are found by running the forward on zero-filled inputs of the
+    input shapes and dtypes (once per distinct shapes, dtypes and keywords), waiting for that
+    run and keeping only its shapes: an error of its values (a zero matrix has no inverse) is
+    dropped. The output shapes and dtypes must depend only on the input shapes, dtypes and
+    keywords, never on the values. A forward that reads values (``asnumpy``) and so fails on
+    zeros at once is run on an imperative call's own inputs instead; in a graph, where MXNet
+    gives operators only shapes, it raises ``RuntimeError``.
 
     Example::
 

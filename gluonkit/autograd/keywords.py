@@ -13,14 +13,20 @@ Example::
 """
 import json
 
+import numpy as np
+
 __all__ = ["encode_keywords", "decode_keywords"]
 
 _SCALARS = (bool, int, float, str)
+# NumPy scalars, as MXNet's own operators take them; they arrive as the Python value they hold
+_NUMPY_SCALARS = (np.bool_, np.integer, np.floating, np.str_)
 _TUPLE_TAG = "tuple"
 
 
 def _encode(value, where):
     """``value`` as a JSON-ready structure where tuples are tagged objects."""
+    if isinstance(value, _NUMPY_SCALARS):
+        value = value.item()
     if value is None or type(value) in _SCALARS:
         return value
     if type(value) is list:
@@ -28,8 +34,8 @@ def _encode(value, where):
     if type(value) is tuple:
         return {_TUPLE_TAG: [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
     raise TypeError(f"{where} is {value!r} of type {type(value).__name__}, which cannot be "
-                    "serialized; pass int, float, bool, str, None or a list/tuple of them "
-                    "(e.g. float(value) for a NumPy scalar).")
+                    "serialized; pass int, float, bool, str, None (or a NumPy scalar) or a "
+                    "list/tuple of them.")
 
 
 def _decode(value):
@@ -44,8 +50,9 @@ def _decode(value):
 def encode_keywords(kwargs):
     """``kwargs`` (name -> value) as one JSON string, the same for equal keywords.
 
-    Raises ``TypeError`` naming the keyword (and the position inside a list or tuple) whose
-    value is not int, float, bool, str, None or a list/tuple of them.
+    NumPy scalars (``np.float32(2.0)``, ``np.int64(3)``) are written as the Python value they
+    hold. Raises ``TypeError`` naming the keyword (and the position inside a list or tuple)
+    whose value is not int, float, bool, str, None, a NumPy scalar or a list/tuple of them.
     """
     return json.dumps({k: _encode(v, f"keyword {k!r}") for k, v in kwargs.items()},
                       sort_keys=True)

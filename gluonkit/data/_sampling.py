@@ -1,4 +1,5 @@
 """Seeded sampling shared by the bucketing and multi-scale samplers, and their loader."""
+import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
@@ -39,16 +40,35 @@ class DataLoader(gluon.data.DataLoader):
     sampler (its bucket shapes or sizes, its ``state_dict``) can be reached, and so that
     ``fit`` finds the sampler whose state a checkpoint carries.
 
+    Its batches are on ``cpu(0)`` (``cpu_pinned`` with ``pin_memory=True``), also with
+    ``num_workers > 0``, where gluon leaves them in shared memory (``cpu_shared(0)``), which a
+    hybridized network on ``cpu(0)`` refuses.
+
     Example::
 
         >>> loader = DataLoader(dataset, batch_sampler=BucketSampler(shapes, 32))
         >>> loader.batch_sampler.buckets.shapes
     """
 
+    def __iter__(self):
+        batches = super().__iter__()
+        if self._num_workers == 0 or self._pin_memory:
+            return batches
+        return (_out_of_shared_memory(batch) for batch in batches)
+
     @property
     def batch_sampler(self):
         """The sampler of batches of indices (gluon's ``BatchSampler`` unless one was given)."""
         return self._batch_sampler
+
+
+def _out_of_shared_memory(batch):
+    """``batch`` with every NDArray in shared memory (a worker's) copied to ``cpu(0)``."""
+    if isinstance(batch, mx.nd.NDArray):
+        return batch.as_in_context(mx.cpu(0)) if batch.context.device_type == "cpu_shared" else batch
+    if type(batch) in (list, tuple):
+        return type(batch)(_out_of_shared_memory(b) for b in batch)
+    return batch
 
 
 class SeededEpochs(gluon.data.Sampler):

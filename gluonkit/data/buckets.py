@@ -9,8 +9,9 @@ import numbers
 
 import mxnet as mx
 import numpy as np
-from gluoncv.data.batchify import Stack, Tuple
+from gluoncv.data.batchify import Tuple
 from mxnet import gluon
+from mxnet.gluon.data.dataloader import default_batchify_fn
 
 from ..validate import choice, is_int, positive_int
 from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
@@ -298,7 +299,8 @@ class BucketPad:
     of a :class:`BucketSampler`, their bucket) and every sample is padded at the end of each
     axis. In resize mode every sample is resized (bilinear, as ``transforms.Resize``) to the
     bucket of the first sample; the axes must then be the last two (height, width). The batch
-    is made by gluoncv's ``Stack``, in shared memory for DataLoader workers.
+    is stacked as gluon's DataLoader stacks samples: an NDArray on ``cpu(0)`` of the samples'
+    dtype.
 
     Parameters
     ----------
@@ -349,7 +351,7 @@ class BucketPad:
             for row, x in zip(rows, arrays):
                 row[tuple(slice(0, n) for n in x.shape)] = x
             valid = sizes
-        batch = Stack()(list(rows))
+        batch = default_batchify_fn(list(rows))
         if not self._ret_valid:
             return batch
         return batch, mx.nd.array(valid, ctx=batch.context, dtype=np.int32)
@@ -365,7 +367,8 @@ def _mask(valid, shape, ctx):
 
 
 class _StackLabels:
-    """gluoncv's Stack for labels of one shape; labels of several shapes are refused with the fix."""
+    """Labels of one shape stacked as gluon's DataLoader does (Python ints give int64); labels
+    of several shapes are refused with the fix."""
 
     def __call__(self, labels):
         shapes = {tuple(np.shape(y)) for y in labels}
@@ -373,14 +376,14 @@ class _StackLabels:
             raise ValueError(f"the labels of a batch have different shapes {sorted(shapes)[:4]} "
                              "(detection boxes?); pass label_fn=gluoncv.data.batchify.Pad(axis=0, "
                              "pad_val=-1) to pad them, or BucketPad(buckets, pad_val=-1) for masks.")
-        return Stack()(labels)
+        return default_batchify_fn(labels)
 
 
 class BucketBatchify:
     """Batchify (data, label) samples of a bucketed dataset for a ``gluon.data.DataLoader``.
 
     The data are padded (or resized) to their bucket by :class:`BucketPad`; the labels are
-    batched by ``label_fn`` (gluoncv's ``Stack`` by default, or e.g. ``BucketPad(buckets,
+    batched by ``label_fn`` (stacked as gluon's DataLoader does by default, or e.g. ``BucketPad(buckets,
     pad_val=-1)`` for segmentation masks). The batch is ``(data, label)``, or with ``extra``
     ``(data, label, valid)`` / ``(data, label, mask)``.
 
@@ -388,8 +391,8 @@ class BucketBatchify:
     ----------
     buckets : Buckets
     label_fn : callable, optional
-        Batchify function of the labels; default ``gluoncv.data.batchify.Stack()`` (labels of
-        different shapes, such as boxes per image, then raise: pass
+        Batchify function of the labels; by default they are stacked as gluon's DataLoader
+        stacks them, keeping their dtype (Python ints give int64; labels of different shapes, such as boxes per image, then raise: pass
         ``gluoncv.data.batchify.Pad(axis=0, pad_val=-1)``).
     pad_val : float, default 0
         Padding value of the data.
@@ -439,11 +442,13 @@ def _sample_shapes(dataset):
 
 def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", multiple=1,
                   shapes=None, shuffle=True, last_batch="keep", seed=None, pad_val=0, label_fn=None,
-                  extra=None, num_workers=0):
+                  extra=None, num_workers=0, pin_memory=False):
     """A ``gluon.data.DataLoader`` of bucketed batches of a dataset of (data, label) samples.
 
     It yields ``(data, label)`` (or with ``extra`` a third array, see :class:`BucketBatchify`),
-    every batch padded or resized to one of a few bucket shapes; ``gluonkit.fit`` takes it.
+    every batch padded or resized to one of a few bucket shapes; ``gluonkit.fit`` takes it,
+    and so does one's own loop: the arrays are on ``cpu(0)`` with the dtypes gluon's
+    DataLoader gives (int labels stay int64), as a hybridized network on ``cpu(0)`` needs.
     ``loader.batch_sampler`` is its :class:`BucketSampler` (bucket shapes in
     ``loader.batch_sampler.buckets.shapes``; ``state_dict`` to resume: ``fit`` saves it).
 
@@ -462,6 +467,9 @@ def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", 
         As for :class:`BucketBatchify`.
     num_workers : int, default 0
         Data loading processes.
+    pin_memory : bool, default False
+        As for gluon's DataLoader: batches in ``cpu_pinned(0)``; otherwise they are on
+        ``cpu(0)``, also with workers.
 
     Example::
 
@@ -471,5 +479,5 @@ def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", 
     sampler = BucketSampler(_sample_shapes(dataset) if shapes is None else shapes, batch_size,
                             buckets, axes=axes, mode=mode, multiple=multiple, shuffle=shuffle,
                             last_batch=last_batch, seed=seed)
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
                       batchify_fn=BucketBatchify(sampler.buckets, label_fn, pad_val, extra))

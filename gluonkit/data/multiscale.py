@@ -10,8 +10,8 @@ import numbers
 
 import mxnet as mx
 import numpy as np
-from gluoncv.data.batchify import Stack, Tuple
 from mxnet import gluon
+from mxnet.gluon.data.dataloader import default_batchify_fn
 
 from ..validate import choice, positive_int
 from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
@@ -162,21 +162,19 @@ class MultiScaleDataset(gluon.data.Dataset):
         return self._dataset[item]
 
 
-class _StackFields:
-    """gluoncv's Stack on every field of the samples (or on the samples themselves)."""
-
-    def __call__(self, samples):
-        if isinstance(samples[0], (tuple, list)):
-            return Tuple([Stack() for _ in samples[0]])(samples)
-        return Stack()(samples)
+def _stack_fields(samples):
+    """Every field of the samples stacked as gluon's DataLoader stacks it, as a tuple."""
+    batch = default_batchify_fn(samples)
+    return tuple(batch) if isinstance(batch, list) else batch
 
 
 def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, last_batch="keep",
-                      seed=None, transform=None, batchify_fn=None, num_workers=0):
+                      seed=None, transform=None, batchify_fn=None, num_workers=0, pin_memory=False):
     """A ``gluon.data.DataLoader`` whose batches each come at one size drawn from ``sizes``.
 
     With (image, label) samples it yields ``(data, label)`` batches, as ``gluonkit.fit``
-    takes them. ``loader.batch_sampler`` is its :class:`MultiScaleSampler`.
+    takes them, on ``cpu(0)`` with the dtypes gluon's DataLoader gives (int labels stay
+    int64), ready for a hybridized network on ``cpu(0)`` in one's own loop. ``loader.batch_sampler`` is its :class:`MultiScaleSampler`.
 
     Parameters
     ----------
@@ -188,9 +186,13 @@ def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, l
     transform : callable, optional
         As for :class:`MultiScaleDataset`.
     batchify_fn : callable, optional
-        Default: gluoncv's ``Stack`` on every field.
+        Default: every field stacked as gluon's DataLoader stacks it (an NDArray on
+        ``cpu(0)`` of the field's dtype: Python int labels give int64).
     num_workers : int, default 0
         Data loading processes (the sizes do not depend on them).
+    pin_memory : bool, default False
+        As for gluon's DataLoader: batches in ``cpu_pinned(0)``; otherwise they are on
+        ``cpu(0)``, also with workers.
 
     Example::
 
@@ -199,5 +201,5 @@ def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, l
     """
     sampler = MultiScaleSampler(len(dataset), batch_size, sizes, interval, shuffle, last_batch, seed)
     return DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=sampler,
-                      batchify_fn=_StackFields() if batchify_fn is None else batchify_fn,
-                      num_workers=num_workers)
+                      batchify_fn=_stack_fields if batchify_fn is None else batchify_fn,
+                      num_workers=num_workers, pin_memory=pin_memory)

@@ -65,35 +65,74 @@ class _Route(HybridBlock):
     """The trunk and some branches of a :class:`Branches` network, sharing its parameters.
 
     Its children are the network's own trunk and branch blocks, as attributes of the same
-    names, so its parameters save under the same structural names as the network's.
+    names, so its parameters save under the same structural names as the network's. A dotted
+    name (``'heads.aux'``) reaches into a branch that is itself a :class:`Branches`: that
+    child is then the inner network's route through the rest of the names.
     """
 
     def __init__(self, owner, names):
-        super().__init__(prefix=f"{owner.prefix}route_{'_'.join(names)}_")
+        super().__init__(prefix=f"{owner.prefix}route_{'_'.join(names).replace('.', '_')}_")
         self._names = names
-        self._complete = owner._complete_deferred_init
-        self.trunk = owner.trunk
+        self._inner = {}   # branch -> the names within it ([''] for the whole branch)
         for name in names:
-            setattr(self, name, getattr(owner, name))
+            branch, _, inner = name.partition(".")
+            self._inner.setdefault(branch, []).append(inner)
+        self._complete = owner._complete_deferred_init
+        self._waiting = owner._waiting_branches
+        self.trunk = owner.trunk
+        for branch in self._inner:
+            setattr(self, branch, self._child(owner, branch))
+
+    def _child(self, owner, branch):
+        """The block that computes ``branch``: the branch, or its route through inner names."""
+        inner = self._inner[branch]
+        return getattr(owner, branch) if inner == [""] else getattr(owner, branch).route(*inner)
+
+    @property
+    def _whole(self):
+        """The branches this route computes whole (the others it leaves out or enters)."""
+        return [branch for branch, inner in self._inner.items() if inner == [""]]
 
     def __repr__(self):
         trunk = "trunk -> " if self.trunk is not None else ""
         return f"Route({trunk}{', '.join(self._names)})"
 
     def forward(self, x, *args):
-        out = _tuples(super().forward(x, *args))
+        if not isinstance(x, NDArray):
+            self._refuse_to_be_traced_with_branches_waiting()
         self._complete_other_branches((x,) + args)
-        return out
+        return _tuples(super().forward(x, *args))
+
+    def _refuse_to_be_traced_with_branches_waiting(self):
+        """A graph traced through this route leaves out the other branches: if they still wait
+        for their shapes, the graph of the block that traces it cannot give them any, and Gluon
+        fails with a bare "shape cannot be inferred" naming an internal parameter name."""
+        waiting = list(self._waiting(skip=self._whole))
+        if waiting:
+            raise RuntimeError(
+                f"route{self._names} is traced inside another hybridized block while the "
+                f"branches {', '.join(map(repr, waiting))} it leaves out still wait for their "
+                "shapes, which that block's graph cannot give them; call the network (or the "
+                "route) once on a batch before that block's first call, e.g. net(x), or give "
+                "those layers their input sizes (in_units, in_channels).")
 
     def _complete_other_branches(self, inputs):
         """Finish the deferred initialization of the branches this route skips, from the input
         arrays; a traced call (Symbols) cannot, so a block that runs the route in a graph of
         its own (:class:`~gluonkit.nn.ShapeCache`) calls this with the arrays."""
         if isinstance(inputs[0], NDArray):
-            self._complete(inputs, skip=self._names)
+            self._complete(inputs, skip=self._whole)
 
     def hybrid_forward(self, F, x, *args):
-        outputs = _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
+        outputs = _run(self.trunk, [getattr(self, branch) for branch in self._inner], (x,) + args)
+        by_name = {}
+        for (branch, inner), out in zip(self._inner.items(), outputs):
+            if inner == [""]:
+                by_name[branch] = out
+            else:
+                by_name.update(zip((f"{branch}.{n}" for n in inner),
+                                   out if len(inner) > 1 else (out,)))
+        outputs = tuple(by_name[name] for name in self._names)
         return outputs[0] if len(outputs) == 1 else outputs
 
 
@@ -153,8 +192,10 @@ class Branches(HybridBlock):
         # a trunk or branch replaced later (a new head for fine-tuning) replaces it in the routes
         if name == "trunk" or name in getattr(self, "_names", ()):
             for route in self._routes:
-                if name == "trunk" or name in route._names:
-                    setattr(route, name, value)
+                if name == "trunk":
+                    route.trunk = value
+                elif name in route._inner:
+                    setattr(route, name, route._child(self, name))
 
     @property
     def names(self):
@@ -192,12 +233,15 @@ class Branches(HybridBlock):
         """A HybridBlock computing the trunk and only the branches ``names``.
 
         It shares every parameter with this network and returns the branches' outputs in the
-        order given (the output itself for one name). The same names give the same view.
+        order given (the output itself for one name). The same names give the same view. A
+        dotted name reaches a branch of a branch that is itself a ``Branches``
+        (``'heads.aux'``: this trunk, then the inner trunk, then only ``aux``).
 
         Example::
 
             with autograd.record():
                 loss = loss_fn(net.route('digit')(x), y)
+            aux = net.route('heads.aux')(x)       # one head of a nested Branches
         """
         if not names:
             raise ValueError(f"route() needs at least one branch name; the branches are "
@@ -208,11 +252,22 @@ class Branches(HybridBlock):
                        if isinstance(name, (list, tuple)) else f"the branches are {self.names}")
                 raise TypeError(f"route() takes branch names as separate strings, got {name!r}; "
                                 f"{fix}.")
-        unknown = [name for name in names if name not in self._names]
+        unknown = [name for name in names if name.partition(".")[0] not in self._names]
         if unknown:
             raise KeyError(f"no branch named {unknown[0]!r}; the branches are {self.names}.")
         if len(set(names)) != len(names):
             raise ValueError(f"route{names} names a branch twice; name each branch once.")
+        for name in names:
+            branch, _, inner = name.partition(".")
+            if inner and not isinstance(getattr(self, branch), Branches):
+                raise KeyError(f"branch {branch!r} has no branches of its own, so {name!r} names "
+                               f"nothing; dotted names reach into a branch that is a Branches.")
+            if inner and branch in names:
+                raise ValueError(f"route{names} names both {branch!r} and {name!r}; the whole "
+                                 f"branch {branch!r} already computes {name!r}.")
+            if inner and inner.partition(".")[0] not in getattr(self, branch).names:
+                raise KeyError(f"no branch named {name!r}; the branches of {branch!r} are "
+                               f"{getattr(self, branch).names}.")
         route = self._routes.get(names)
         if route is None:
             route = _Route(self, names)
@@ -263,12 +318,8 @@ class Branches(HybridBlock):
                                "add(name, block) before calling it.")
         return _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
 
-    def _complete_deferred_init(self, inputs, skip=()):
-        """Finish the deferred initialization of branches that have not run yet.
-
-        The trunk's output shapes come from symbolic shape inference on the input shapes, and
-        each pending branch's parameter shapes from its graph on those: nothing is computed.
-        """
+    def _waiting_branches(self, skip=()):
+        """{name: parameters waiting for their shapes} of the branches not in ``skip``."""
         pending = {}
         for name in self._names:
             if name not in skip:
@@ -276,6 +327,15 @@ class Branches(HybridBlock):
                           if _waiting(param)]
                 if params:
                     pending[name] = params
+        return pending
+
+    def _complete_deferred_init(self, inputs, skip=()):
+        """Finish the deferred initialization of branches that have not run yet.
+
+        The trunk's output shapes come from symbolic shape inference on the input shapes, and
+        each pending branch's parameter shapes from its graph on those: nothing is computed.
+        """
+        pending = self._waiting_branches(skip)
         if not pending:
             return
         in_shapes = [x.shape for x in inputs]

@@ -19,13 +19,23 @@ def flatten(nested):
 class Views:
     """Views by key, least recently used first; beyond ``limit`` (if given) the oldest go.
 
+    ``on_drop(view)``, if given, is called on every view dropped (beyond the limit or by
+    :meth:`clear`): a Gluon block lives in a reference cycle (with its name scope), so a view
+    let go waits for Python's cycle collector, with its compiled graph and that graph's
+    memory, unless it is released when dropped.
+
     Not a dict or list on purpose: Gluon would take the views held in one for children the
     owner forgot to register, and warn.
     """
 
-    def __init__(self, limit=None):
+    def __init__(self, limit=None, on_drop=None):
         self._limit = limit
+        self._on_drop = on_drop
         self._by_key = OrderedDict()
+
+    def _drop(self, view):
+        if self._on_drop is not None:
+            self._on_drop(view)
 
     def get(self, key):
         """The view under ``key`` (now the most recently used), or None."""
@@ -38,7 +48,7 @@ class Views:
         """Keep ``view`` under ``key``, dropping the least recently used beyond the limit."""
         self._by_key[key] = view
         while self._limit is not None and len(self._by_key) > self._limit:
-            self._by_key.popitem(last=False)
+            self._drop(self._by_key.popitem(last=False)[1])
 
     def keys(self):
         """The keys, least recently used first."""
@@ -49,7 +59,10 @@ class Views:
         return next(reversed(self._by_key.values()), None)
 
     def clear(self):
+        views = list(self._by_key.values())
         self._by_key.clear()
+        for view in views:
+            self._drop(view)
 
     def __iter__(self):
         return iter(list(self._by_key.values()))

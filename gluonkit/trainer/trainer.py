@@ -6,7 +6,7 @@ import warnings
 import mxnet as mx
 from mxnet import gluon
 
-from ..names import first_names, select
+from ..names import first_names, network_names, select
 from ..validate import check_count, is_int, positive_int
 from ._args import (check_clip, check_clip_setting, check_kvstore, check_launched, check_learning_rate,
                     check_optimizer, check_pending, check_policy, check_update_on_kvstore, is_distributed,
@@ -42,9 +42,12 @@ def _aggregate_updates(optimizer):
 
 
 def _named(params):
-    """``(params, names)``: what ``gluon.Trainer`` takes, and {Parameter: name} from a Block or dict."""
+    """``(params, names)``: what ``gluon.Trainer`` takes, and {Parameter: name} from a Block,
+    a dict, or a ParameterDict (named by the block that collected it)."""
     if isinstance(params, gluon.Block):
         params = first_names(select(params))
+    if isinstance(params, gluon.ParameterDict):
+        return params, {param: name for name, param in (network_names(params) or {}).items()}
     if isinstance(params, dict):
         return params, {param: name for name, param in params.items()}
     return params, {}
@@ -80,8 +83,9 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
     params : Block, ParameterDict, dict or list of Parameter
         The parameters to optimize, all on the same contexts. A Block gives all of its
         parameters under their structural names (``features.0.weight``, as
-        ``gluonkit.params.select`` gives them), a dict names them by its keys; otherwise they
-        go by ``Parameter.name`` until ``name_params`` names them. The names key
+        ``gluonkit.params.select`` gives them), and so does ``block.collect_params()`` (named by
+        that block); a dict names them by its keys; a list goes by ``Parameter.name`` until
+        ``name_params`` names them. The names key
         ``state_dict`` and appear in warnings. A parameter listed twice (shared by two blocks
         and collected from both) is updated once.
     optimizer : str or Optimizer

@@ -1,5 +1,6 @@
 """custom_op keyword values keep their Python types in forward and backward, hybridized too."""
 import mxnet as mx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -93,3 +94,26 @@ def test_encoding_keeps_lists_and_tuples_apart_and_names_a_bad_value():
     assert _typed(decode_keywords(text)) == _typed(keywords)
     with pytest.raises(TypeError, match=r"keyword 'b'\[1\]\[0\] is <object"):
         encode_keywords({"b": (1, [object()])})
+
+
+@pytest.mark.parametrize("hybridize_net", [False, True], ids=["imperative", "hybridized"])
+def test_numpy_scalar_keywords_arrive_as_the_python_values_they_hold(hybridize_net):
+    # custom_op refused np.float32(2.0) and np.int64(3), which MXNet's own operators take
+    kwargs = {"i": np.int64(3), "f": np.float32(2.5), "b": np.bool_(True), "s": np.str_("x"),
+              "seq": (np.int32(1), [np.float64(0.25)])}
+    net = mx.gluon.nn.HybridLambda(lambda F, x: record_keywords(x, **kwargs))
+    if hybridize_net:
+        net.hybridize()
+    x = nd.ones((2,))
+    x.attach_grad()
+    del _SEEN[:]
+    with mx_autograd.record():
+        y = net(x)
+    y.backward()
+    mx.nd.waitall()
+    expected = _typed(dict(DEFAULTS, i=3, f=2.5, b=True, s="x", seq=(1, [0.25])))
+    assert {where for where, _ in _SEEN} == {"forward", "backward"}
+    for where, got in _SEEN:
+        assert _typed(got) == expected, where
+    assert encode_keywords(kwargs) == encode_keywords({"i": 3, "f": 2.5, "b": True, "s": "x",
+                                                      "seq": (1, [0.25])})

@@ -90,3 +90,24 @@ def test_markdown_table():
     rows = [{"name": "x", "v": 1.234}, {"name": "y", "v": 2}]
     table = markdown_table(rows, [("name", "name"), ("value", lambda r: f"{r['v']:.1f}")])
     assert table.splitlines() == ["| name | value |", "|---|---|", "| x | 1.2 |", "| y | 2.0 |"]
+
+
+def test_many_shapes_reports_memory_after_every_epoch(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- varshape:begin -->\nother\n<!-- varshape:end -->\n")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.varshape", "--many-shapes", "--quick",
+                           "--max-shapes", "3", "--out", str(tmp_path / "many.json"),
+                           "--readme", str(readme)],
+                          cwd=str(tmp_path), env=dict(ENV, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "many.json").read_text())["runs"][0]["rows"]
+    assert [r["name"] for r in rows] == ["many-static", "many-hybrid", "many-shapecache",
+                                         "many-shapecache-all"]
+    for row in rows:
+        assert len(row["rss_mb"]) == 1 + len(row["runs"]) == 3 and min(row["rss_mb"]) > 50
+    assert rows[0]["vs_static"] == [1.0, 1.0, 1.0]
+    assert "ShapeCache(max_shapes=3)" in rows[2]["label"] and "max_shapes=9" in rows[3]["label"]
+    text = readme.read_text()
+    assert text.startswith("<!-- varshape:begin -->\nother\n<!-- varshape:end -->")
+    assert "<!-- varshape-many:begin -->" in text and "| contestant |" in text

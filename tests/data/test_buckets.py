@@ -399,3 +399,40 @@ def test_accumulating_micro_batches_of_different_buckets_equals_hand_summed_grad
         for name, p, w in zip(net.collect_params(), net.collect_params().values(), weights):
             for ctx in ctx_list:
                 assert_allclose(p.data(ctx).asnumpy(), w, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+# ---------------------------------------------------------------- one's own loop
+
+def _small_net():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(4, 3, padding=1), gluon.nn.GlobalAvgPool2D(), gluon.nn.Dense(3))
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu(0))
+    net.hybridize()
+    return net
+
+
+@pytest.mark.parametrize("extra", [None, "valid", "mask"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batches_are_what_gluons_dataloader_gives_and_feed_a_hybridized_net(extra, num_workers):
+    # the batches lived on cpu_shared(0): a hybridized net on cpu(0) refused them ("CachedOp
+    # requires all inputs to live on the same context"), and int labels became float32
+    images = _images([(6, 6), (5, 7), (8, 8), (6, 5), (7, 8), (8, 6)])
+    labels = [0, 2, 1, 1, 0, 2]
+    reference = next(iter(gluon.data.DataLoader(gluon.data.ArrayDataset(
+        _images([(6, 6)] * 6), labels), batch_size=3, num_workers=num_workers)))
+    net, loss_fn = _small_net(), gluon.loss.SoftmaxCrossEntropyLoss()
+    loader = bucket_loader(gluon.data.ArrayDataset(images, labels), 3, buckets=2, seed=0,
+                           extra=extra, num_workers=num_workers)
+    seen = 0
+    for batch in loader:
+        x, y = batch[0], batch[1]
+        assert [b.context for b in batch] == [mx.cpu(0)] * len(batch)
+        assert y.dtype == reference[1].dtype == np.int64
+        assert x.dtype == reference[0].dtype == np.float32
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        expected = loss_fn(net(mx.nd.array(x.asnumpy())), mx.nd.array(y.asnumpy()))
+        assert_allclose(loss.asnumpy(), expected.asnumpy(), rtol=1e-6)
+        seen += x.shape[0]
+    assert seen == len(images)

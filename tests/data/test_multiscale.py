@@ -138,3 +138,28 @@ def test_loader_workers_agree_with_the_main_process():
     assert [a.shape for a in single] == [b.shape for b in multi]
     for a, b in zip(single, multi):
         assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batches_are_what_gluons_dataloader_gives_and_feed_a_hybridized_net(num_workers):
+    # the batches lived on cpu_shared(0): a hybridized net on cpu(0) refused them ("CachedOp
+    # requires all inputs to live on the same context"), and int labels became float32
+    images = [_image(h, w, seed=i) for i, (h, w) in enumerate([(6, 6), (9, 7), (8, 8), (5, 9)])]
+    labels = [0, 2, 1, 1]
+    reference = next(iter(gluon.data.DataLoader(gluon.data.ArrayDataset(
+        [_image(6, 6)] * 4, labels), batch_size=2, num_workers=num_workers)))
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(4, 3, padding=1), mx.gluon.nn.GlobalAvgPool2D(), mx.gluon.nn.Dense(3))
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu(0))
+    net.hybridize()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    loader = multiscale_loader(gluon.data.ArrayDataset(images, labels), 2, [6, 8], seed=0,
+                               num_workers=num_workers)
+    for x, y in loader:
+        assert (x.context, y.context) == (mx.cpu(0), mx.cpu(0))
+        assert (x.dtype, y.dtype) == (reference[0].dtype, reference[1].dtype) == (np.float32, np.int64)
+        with mx.autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        expected = loss_fn(net(mx.nd.array(x.asnumpy())), mx.nd.array(y.asnumpy()))
+        assert_allclose(loss.asnumpy(), expected.asnumpy(), rtol=1e-6)

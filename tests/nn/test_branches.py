@@ -501,3 +501,57 @@ def test_calling_without_branches_says_what_to_do():
     net.initialize()
     with pytest.raises(RuntimeError, match="add"):
         net(batch(2))
+
+
+class _DigitOnly(nn.HybridBlock):
+    """One's own hybridized block that calls a route."""
+
+    def __init__(self, net, **kwargs):
+        super().__init__(**kwargs)
+        self.net = net
+
+    def hybrid_forward(self, F, x):
+        return self.net.route("digit")(x)
+
+
+def test_a_route_traced_in_ones_own_block_points_to_the_fix():
+    # Gluon failed with its bare "Deferred initialization failed because shape cannot be
+    # inferred", naming an internal parameter name of a branch the route leaves out
+    outer = _DigitOnly(ThreeHeads())
+    outer.initialize(mx.init.Xavier())
+    outer.hybridize()
+    x = batch(3)
+    with pytest.raises(RuntimeError, match=r"'parity', 'aux'.*call the network \(or the route\) "
+                                           r"once on a batch before"):
+        outer(x)
+    outer.net(x)                                    # the documented fix
+    assert_allclose(outer(x).asnumpy(), numpy_three_heads(outer.net, x.asnumpy())["digit"],
+                    rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_a_route_reaches_nested_heads_by_dotted_names(hybridize, tmp_path):
+    # route("heads.aux") was a KeyError, and route("heads") runs every inner head
+    net = Nested()
+    net.initialize(mx.init.Xavier())
+    if hybridize:
+        net.hybridize()
+    x = batch(3)
+    aux = net.route("heads.aux")(x)                 # first call: every branch initialized
+    assert len(saved(net, tmp_path)) == 10
+    ref = numpy_nested(net, x.asnumpy())
+    assert_allclose(aux.asnumpy(), ref["aux"], rtol=1e-5, atol=1e-6)
+    aux, digit, parity = net.route("heads.aux", "digit", "heads.parity")(x)
+    for got, name in [(aux, "aux"), (digit, "digit"), (parity, "parity")]:
+        assert_allclose(got.asnumpy(), ref[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    with autograd.record():
+        out = net.route("heads.aux")(x)
+    out.backward()
+    assert net.heads.parity.weight.grad().abs().sum().asscalar() == 0
+    assert net.heads.aux.weight.grad().abs().sum().asscalar() > 0
+    with pytest.raises(KeyError, match="'heads.nope'.*'parity', 'aux'"):
+        net.route("heads.nope")
+    with pytest.raises(KeyError, match="'digit' has no branches of its own"):
+        net.route("digit.x")
+    with pytest.raises(ValueError, match="'heads' and 'heads.aux'"):
+        net.route("heads", "heads.aux")

@@ -56,7 +56,7 @@ def test_grad_req_write_within_accumulation_is_refused_and_the_window_dropped():
     assert trainer.step(4) is False
     net.weight.grad_req = "write"
     backward()
-    with pytest.raises(RuntimeError, match=rf"{net.weight.name} have grad_req='write'.*accumulate=2.*'add'"):
+    with pytest.raises(RuntimeError, match=r"Parameter\(s\) weight have grad_req='write'.*accumulate=2.*'add'"):
         trainer.step(4)
     assert_array_equal(net.weight.data().asnumpy(), 1.0)
     assert trainer.pending == (0, 0)
@@ -310,3 +310,42 @@ def test_snapshot_statistics_takes_the_running_statistics_a_dropped_window_retur
         with pytest.warns(UserWarning, match="Skipped an update"):
             assert trainer.step(4) is False
         assert_array_equal(net[1].running_mean.data().asnumpy(), np.full(4, 3.0 if take else 0.0))
+
+
+class _MultiTask(gluonkit.nn.Branches):
+    """The multi-task network of docs/branches.md."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.trunk = gluon.nn.HybridSequential()
+            self.trunk.add(gluon.nn.Dense(8, activation="relu"))
+            self.add("digit", gluon.nn.Dense(10))
+            self.add("parity", gluon.nn.Dense(2))
+
+
+@pytest.mark.parametrize("given", ["collect_params", "selection", "net"])
+def test_warnings_and_skipped_use_structural_names_whatever_the_trainer_was_given(given):
+    # built from net.collect_params(), as docs/branches.md shows, the trainer named the
+    # skipped head by Gluon's internal names ('multitask0_dense2_weight')
+    net = _MultiTask()
+    net.initialize()
+    params = {"collect_params": net.collect_params, "net": lambda: net,
+              "selection": lambda: net.collect_params(".*weight")}[given]()
+    trainer = gluonkit.Trainer(params, "sgd", {"learning_rate": 0.1})
+    x, y = nd.random.uniform(shape=(4, 5)), nd.array([3, 1, 4, 1])
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net.route("digit")(x), y)
+    loss.backward()
+    expected = {"parity.weight"} if given == "selection" else {"parity.weight", "parity.bias"}
+    with pytest.warns(UserWarning, match=r"\): parity\.\w+(, parity\.\w+)?\. They are left"):
+        trainer.step(4)
+    assert set(trainer.skipped) == expected
+    assert set(trainer.params) == set(select(net, "weight$" if given == "selection" else None))
+
+
+def test_a_sub_blocks_collected_parameters_go_by_the_sub_blocks_names():
+    net = _MultiTask()
+    net.initialize()
+    trainer = gluonkit.Trainer(net.trunk.collect_params(), "sgd", {"learning_rate": 0.1})
+    assert list(trainer.params) == ["0.bias", "0.weight"]

@@ -127,7 +127,9 @@ def test_a_state_that_does_not_fit_changes_nothing(change, message):
 def test_params_and_names():
     net = build([mx.cpu()], 1)
     assert list(Trainer(net, "sgd").params) == ["0.bias", "0.weight", "1.bias", "1.weight"]
-    by_parameter_name = Trainer(net.collect_params(), "sgd")
+    assert sorted(Trainer(net.collect_params(), "sgd").params) == ["0.bias", "0.weight", "1.bias",
+                                                                   "1.weight"]
+    by_parameter_name = Trainer(list(net.collect_params().values()), "sgd")
     assert sorted(by_parameter_name.params) == ["a_bias", "a_weight", "b_bias", "b_weight"]
     by_parameter_name.name_params(net)
     assert sorted(by_parameter_name.params) == ["0.bias", "0.weight", "1.bias", "1.weight"]

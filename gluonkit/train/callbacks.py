@@ -54,6 +54,13 @@ class Callback:
     ``state.stop_training = True`` to stop after the current epoch. A callback whose
     decisions depend on the past returns it from ``state_dict`` so that checkpoints carry it.
 
+    Resuming is safe for hooks written as a training script's loop body: each epoch begins
+    once over the whole run. A run resumed in the middle of an epoch does not call
+    ``on_epoch_begin`` for it again (what that call did to the trainer, such as
+    ``trainer.set_learning_rate(trainer.learning_rate * 0.1)``, is in the checkpoint), and
+    the batches done before the stop are not seen again; ``on_resume`` runs instead, and
+    ``state.resumed`` says where the run continued from.
+
     In distributed training a callback whose ``main_process_only`` is True runs on the
     worker of rank 0 only (writers of files do this).
 
@@ -69,8 +76,14 @@ class Callback:
     def on_train_begin(self, state):
         """Called once before the first epoch (a resumed run restores its state here)."""
 
+    def on_resume(self, state):
+        """Called once when the run continues from a checkpoint: after every ``on_train_begin``
+        and the callbacks' ``load_state_dict``, before the next batch; ``state.resumed`` is
+        the position. Redo here what the checkpoint does not hold (e.g. a data transform
+        chosen per epoch): an epoch resumed in its middle does not begin again."""
+
     def on_epoch_begin(self, state):
-        """Called at the start of every epoch."""
+        """Called when an epoch begins: once per epoch of the run, a resumed run included."""
 
     def on_batch_end(self, state):
         """Called after every batch's ``trainer.step``."""
@@ -293,6 +306,9 @@ class LRSchedule(Callback):
         if state.trainer.optimizer.lr_scheduler is not None:
             raise ValueError("The optimizer already has an lr_scheduler; give the scheduler either "
                              "to the optimizer or to LRSchedule, not both.")
+        self._apply(state)
+
+    def on_resume(self, state):
         self._apply(state)
 
     def on_epoch_begin(self, state):

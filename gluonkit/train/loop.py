@@ -342,8 +342,10 @@ def _append_row(history, logs):
 
 
 def _run_epoch(run, train_data, val_data, val_metrics, progress):
+    began = run.continues_epoch   # resumed in its middle: its on_epoch_begin ran before the stop
     batches, skips_before = run.begin_epoch()   # after the batches done, when resuming in mid-epoch
-    _call(run, "on_epoch_begin")
+    if not began:
+        _call(run, "on_epoch_begin")
     total = len(train_data) if hasattr(train_data, "__len__") else None
     bar = tqdm(total=total, initial=run.batch, disable=not (progress and run.is_main_process), unit="batch",
                leave=True,
@@ -513,6 +515,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     with _stop_on_signals(run):
         _call(run, "on_train_begin")
         run.apply_callback_states()
+        if run.resumed is not None:
+            _call(run, "on_resume")
         while run.epoch < epochs and not run.stop_training and run.interrupted is None:
             _run_epoch(run, train_data, val_data, val_metrics, progress)
         _call(run, "on_train_end")

@@ -24,6 +24,7 @@ class Run:
         self.epoch_logs = {}          # the last epoch's row
         self.stop_training = False
         self.interrupted = None
+        self.resumed = None           # the position a restore continued from
         self.is_main_process = getattr(trainer, "rank", 0) == 0
         self.callbacks = callbacks
         self.tally = Tally(metrics, outputs_optional)
@@ -54,6 +55,13 @@ class Run:
     def restore(self, saved):
         """See ``FitState.restore``."""
         self.epoch, self.step, self.history = self.resumer.restore(self, saved)
+        self.resumed = self.position
+
+    @property
+    def continues_epoch(self):
+        """bool: The next epoch is one a restored snapshot stopped in the middle of: it began
+        before the stop, so it does not begin again."""
+        return self.resumer.pending is not None
 
     def apply_callback_states(self):
         """Give the callbacks the states a restored snapshot holds for them."""
@@ -102,6 +110,9 @@ class FitState:
         Set it in a callback to stop after the current epoch.
     interrupted : signal.Signals or None
         The signal (SIGINT, SIGTERM) that asked training to stop, if any.
+    resumed : tuple or None
+        ``(epochs completed, batches done in the next epoch)`` where this run continued from a
+        checkpoint (``restore``), else None.
     is_main_process : bool
         False on the workers of rank > 0 in distributed training: they neither log nor write.
     position : tuple
@@ -122,6 +133,7 @@ class FitState:
     step = property(lambda self: self._run.step)
     history = property(lambda self: self._run.history)
     interrupted = property(lambda self: self._run.interrupted)
+    resumed = property(lambda self: self._run.resumed)
     is_main_process = property(lambda self: self._run.is_main_process)
     logs = property(lambda self: self._run.logs)
     position = property(lambda self: self._run.position)

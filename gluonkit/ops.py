@@ -2,9 +2,10 @@
 
 Every function takes an NDArray or a Symbol and uses the matching operator namespace
 (``mx.nd`` or ``mx.sym``), so the same call runs imperatively and inside a hybridized
-``hybrid_forward``. Checks that need values or shapes (``k`` against the axis length, index
-ranges) run whenever the information is available: always on NDArrays, and on Symbols whose
-shapes can be inferred.
+``hybrid_forward``. Checks that need shapes (``k`` against the axis length) run whenever
+the shapes are known: always on NDArrays, and on Symbols whose shapes can be inferred. Checks
+that need values (``pick``'s index range) run on NDArrays only; on Symbols ``pick`` clips an
+index out of range, as MXNet does.
 """
 import math
 import numbers
@@ -232,8 +233,11 @@ def pick(x, index, axis=-1, keepdims=False):
 
     ``index`` has ``x``'s shape without ``axis`` (or with size 1 there). Negative indices
     count from the end, as in Python. On NDArrays an index outside ``[-n, n)`` raises
-    ``IndexError``; ``nd.pick`` would clip it to the nearest valid one. On Symbols the values
-    are unknown and cannot be checked. The gradient reaches the picked elements.
+    ``IndexError``; ``nd.pick`` would clip it to the nearest valid one. On Symbols (inside a
+    hybridized block) the values are unknown until the graph runs and cannot be checked: an
+    index outside ``[-n, n)`` is clipped to it, as MXNet's ``pick`` clips (``n`` and above
+    give the last element, below ``-n`` the first), so every valid index gives the same
+    answer in both modes. The gradient reaches the picked elements.
 
     Example::
 
@@ -249,9 +253,13 @@ def pick(x, index, axis=-1, keepdims=False):
     if isinstance(x, mx.nd.NDArray):
         index = _index_array(index, x)
         _check_index(x, index, axis, length)
-    else:
-        index = _like(index, x, "index")
-    return F.pick(x, index, axis=axis, keepdims=keepdims, mode="wrap")
+        return F.pick(x, index, axis=axis, keepdims=keepdims, mode="wrap")
+    index = F.cast(_like(index, x, "index"), dtype="float64")   # exact for any axis length
+    n = F.cast(F.slice_axis(F.shape_array(x), axis=0, begin=axis,
+                            end=None if axis == -1 else axis + 1), dtype="float64")
+    # Python's negative indices, then 'clip': n and above give the last element, below -n the first
+    index = F.broadcast_add(index, F.broadcast_mul(index < 0, n))
+    return F.pick(x, index, axis=axis, keepdims=keepdims, mode="clip")
 
 
 def _index_array(index, x):

@@ -264,6 +264,43 @@ def test_pick_raises_on_out_of_range_index():
     assert_array_equal(ops.pick(x, [0, -1, 3], axis=1).asnumpy(), [0, 7, 11])  # lists work
 
 
+class _PickScore(gluon.HybridBlock):
+    """A head that scores each sample by its label's logit, with ops.pick in hybrid_forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = gluon.nn.Dense(4, in_units=3)
+
+    def hybrid_forward(self, F, x, label):
+        return ops.pick(self.dense(x), label)
+
+
+def test_pick_hybridized_clips_out_of_range_as_mxnet_does():
+    """Hybridized, an index the graph cannot check is clipped like MXNet's pick (never wrapped
+    around to element 0); every index in [-n, n) gives what the imperative call gives."""
+    net = _PickScore()
+    net.initialize()
+    x = nd.array(np.random.randn(6, 3))
+    valid = nd.array([0, 3, -1, -4, 2, 1])
+    imperative = net(x, valid).asnumpy()
+    out_of_range = nd.array([4, 7, -5, -9, 3, 0])
+    with pytest.raises(IndexError, match=r"index 4 at position \(0,\)"):
+        net(x, out_of_range)
+    net.hybridize()
+    assert_array_equal(net(x, valid).asnumpy(), imperative)
+    clipped = nd.pick(net.dense(x), out_of_range, mode="clip").asnumpy()   # elements 3, 3, 0, 0, 3, 0
+    assert_array_equal(net(x, out_of_range).asnumpy(), clipped)
+    # the gradient reaches the element picked, as MXNet's own pick sends it
+    scores = nd.array(np.random.randn(2, 4))
+    picked = ops.pick(mx.sym.var("s"), mx.sym.var("i"))
+    executor = picked.bind(mx.cpu(), {"s": scores, "i": nd.array([4, -5])},
+                           args_grad={"s": nd.zeros((2, 4))}, grad_req={"s": "write", "i": "null"})
+    executor.forward(is_train=True)
+    executor.backward(nd.ones((2,)))
+    assert_array_equal(executor.outputs[0].asnumpy(), scores.asnumpy()[[0, 1], [3, 0]])
+    assert_array_equal(executor.grad_dict["s"].asnumpy(), [[0, 0, 0, 1], [1, 0, 0, 0]])
+
+
 def test_k_out_of_range_raises():
     x = nd.array(np.random.randn(2, 5))
     for fn in (ops.topk_threshold, ops.topk_mask, ops.keep_topk):

@@ -1,6 +1,8 @@
 """fit(): the training loop, with progress bars, metrics, callbacks and clean interruption."""
+import collections.abc
 import contextlib
 import inspect
+import itertools
 import logging
 import math
 import signal
@@ -143,11 +145,11 @@ def _forward_losses(net, loss, xs, ys):
     return outputs, _per_sample_losses(loss, outputs, ys)
 
 
-def _check_arrays(value, what, index):
+def _check_arrays(value, what, index, fn="batch_fn"):
     items = _per_device(value)
     if not isinstance(items, (list, tuple)) or not items or not all(
             isinstance(v, mx.nd.NDArray) for v in items):
-        raise TypeError(f"batch_fn returned {what} {value!r} for batch {index}; return a non-empty "
+        raise TypeError(f"{fn} returned {what} {value!r} for batch {index}; return a non-empty "
                         "list of NDArrays, one per device.")
     return list(items)
 
@@ -217,31 +219,73 @@ def _train_batch(run, batch):
     return data.shape[0]
 
 
+def _scored(loss, outputs, labels, index, name, per_sample):
+    """``loss`` on one evaluation batch (None without a loss); a one-line ValueError naming
+    the shapes where it cannot take them (instead of MXNet's reshape error)."""
+    if loss is None:
+        return None
+    try:
+        if per_sample:
+            return _per_sample_losses(loss, outputs, labels)
+        return [loss(out, label) for out, label in zip(outputs, labels)]
+    except mx.base.MXNetError:
+        shapes = [getattr(a, "shape", type(a).__name__) for a in (*labels, *outputs)]
+        raise ValueError(f"the loss cannot take batch {index} of {name}: labels of shape "
+                         f"{shapes[:len(labels)]} with outputs of shape {shapes[len(labels):]}; pass "
+                         "a loss that takes these labels, or an eval_fn that returns (outputs, "
+                         "labels, losses).") from None
+
+
+def _eval_batch(net, batch, index, ctx, loss, name, eval_fn, dtype):
+    """(labels, outputs, losses or None, samples) of one evaluation batch."""
+    if eval_fn is None:
+        x, y = _unpack(batch, index, name)
+        ys = split_and_load(y, ctx)
+        outputs = [net(part) for part in split_and_load(_as_dtype(x, dtype), ctx)]
+        return ys, outputs, _scored(loss, outputs, ys, index, name, per_sample=True), x.shape[0]
+    result = eval_fn(net, batch, ctx)
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
+        raise TypeError(f"eval_fn must return (outputs, labels) or (outputs, labels, losses), lists "
+                        f"over the devices; got {type(result).__name__} for batch {index}.")
+    outputs, ys, count = _per_device(result[0]), _per_device(result[1]), batch_length(batch)
+    if len(result) == 2:
+        return ys, outputs, _scored(loss, outputs, ys, index, name, per_sample=False), count
+    losses = _check_arrays(result[2], "losses", index, "eval_fn")
+    if sum(value.size for value in losses) != count:
+        raise ValueError(f"eval_fn returned {sum(v.size for v in losses)} losses for batch {index} of "
+                         f"{count} samples; return one loss per sample on each device, not a mean.")
+    return ys, outputs, losses, count
+
+
 def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
     tally = Tally(metrics)
     tally.reset()
-    dtype = _input_dtype(net)
+    dtype, scored = _input_dtype(net), None
     for index, batch in enumerate(data):
-        if eval_fn is not None:
-            result = eval_fn(net, batch, ctx)
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                raise TypeError(f"eval_fn must return (outputs, labels), lists over the devices; "
-                                f"got {type(result).__name__} for batch {index}.")
-            outputs, ys = _per_device(result[0]), _per_device(result[1])
-            count = batch_length(batch)
-            losses = None if loss is None else [loss(out, part) for out, part in zip(outputs, ys)]
-        else:
-            x, y = _unpack(batch, index, name)
-            xs, ys = split_and_load(_as_dtype(x, dtype), ctx), split_and_load(y, ctx)
-            outputs = [net(part) for part in xs]
-            count = x.shape[0]
-            losses = None if loss is None else _per_sample_losses(loss, outputs, ys)
+        ys, outputs, losses, count = _eval_batch(net, batch, index, ctx, loss, name, eval_fn, dtype)
+        if scored is not None and scored != (losses is not None):
+            raise TypeError(f"eval_fn returned losses for some batches of {name} only (not for batch "
+                            f"{index}); return them for every batch or for none.")
+        scored = losses is not None
         tally.add(ys, outputs, losses, count)
-    logs = tally.values(loss=loss is not None)
+    logs = tally.values(loss=bool(scored))
     if not tally.samples:
         raise ValueError(f"{name} yielded no batches; pass a non-empty loader (a generator "
                          "is exhausted after one pass: use a gluon.data.DataLoader).")
     return logs
+
+
+def _check_validation(run, val_data, val_metrics):
+    """Evaluate the first batch of ``val_data`` before training: a loss, eval_fn or metric that
+    cannot take the validation batches fails now, not after an epoch; say if no val_loss comes."""
+    if val_data is None or isinstance(val_data, collections.abc.Iterator):   # one pass only: not spent
+        return
+    logs = _evaluate(run.net, itertools.islice(val_data, 1), run.ctx, make_metrics(val_metrics),
+                     run.loss_graph, "val_data", run.eval_fn)
+    if "loss" not in logs and run.is_main_process:
+        log.warning("fit: the history will have no val_loss: loss is None and %s; return "
+                    "(outputs, labels, losses) from eval_fn to get one.",
+                    "eval_fn returns no losses" if run.eval_fn else "there is no eval_fn")
 
 
 def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
@@ -261,9 +305,10 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
     loss : gluon.loss.Loss, optional
         Also report the mean per-sample loss under 'loss'.
     eval_fn : callable, optional
-        ``eval_fn(net, batch, ctx_list) -> (outputs, labels)``, lists with one entry per
-        device (an array, or a tuple of arrays; a bare array is one device's), for batches
-        that are not (data, label).
+        ``eval_fn(net, batch, ctx_list) -> (outputs, labels[, losses])``, lists with one entry
+        per device (an array, or a tuple of arrays; a bare array is one device's), for batches
+        that are not (data, label). ``losses``, one loss per sample on each device, give
+        'loss' (their mean) instead of ``loss``.
 
     Returns
     -------
@@ -471,8 +516,11 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         ``batch_fn(net, batch, ctx_list[, state=FitState]) -> (losses, count[, outputs,
         labels])``, see above.
     eval_fn : callable, optional
-        ``eval_fn(net, batch, ctx_list) -> (outputs, labels)`` for ``val_data``, as in
-        ``evaluate``.
+        ``eval_fn(net, batch, ctx_list) -> (outputs, labels[, losses])`` for ``val_data``, as
+        in ``evaluate``. 'val_loss' is the mean of the losses it returns, else of
+        ``loss(outputs, labels)`` (which must then take the validation labels), else absent
+        (a warning says so). The first validation batch is evaluated before training, so
+        a loss or metric that cannot take it fails at once.
 
     Returns
     -------
@@ -512,6 +560,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     if hasattr(trainer, "name_params"):
         trainer.name_params(net)   # structural names in its warnings and state_dict
     val_metrics = make_metrics(metrics)
+    _check_validation(run, val_data, val_metrics)
     with _stop_on_signals(run):
         _call(run, "on_train_begin")
         run.apply_callback_states()

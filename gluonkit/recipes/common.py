@@ -470,7 +470,8 @@ def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
 
     steps = max(2, epochs * updates_per_epoch - warmup)     # GluonCV divides by steps - 1
     options = {"step_iter": [int(steps * 0.5), int(steps * 0.75)]} if kind == "step" else {}
-    return LRSchedule(LRScheduler(kind, base_lr=lr, target_lr=0.0, niters=steps, **options),
+    # LRSchedule counts updates from 1, as optimizers do: offset=1 starts the curve at its base
+    return LRSchedule(LRScheduler(kind, base_lr=lr, target_lr=0.0, niters=steps, offset=1, **options),
                       warmup_steps=warmup)
 
 

@@ -255,15 +255,18 @@ class EarlyStopping(Callback):
 class LRSchedule(Callback):
     """Set the learning rate before every update: a linear warm-up, then a scheduler.
 
-    The rate for update ``t`` (``state.step``, one per batch without accumulation) ramps
-    linearly from ``warmup_begin_lr`` to the scheduler's first rate over ``warmup_steps``
-    updates, then follows ``scheduler(t - warmup_steps)``. It depends only on ``t``, so a
-    resumed run follows the same curve. The optimizer must not have an ``lr_scheduler``.
+    The rate for update ``t`` (``state.step``, 0-based, one per batch without accumulation)
+    ramps linearly from ``warmup_begin_lr`` to the scheduler's first rate over
+    ``warmup_steps`` updates, then follows ``scheduler(t - warmup_steps + 1)``: a scheduler
+    is called as an MXNet optimizer calls its ``lr_scheduler``, with the number of the update
+    about to be applied counted from 1, so moving a script's ``lr_scheduler=`` into
+    ``LRSchedule`` changes no weight. The rate depends only on ``t``, so a resumed run
+    follows the same curve. The optimizer must not have an ``lr_scheduler``.
 
     Parameters
     ----------
     scheduler : float or callable
-        A constant rate, or a scheduler called with the update count: any of
+        A constant rate, or a scheduler called with the update count (from 1): any of
         ``mx.lr_scheduler`` (``FactorScheduler``, ``MultiFactorScheduler``, ``PolyScheduler``,
         ``CosineScheduler``) or ``gluoncv.utils.LRScheduler`` / ``LRSequential``.
     warmup_steps : int, default 0
@@ -285,19 +288,20 @@ class LRSchedule(Callback):
         self.scheduler = scheduler
         self.warmup_steps = warmup_steps
         self.warmup_begin_lr = finite_real(warmup_begin_lr, "warmup_begin_lr", minimum=0.0)
-        self._target = self._scheduled(0)
+        self._target = self._scheduled(1)
 
-    def _scheduled(self, t):
+    def _scheduled(self, num_update):
         if isinstance(self.scheduler, numbers.Real):
             return float(self.scheduler)
-        return float(self.scheduler(t))
+        return float(self.scheduler(num_update))
 
     def learning_rate(self, step):
-        """The learning rate of update ``step`` (0-based)."""
+        """The learning rate of update ``step`` (0-based: the scheduler gets ``step + 1`` after
+        the warm-up, as an optimizer's ``num_update``)."""
         if step < self.warmup_steps:
             ramp = (self._target - self.warmup_begin_lr) / self.warmup_steps
             return self.warmup_begin_lr + ramp * step
-        return self._scheduled(step - self.warmup_steps)
+        return self._scheduled(step - self.warmup_steps + 1)
 
     def _apply(self, state):
         state.trainer.set_learning_rate(self.learning_rate(state.step))

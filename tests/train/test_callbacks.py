@@ -136,11 +136,13 @@ def test_lr_schedule_warmup_then_scheduler_per_update(kind):
     if kind == "mxnet":
         scheduler = mx.lr_scheduler.CosineScheduler(max_update=updates - warmup, base_lr=0.4,
                                                     final_lr=0.01)
-        after = [cosine(t, updates - warmup, 0.4, 0.01) for t in range(updates - warmup)]
-    else:
+        after = [cosine(t, updates - warmup, 0.4, 0.01) for t in range(1, updates - warmup + 1)]
+    else:   # gluoncv's holds the last rate from niters - 1 on
         scheduler = LRScheduler("cosine", base_lr=0.4, target_lr=0.01, niters=updates - warmup)
-        after = [cosine(t, updates - warmup - 1, 0.4, 0.01) for t in range(updates - warmup)]
-    expected = [0.1, 0.1 + (0.4 - 0.1) / 2] + after
+        after = [cosine(min(t, updates - warmup - 1), updates - warmup - 1, 0.4, 0.01)
+                 for t in range(1, updates - warmup + 1)]
+    # schedulers count updates from 1, as an optimizer calls them; the warm-up ramps to the first
+    expected = [0.1, 0.1 + (after[0] - 0.1) / 2] + after
     seen = LRSeen()
     net = make_net()
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 1.0}, accumulate=2)
@@ -160,6 +162,30 @@ def test_lr_schedule_warmup_then_scheduler_per_update(kind):
         ref_trainer.step(16)
     for k, v in params_of(ref).items():
         np.testing.assert_allclose(params_of(net)[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("make,at_base", [   # updates at the base rate: MXNet decays after n
+    (lambda n: mx.lr_scheduler.MultiFactorScheduler(step=[n, 2 * n], factor=0.1, base_lr=1.0), 5),
+    (lambda n: mx.lr_scheduler.FactorScheduler(step=n, factor=0.5, base_lr=1.0), 5),
+    (lambda n: LRScheduler("step", base_lr=1.0, niters=4 * n, step_iter=[n, 2 * n], step_factor=0.1), 4),
+], ids=["multifactor", "factor", "gluoncv-step"])
+def test_lr_schedule_equals_the_same_scheduler_given_to_the_optimizer(make, at_base):
+    """A script's lr_scheduler= moved into LRSchedule: the same updates at the same rates."""
+    n = 5                                      # 6 updates per epoch (no accumulation), 2 epochs
+    runs = []
+    for in_optimizer in (True, False):
+        net, seen = make_net(), LRSeen()
+        optimizer_params = {"learning_rate": 1.0, "momentum": 0.9}
+        if in_optimizer:
+            optimizer_params["lr_scheduler"] = make(n)
+        trainer = Trainer(net.collect_params(), "sgd", optimizer_params)
+        fit(net, LOSS, trainer, make_loader(), epochs=2, progress=False,
+            callbacks=[seen] + ([] if in_optimizer else [LRSchedule(make(n))]))
+        runs.append((params_of(net), seen.rates))
+    (given, given_rates), (moved, rates) = runs
+    assert rates == given_rates and next(i for i, r in enumerate(rates) if r < 1.0) == at_base
+    for name, value in given.items():
+        np.testing.assert_array_equal(moved[name], value, err_msg=name)
 
 
 def test_lr_schedule_refuses_a_second_scheduler():

@@ -140,8 +140,20 @@ def _per_sample_losses(loss, outputs, ys):
     return losses
 
 
+def _output(out, several=False):
+    """The network's output with a 1-tuple unwrapped (a ``Branches`` with one head returns
+    one); several outputs are a TypeError unless ``several`` (metrics that take fields)."""
+    if not isinstance(out, (tuple, list)) or several and len(out) != 1:
+        return out
+    if len(out) != 1:
+        raise TypeError(f"the network returned {len(out)} outputs, and fit's loss takes one; train "
+                        "a network of several outputs with a batch_fn (docs/fit.md), or one of "
+                        "a Branches network's heads through net.route(name).")
+    return out[0]
+
+
 def _forward_losses(net, loss, xs, ys):
-    outputs = [net(x) for x in xs]
+    outputs = [_output(net(x)) for x in xs]
     return outputs, _per_sample_losses(loss, outputs, ys)
 
 
@@ -226,7 +238,7 @@ def _scored(loss, outputs, labels, index, name, per_sample):
         return None
     try:
         if per_sample:
-            return _per_sample_losses(loss, outputs, labels)
+            return _per_sample_losses(loss, [_output(out) for out in outputs], labels)
         return [loss(out, label) for out, label in zip(outputs, labels)]
     except mx.base.MXNetError:
         shapes = [getattr(a, "shape", type(a).__name__) for a in (*labels, *outputs)]
@@ -241,7 +253,7 @@ def _eval_batch(net, batch, index, ctx, loss, name, eval_fn, dtype):
     if eval_fn is None:
         x, y = _unpack(batch, index, name)
         ys = split_and_load(y, ctx)
-        outputs = [net(part) for part in split_and_load(_as_dtype(x, dtype), ctx)]
+        outputs = [_output(net(part), several=True) for part in split_and_load(_as_dtype(x, dtype), ctx)]
         return ys, outputs, _scored(loss, outputs, ys, index, name, per_sample=True), x.shape[0]
     result = eval_fn(net, batch, ctx)
     if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):

@@ -41,7 +41,7 @@ from gluonkit.recipes import common
 from gluonkit.recipes.datasets import load_dataset
 from gluonkit.recipes.runs import RunFolder
 
-__all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "HeadAccuracy", "eval_batch",
+__all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "eval_batch",
            "main", "parse_args", "train"]
 
 #: Each head's target, computed from the digit label.
@@ -137,23 +137,6 @@ def eval_batch(net, batch, ctx_list):
     data, label = batch
     pairs = _forward(net, net.names, data, label, ctx_list)
     return [out for out, _ in pairs], [target for _, target in pairs]
-
-
-class HeadAccuracy(mx.metric.Accuracy):
-    """Accuracy of one head, named ``<head>_accuracy``, from per-device dicts head -> array.
-
-    Batches in which the head did not run (the auxiliary head on most training batches) are
-    not counted.
-    """
-
-    def __init__(self, head, **kwargs):
-        super().__init__(name=f"{head}_accuracy", **kwargs)
-        self.head = head
-
-    def update(self, labels, preds):
-        pairs = [(y[self.head], p[self.head]) for y, p in zip(labels, preds) if self.head in p]
-        if pairs:
-            super().update(*map(list, zip(*pairs)))
 
 
 def _build_parser():
@@ -252,7 +235,7 @@ def _train(args, callbacks, folder):
             folder.take(resume=args.resume, overwrite=args.overwrite)
             common.save_args(args, args.out)
         callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
-    metrics = [HeadAccuracy(head) for head in HEADS]
+    metrics = {head: "acc" for head in HEADS}   # per head (dicts by name): digit_accuracy, ...
     if main_process:
         log.info("The aux head trains on one batch in %d; the Trainer leaves it unchanged on "
                  "the others. val_* in the history and the epoch lines are on the test set "

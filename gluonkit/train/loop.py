@@ -310,10 +310,13 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
         E.g. a ``gluon.data.DataLoader``.
     ctx : Context or list of Context, optional
         Defaults to the contexts of the network's parameters.
-    metrics : str, EvalMetric or list of them, default 'acc'
+    metrics : str, EvalMetric, list of them, or per output, default 'acc'
         Accuracy-type metrics see class indices also for one-hot labels; a metric whose
         ``update`` takes more fields (GluonCV's ``VOC07MApMetric``) gets
-        ``update(*output_fields, *label_fields)`` (see ``gluonkit.train.metrics``).
+        ``update(*output_fields, *label_fields)`` (see ``gluonkit.train.metrics``). Per
+        output, as Keras takes them: ``{output: metrics}`` (a position, a key of each
+        device's dict of outputs, or a ``Branches`` head's name) or a list of lists, one per
+        output position; results are named ``<output>_<metric>``.
     loss : gluon.loss.Loss, optional
         Also report the mean per-sample loss under 'loss'.
     eval_fn : callable, optional
@@ -333,7 +336,14 @@ def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
         0.9721
     """
     _check_hook(eval_fn, "eval_fn")
-    return _evaluate(net, data, _contexts(ctx, net), make_metrics(metrics), _compiled(loss), "data", eval_fn)
+    return _evaluate(net, data, _contexts(ctx, net), make_metrics(metrics, _output_names(net)), _compiled(loss),
+                     "data", eval_fn)
+
+
+def _output_names(net):
+    """The names of the network's outputs in order (a ``Branches`` network's heads), or None."""
+    names = getattr(net, "names", None)
+    return names if isinstance(names, tuple) and all(isinstance(n, str) for n in names) else None
 
 
 def _check_hook(fn, name):
@@ -461,7 +471,7 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
 
 
 def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metrics=None,
-        callbacks=(), progress=True, batch_fn=None, eval_fn=None):
+        callbacks=(), progress=True, batch_fn=None, eval_fn=None, val_metrics=None):
     """Train ``net`` for ``epochs`` epochs; return the per-epoch history.
 
     Each batch is split over ``ctx`` with ``gluonkit.split_and_load``, the per-sample losses
@@ -516,10 +526,14 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         Defaults to the contexts of the network's parameters.
     val_data : iterable, optional
         Evaluated after every epoch; its results get the prefix 'val_'.
-    metrics : str, EvalMetric or list of them, optional
-        E.g. 'acc' or ``mx.metric.TopKAccuracy(5)``; computed on train and val data (on val
-        data only when ``batch_fn`` returns no outputs). See ``evaluate`` for one-hot labels
-        and metrics of several fields.
+    metrics : str, EvalMetric, list of them, or per output, optional
+        E.g. 'acc' or ``mx.metric.TopKAccuracy(5)``; computed on the training batches (not
+        when ``batch_fn`` returns no outputs), and on val data unless ``val_metrics`` is
+        given. See ``evaluate`` for one-hot labels, metrics of several fields and metrics
+        per output (``{'digit': 'acc', 'parity': ['acc', 'f1']}``).
+    val_metrics : same kinds as ``metrics``, optional
+        The metrics of ``val_data`` when they differ from the training ones (RMSE on soft
+        training targets, accuracy on hard validation labels); None: ``metrics``; ``[]``: none.
     callbacks : iterable of Callback, or None
         See ``gluonkit.callbacks``.
     progress : bool, default True
@@ -561,8 +575,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     if loss is None and batch_fn is None:
         raise ValueError("loss is None; pass a gluon.loss.Loss, or a batch_fn that computes the "
                          "losses itself.")
+    names = _output_names(net)
     run = Run(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
-              make_metrics(metrics), outputs_optional=val_data is not None)
+              make_metrics(metrics, names), outputs_optional=val_data is not None)
     run.train_data = train_data
     run.batch_fn, run.eval_fn, run.dtype = batch_fn, eval_fn, _input_dtype(net)
     run.batch_fn_keywords = {"state": run.view} if batch_fn is not None and _takes_state(batch_fn) else {}
@@ -571,7 +586,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     run.every_device = check_sync_batchnorm(net, run.ctx)
     if hasattr(trainer, "name_params"):
         trainer.name_params(net)   # structural names in its warnings and state_dict
-    val_metrics = make_metrics(metrics)
+    val_metrics = make_metrics(metrics if val_metrics is None else val_metrics, names)
     _check_validation(run, val_data, val_metrics)
     with _stop_on_signals(run):
         _call(run, "on_train_begin")

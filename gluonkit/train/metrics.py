@@ -17,18 +17,27 @@ import inspect
 
 import mxnet as mx
 
-__all__ = ["make_metrics", "MetricFeeder", "metric_values"]
+__all__ = ["make_metrics", "MetricFeeder", "metric_values", "OutputMetric"]
 
 _CLASS_METRICS = (mx.metric.Accuracy, mx.metric.TopKAccuracy, mx.metric.F1, mx.metric.MCC)
 
 
-def make_metrics(metrics):
+def make_metrics(metrics, names=None):
     """Fresh metric objects from names ('acc', 'ce', ...) and/or metric instances.
 
-    Any object with ``update``, ``get`` and ``reset`` (GluonCV's metrics) is accepted.
+    Any object with ``update``, ``get`` and ``reset`` (GluonCV's metrics) is accepted. Metrics
+    per output, as Keras takes them, become ``OutputMetric`` objects: a dict ``{output:
+    metrics}`` (an output named by its position, or by its key in each device's dict of
+    outputs, or by its head's name in ``names``, a ``Branches`` network's ``names``) or a list
+    with one list of metrics per output position.
     """
     if metrics is None:
         return []
+    if isinstance(metrics, (list, tuple)) and metrics and all(isinstance(m, (list, tuple)) for m in metrics):
+        metrics = dict(enumerate(metrics))
+    if isinstance(metrics, dict):
+        return [OutputMetric(metric, output, names) for output, spec in metrics.items()
+                for metric in make_metrics(spec)]
     if isinstance(metrics, (str, mx.metric.EvalMetric)) or _is_metric(metrics):
         metrics = [metrics]
     if not isinstance(metrics, (list, tuple)):
@@ -139,6 +148,75 @@ class MetricFeeder:
                     f"outputs of shape {_shapes(outputs)} ({type(err).__name__}: {err}); pass a "
                     "metric made for these labels (mx.metric's CrossEntropy, F1 and MCC take "
                     "class indices, F1 and MCC two classes) or metrics=None.") from err
+
+
+class OutputMetric:
+    """A metric of one output of a network with several (a head of a ``Branches``).
+
+    ``update(labels, preds)`` takes, per device, the outputs and labels of all outputs, as
+    tuples (by position) or dicts (by key), and gives ``metric`` this output's, by the rules
+    of this module. A device whose dict lacks the output (a head that did not run on that
+    batch) gives nothing. Results are named ``<output>_<name>``, e.g. ``digit_accuracy``.
+
+    Parameters
+    ----------
+    metric : str or EvalMetric
+    output : int or str
+        The output's position, or its key in each device's dict of outputs, or a name in
+        ``names``.
+    names : sequence of str, optional
+        The outputs' names in order (a ``Branches`` network's ``names``): a str ``output``
+        in it also picks by position from tuples, and an int one is named by it.
+
+    Example::
+
+        fit(net, None, trainer, loader, epochs=5, batch_fn=step,
+            metrics={"digit": "acc", "parity": ["acc", "f1"]})   # digit_accuracy, parity_f1, ...
+    """
+
+    def __init__(self, metric, output, names=None):
+        made = make_metrics(metric)
+        if len(made) != 1 or isinstance(output, bool) or not isinstance(output, (int, str)):
+            raise TypeError(f"OutputMetric takes one metric and an output position (int) or name "
+                            f"(str), got {metric!r} for {output!r}.")
+        names = None if names is None else tuple(names)
+        if isinstance(output, str) and names is not None and output not in names:
+            raise ValueError(f"metrics for output {output!r}: the network's outputs are {list(names)}; "
+                             "name one of them, or give its position.")
+        if isinstance(output, int):
+            self.position = output
+            named = names is not None and -len(names) <= output < len(names)
+            self.name = names[output] if named else f"output{output}"
+        else:
+            self.position = None if names is None else names.index(output)
+            self.name = output
+        self.metric, self.output = made[0], output
+        self._feeder = MetricFeeder([self.metric])
+
+    def _part(self, part):
+        """This output's array(s) in one device's outputs or labels, None if it did not run."""
+        if isinstance(part, dict):
+            return part.get(self.output)
+        if isinstance(part, (tuple, list)) and self.position is not None and -len(part) <= self.position < len(part):
+            return part[self.position]
+        raise ValueError(f"the metrics of output {self.output!r} need each device's outputs and labels "
+                         f"as a tuple of the outputs (or a dict by name), got {type(part).__name__} "
+                         f"{getattr(part, 'shape', '')}; return them so from batch_fn or eval_fn.")
+
+    def update(self, labels, preds):
+        """Update the metric with this output of every device that has it."""
+        pairs = [(self._part(y), self._part(p)) for y, p in zip(labels, preds)]
+        pairs = [(y, p) for y, p in pairs if y is not None and p is not None]
+        if pairs:
+            self._feeder.update(*map(list, zip(*pairs)))
+
+    def reset(self):
+        self.metric.reset()
+
+    def get(self):
+        """``(names, values)``, each name prefixed with the output's."""
+        values = metric_values(self.metric)
+        return [f"{self.name}_{key}" for key in values], list(values.values())
 
 
 def metric_values(metric):

@@ -24,9 +24,10 @@ from .inference import iter_predict, load_model, predict  # noqa: E402
 from .split import split_and_load  # noqa: E402
 from .train.checkpoint import Checkpoint, CheckpointError  # noqa: E402
 from .train.loop import evaluate, fit  # noqa: E402
+from .train.resume import Epochs  # noqa: E402
 from .trainer import Trainer  # noqa: E402
 
-__all__ = ["__version__", "Trainer", "split_and_load", "fit", "evaluate", "Checkpoint",
+__all__ = ["__version__", "Trainer", "split_and_load", "fit", "evaluate", "Checkpoint", "Epochs",
            "CheckpointError", "export_model", "load_model", "predict", "iter_predict",
            "ExportError", "ImageError",
            "autograd", "callbacks", "data", "names", "nn", "ops", "params"]

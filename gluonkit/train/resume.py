@@ -20,7 +20,7 @@ from ..validate import is_int
 from ._archive import CheckpointError
 
 __all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
-           "RolloverState", "Resumer", "convert_legacy_snapshot"]
+           "RolloverState", "Epochs", "Resumer", "convert_legacy_snapshot"]
 
 log = logging.getLogger("gluonkit")
 
@@ -223,6 +223,123 @@ def _load_metric_sums(metric, saved):
         if isinstance(current, tuple) and isinstance(value, list):
             value = tuple(value)
         setattr(metric, name, value)
+
+
+class Epochs:
+    """The epochs and batches of one's own training loop, resumable exactly in mid-epoch.
+
+    Iterating gives the epoch numbers from where the run is; ``batches()`` gives the current
+    epoch's batches of ``loader``. Each epoch begins as ``fit``'s do: MXNet's generator is
+    reseeded from the Python and NumPy states (which decide gluon's shuffling), and those
+    states and the loader's sampler state are noted. ``state_dict()``, saved with a
+    checkpoint, holds them and the batches done, so a loop resumed from it with
+    ``load_state_dict`` replays the interrupted epoch's order, skips the batches done
+    (refusing a loader whose batches hold other numbers of samples) and continues with the
+    generators as they were: it ends with the parameters of a loop never stopped.
+
+    A batch counts as done once it is yielded: save after its update. Call
+    ``load_state_dict`` after ``Checkpoint.load`` (which restores the generators as at the
+    save; this restores those of the epoch).
+
+    Parameters
+    ----------
+    loader : iterable
+        Re-iterable once per epoch (a ``gluon.data.DataLoader``), as ``fit``'s ``train_data``.
+    epochs : int
+        Epochs to reach.
+
+    Example::
+
+        loop = gluonkit.Epochs(train_loader, epochs=10)
+        if ckpt.latest:
+            loop.load_state_dict(ckpt.load(net, trainer)["loop"])
+        for epoch in loop:
+            for x, y in loop.batches():
+                ...                                   # forward, backward, trainer.step
+                if stop_requested:
+                    ckpt.save(net, trainer, epoch, loop=loop.state_dict())
+                    raise SystemExit
+    """
+
+    def __init__(self, loader, epochs):
+        if not is_int(epochs) or epochs < 0:
+            raise ValueError(f"epochs must be an int >= 0 (the number of epochs to reach), got {epochs!r}.")
+        self.loader, self.epochs = loader, epochs
+        self.epoch = self.batch = 0
+        self._pending = None         # a mid-epoch state to continue from
+        self._epoch_state = None     # generators and sampler as the current epoch began
+        self._samples = 0            # samples of the epoch's batches so far
+
+    def __iter__(self):
+        while self.epoch < self.epochs:
+            yield self.epoch
+            self.epoch, self.batch, self._pending = self.epoch + 1, 0, None
+
+    def batches(self):
+        """The current epoch's batches, after those done when it resumes in mid-epoch."""
+        sampler = sampler_of(self.loader)
+        resumed, self._pending = self._pending, None
+        if resumed is None:
+            rng = get_rng_state()
+            rng["mxnet_seed"] = reseed_mxnet(salt=self.epoch)
+            self._epoch_state = {"rng": rng, "sampler": None if sampler is None else sampler.state_dict()}
+            skip = 0
+        else:
+            self._epoch_state = resumed["epoch_state"]
+            if sampler is not None and self._epoch_state["sampler"] is not None:
+                sampler.load_state_dict(self._epoch_state["sampler"])
+            set_rng_state(self._epoch_state["rng"])
+            skip = resumed["batch"]
+        self.batch, self._samples = 0, 0
+        batches = iter(self.loader)
+        for batch in batches:
+            self.batch, self._samples = self.batch + 1, self._samples + batch_length(batch)
+            if self.batch < skip:
+                continue
+            if self.batch == skip:   # the last batch done before the stop: not trained again
+                self._check_skipped(resumed)
+                set_rng_state(resumed["rng"])
+                continue
+            yield batch
+        if self.batch < skip:
+            raise CheckpointError(f"the loader yielded {self.batch} batches, fewer than the {skip} the "
+                                  "state was saved after; resume with the same data and batch size.")
+
+    def _check_skipped(self, saved):
+        if self._samples != saved["samples"]:
+            raise CheckpointError(f"the state was saved after {saved['batch']} batches holding {saved['samples']} "
+                                  f"samples, but the loader's first {saved['batch']} batches hold {self._samples}; "
+                                  "resume with the batch size of the interrupted run.")
+
+    def state_dict(self):
+        """dict: The epoch, the batches done in it, and what replays it (JSON values and arrays).
+
+        In mid-epoch this reseeds MXNet's generator (whose state cannot be read) and keeps
+        the seed, so this loop and one resumed from the state go on with the same stream.
+        """
+        if not self.batch:
+            sampler = sampler_of(self.loader)
+            return {"epoch": self.epoch, "batch": 0,
+                    "sampler": None if sampler is None else sampler.state_dict()}
+        rng = get_rng_state()
+        rng["mxnet_seed"] = reseed_mxnet(salt=(self.epoch, self.batch))
+        return {"epoch": self.epoch, "batch": self.batch, "samples": self._samples, "rng": rng,
+                "epoch_state": self._epoch_state}
+
+    def load_state_dict(self, state):
+        """Continue from what ``state_dict`` returned (as ``Checkpoint.load`` gives it back)."""
+        if not (isinstance(state, dict) and is_int(state.get("epoch")) and is_int(state.get("batch"))):
+            raise ValueError(f"state must be what Epochs.state_dict() returned, got {state!r}.")
+        self.epoch, self.batch = state["epoch"], state["batch"]
+        if not state["batch"]:
+            sampler = sampler_of(self.loader)
+            if sampler is not None and state.get("sampler") is not None:
+                sampler.load_state_dict(state["sampler"])
+            self._pending = None
+            return
+        check_rng_state(state["rng"])
+        check_rng_state(state["epoch_state"]["rng"])
+        self._pending = state
 
 
 class Resumer:

@@ -157,18 +157,28 @@ class ModelCheckpoint(Callback):
         'cross-entropy' or 'perplexity'), else 'max'.
     resume : bool, default False
         Load the latest checkpoint at the start of training.
+    save_best_params : str or path-like, optional
+        Also write the best network as a ``.params`` file (``net.save_parameters``, replaced
+        atomically at each improvement), for ``load_parameters`` and scripts that take one.
+        Needs ``monitor``. Like ``save_parameters`` it holds the mean of a parameter's
+        per-device copies (BatchNorm running statistics), where ``best.ckpt`` keeps each.
 
     Example::
 
         fit(net, loss, trainer, train_loader, epochs=20, val_data=val_loader, metrics="acc",
             callbacks=[ModelCheckpoint("runs/cnn/checkpoints", monitor="val_accuracy",
-                                       resume=True)])
+                                       resume=True, save_best_params="runs/cnn/best.params")])
     """
 
-    def __init__(self, checkpoint, every=1, monitor=None, mode="auto", resume=False):
+    def __init__(self, checkpoint, every=1, monitor=None, mode="auto", resume=False,
+                 save_best_params=None):
         self.checkpoint = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint(checkpoint)
         self.every = positive_int(every, "every", "epochs between saves")
         self._monitor = _Monitor(monitor, mode) if monitor else None
+        if save_best_params is not None and not monitor:
+            raise ValueError(f"save_best_params={os.fspath(save_best_params)!r} needs monitor=..., the "
+                             "key of the epoch logs that decides the best (e.g. 'val_accuracy').")
+        self.save_best_params = None if save_best_params is None else os.fspath(save_best_params)
         self.resume = resume
         self._saved_at = None
 
@@ -180,6 +190,8 @@ class ModelCheckpoint(Callback):
                             f"{type(state.trainer).__name__}.")
         if state.is_main_process:
             _writable_directory(self.checkpoint.directory, "ModelCheckpoint")
+            if self.save_best_params:
+                _writable_file(self.save_best_params, "ModelCheckpoint")
         if self._monitor:
             self._monitor.best = None
         if not self.resume:
@@ -200,6 +212,9 @@ class ModelCheckpoint(Callback):
         path = self.checkpoint.save(state.net, state.trainer, position[0], best=best,
                                     fit=state.snapshot())
         self._saved_at = position
+        if best and self.save_best_params:
+            directory, name = os.path.split(os.path.abspath(self.save_best_params))
+            atomic_write(directory, name, lambda f: state.net.save_parameters(f.name))
         log.info("Saved checkpoint %s%s.", path, " (best)" if best else "")
 
     def on_epoch_end(self, state):

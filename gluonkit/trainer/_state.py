@@ -136,6 +136,7 @@ class TrainerState:
         counts = {str(device): {names[i]: int(n) for i, n in table.items()}
                   for device, table in optimizer._all_index_update_counts.items()}   # MXNet keeps no public copy
         window = {}
+        self._window.mark_saved()
         if self._window.steps:
             for name, param in zip(names, self._params):
                 if param.grad_req != "null" and param._data is not None:

@@ -1,5 +1,8 @@
 """The accumulation window: the micro-batches a Trainer has collected since its last update."""
+import atexit
 import math
+import warnings
+import weakref
 
 import mxnet as mx
 
@@ -7,6 +10,8 @@ from ._gradients import read
 from ._statistics import RunningStatistics
 
 __all__ = ["Window", "whole"]
+
+_OPEN = weakref.WeakSet()   # the windows of the trainers alive, checked at exit
 
 
 def whole(count):
@@ -28,6 +33,11 @@ class Window:
         self.count = 0       # the numbers' sum
         self.arrays = []     # the NDArray counts, not read
         self.statistics = None
+        self.saved = False   # the pending steps are in a state_dict (a checkpoint keeps them)
+        if not _OPEN:
+            atexit.unregister(_warn_at_exit)   # registered once
+            atexit.register(_warn_at_exit)
+        _OPEN.add(self)
 
     def add(self, count):
         """Count one micro-batch: ``count`` a number or a one-element float64 NDArray."""
@@ -36,6 +46,7 @@ class Window:
         else:
             self.count += count
         self.steps += 1
+        self.saved = False
 
     def take(self):
         """``(count, arrays)`` of the window, which is empty afterwards."""
@@ -51,8 +62,14 @@ class Window:
         return self.steps, count
 
     def replace(self, steps, count):
-        """Take ``steps`` micro-batches that counted ``count`` (a number) as the window."""
+        """Take ``steps`` micro-batches that counted ``count`` (a number) as the window (one
+        loaded from a saved state, which keeps it)."""
         self.steps, self.count, self.arrays = steps, count, []
+        self.saved = True
+
+    def mark_saved(self):
+        """Note that a state_dict holds the pending steps: they are not lost if never applied."""
+        self.saved = True
 
     def snapshot(self, params, droppable):
         """Copy the running statistics of ``params`` to return to if the window is dropped;
@@ -63,3 +80,13 @@ class Window:
         """Set the running statistics back to the window's start (a dropped window)."""
         if self.statistics is not None:
             self.statistics.restore()
+
+
+def _warn_at_exit():
+    """Warn of each live trainer's micro-batches never applied nor saved (a loop of one's own
+    that forgot ``flush``)."""
+    for window in list(_OPEN):
+        if window.steps and not window.saved:
+            warnings.warn(f"a gluonkit.Trainer ended with {window.steps} micro-batch(es) stepped since its "
+                          "last update, never applied: call trainer.flush() at the end of each epoch (fit "
+                          "does), or save them with a Checkpoint.", UserWarning, stacklevel=1)

@@ -46,7 +46,9 @@ def freeze(block, pattern=None):
     Returns
     -------
     list of str
-        The names whose ``grad_req`` changed.
+        The names whose ``grad_req`` changed, relative to ``block`` as ``select(block)``
+        gives them (``freeze(net.features)`` -> ``['0.weight', ...]``; ``freeze(net,
+        r'^features\\.')`` -> ``['features.0.weight', ...]``).
 
     Example::
 

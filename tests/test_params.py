@@ -510,3 +510,16 @@ def test_summary_shows_wd_mult_beside_lr_mult():
     table = {row.split()[0]: dict(zip(columns, row.replace(", ", ",").split())) for row in rows}
     assert {n: (r["lr_mult"], r["wd_mult"]) for n, r in table.items()} == {
         "0.weight": ("1", "1"), "0.bias": ("1", "0"), "1.weight": ("10", "1"), "1.bias": ("10", "0")}
+
+
+def test_freeze_names_are_relative_to_the_block_passed():
+    """As documented: names as select(block) gives them; a pattern on the network gives full ones."""
+    net = gluon.nn.HybridSequential()
+    with net.name_scope():
+        net.features = gluon.nn.HybridSequential()
+        net.features.add(gluon.nn.Dense(3, in_units=2))
+        net.output = gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    assert P.freeze(net.features) == list(P.select(net.features)) == ["0.weight", "0.bias"]
+    P.unfreeze(net.features)
+    assert P.freeze(net, r"^features\.") == ["features.0.weight", "features.0.bias"]

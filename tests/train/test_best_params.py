@@ -50,3 +50,28 @@ def test_save_best_params_holds_the_best_epoch_for_load_parameters(tmp_path):
 def test_save_best_params_needs_a_monitor(tmp_path):
     with pytest.raises(ValueError, match=r"save_best_params='.*best.params' needs monitor="):
         ModelCheckpoint(tmp_path, save_best_params=tmp_path / "best.params")
+
+
+def test_params_files_average_per_device_batchnorm_statistics_where_checkpoints_keep_each(tmp_path):
+    """As docs/checkpoints.md says of save_best_params and save_parameters."""
+    ctx = [mx.cpu(0), mx.cpu(1)]
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(4, in_units=3), gluon.nn.BatchNorm(in_channels=4))
+    net.initialize(ctx=ctx)
+    for i, c in enumerate(ctx):   # each device normalizes its own batch: its own statistics
+        with mx.autograd.record():
+            out = net(mx.nd.array(np.random.RandomState(i).rand(5, 3) * (i + 1), ctx=c))
+        out.backward()
+    copies = [d.asnumpy() for d in net[1].running_mean.list_data()]
+    assert not np.array_equal(copies[0], copies[1])
+    net.save_parameters(str(tmp_path / "net.params"))
+    gluonkit.Checkpoint(tmp_path / "ckpt").save(net, None, epoch=0)
+    twin = gluon.nn.HybridSequential()
+    twin.add(gluon.nn.Dense(4, in_units=3), gluon.nn.BatchNorm(in_channels=4))
+    twin.initialize(ctx=ctx)
+    twin.load_parameters(str(tmp_path / "net.params"), ctx=ctx)
+    for d in twin[1].running_mean.list_data():
+        np.testing.assert_allclose(d.asnumpy(), (copies[0] + copies[1]) / 2, rtol=1e-6)
+    gluonkit.Checkpoint(tmp_path / "ckpt").load(twin)
+    for d, want in zip(twin[1].running_mean.list_data(), copies):
+        np.testing.assert_array_equal(d.asnumpy(), want)

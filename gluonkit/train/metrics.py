@@ -134,6 +134,9 @@ class MetricFeeder:
     def update(self, labels, outputs):
         """Update every metric with one batch (lists over devices)."""
         for metric, (_, most) in zip(self.metrics, self._arity):
+            if isinstance(metric, OutputMetric):   # feeds its own metric, by these rules
+                metric.update(labels, outputs)
+                continue
             if most > 2:
                 args = (*_fields(outputs, "outputs"), *_fields(labels, "labels"))
             elif isinstance(metric, _CLASS_METRICS):
@@ -199,7 +202,7 @@ class OutputMetric:
             return part.get(self.output)
         if isinstance(part, (tuple, list)) and self.position is not None and -len(part) <= self.position < len(part):
             return part[self.position]
-        raise ValueError(f"the metrics of output {self.output!r} need each device's outputs and labels "
+        raise TypeError(f"the metrics of output {self.output!r} need each device's outputs and labels "
                          f"as a tuple of the outputs (or a dict by name), got {type(part).__name__} "
                          f"{getattr(part, 'shape', '')}; return them so from batch_fn or eval_fn.")
 

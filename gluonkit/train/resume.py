@@ -16,7 +16,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from ..validate import is_int
+from ..validate import is_int, non_negative_int
 from ._archive import CheckpointError
 
 __all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
@@ -262,9 +262,7 @@ class Epochs:
     """
 
     def __init__(self, loader, epochs):
-        if not is_int(epochs) or epochs < 0:
-            raise ValueError(f"epochs must be an int >= 0 (the number of epochs to reach), got {epochs!r}.")
-        self.loader, self.epochs = loader, epochs
+        self.loader, self.epochs = loader, non_negative_int(epochs, "epochs", "the number of epochs to reach")
         self.epoch = self.batch = 0
         self._pending = None         # a mid-epoch state to continue from
         self._epoch_state = None     # generators and sampler as the current epoch began

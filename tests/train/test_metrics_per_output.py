@@ -121,3 +121,13 @@ def test_bad_per_output_metrics_fail_in_one_line():
         fit_heads({"colour": "acc"})
     with pytest.raises(TypeError, match="one metric and an output position"):
         OutputMetric("acc", 1.5)
+
+
+def test_per_output_metrics_on_a_single_output_say_what_to_return():
+    net = gluon.nn.Dense(4, in_units=6)
+    net.initialize()
+    loader = gluon.data.DataLoader(dataset(16, 0), batch_size=8)
+    with pytest.raises(TypeError, match=r"^the metrics of output 'digit' need each device's outputs and "
+                                        r"labels as a tuple .* got NDArray \(8,\); return them so"):
+        gluonkit.fit(net, LOSS, gluonkit.Trainer(net, "sgd"), loader, epochs=1, val_data=loader,
+                     metrics={"digit": "acc"}, progress=False)

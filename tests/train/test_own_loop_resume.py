@@ -71,3 +71,9 @@ def test_a_loader_of_another_batch_size_is_refused():
         list(other.batches())
     with pytest.raises(ValueError, match="what Epochs.state_dict"):
         other.load_state_dict({"epoch": "1"})
+
+
+@pytest.mark.parametrize("epochs,error", [(-1, ValueError), (True, TypeError), (2.5, TypeError), ("3", TypeError)])
+def test_epochs_must_be_a_count(epochs, error):
+    with pytest.raises(error, match="epochs .* must be an integer >= 0"):
+        gluonkit.Epochs([], epochs)

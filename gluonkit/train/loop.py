@@ -501,7 +501,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     (``ModelCheckpoint(..., resume=True)``) ends with the same parameters as one never
     stopped. A stop in mid-epoch resumes at the same batch, with the same data order and
     accumulation window; it is bit-exact unless the rest of that epoch draws from MXNet's
-    generator (dropout, MXNet random augmentations), which cannot be replayed.
+    generator (dropout, MXNet random augmentations), which cannot be replayed. Each epoch
+    begins once over the whole run: a run resumed in mid-epoch does not call
+    ``on_epoch_begin`` for it again, and calls the callbacks' ``on_resume`` instead.
 
     SIGINT (Ctrl-C) or SIGTERM finish the current step, run ``on_train_end`` (where
     ``ModelCheckpoint`` saves), then raise ``KeyboardInterrupt`` or ``SystemExit(143)``; a

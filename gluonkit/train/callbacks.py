@@ -182,6 +182,11 @@ class ModelCheckpoint(Callback):
         self.resume = resume
         self._saved_at = None
 
+    @property
+    def monitor(self):
+        """str or None: The key of the epoch logs that decides the best checkpoint."""
+        return self._monitor.monitor if self._monitor else None
+
     def on_train_begin(self, state):
         self._saved_at = None
         if not hasattr(state.trainer, "state_dict"):
@@ -246,6 +251,11 @@ class EarlyStopping(Callback):
         self.patience = positive_int(patience, "patience", "epochs")
         self._monitor = _Monitor(monitor, mode, min_delta)
         self.wait = 0
+
+    @property
+    def monitor(self):
+        """str: The key of the epoch logs watched."""
+        return self._monitor.monitor
 
     def on_train_begin(self, state):
         self._monitor.best, self.wait = None, 0

@@ -294,10 +294,17 @@ def _check_validation(run, val_data, val_metrics):
         return
     logs = _evaluate(run.net, itertools.islice(val_data, 1), run.ctx, make_metrics(val_metrics),
                      run.loss_graph, "val_data", run.eval_fn)
-    if "loss" not in logs and run.is_main_process:
-        log.warning("fit: the history will have no val_loss: loss is None and %s; return "
-                    "(outputs, labels, losses) from eval_fn to get one.",
-                    "eval_fn returns no losses" if run.eval_fn else "there is no eval_fn")
+    if "loss" in logs:
+        return
+    reason = "eval_fn returns no losses" if run.eval_fn else "there is no eval_fn"
+    for cb in run.callbacks:
+        if getattr(cb, "monitor", None) == "val_loss":
+            raise ValueError(f"{type(cb).__name__} monitors 'val_loss', but this run has no validation "
+                             f"loss: loss is None and {reason}; return (outputs, labels, losses) from "
+                             "eval_fn, or monitor another key (e.g. 'val_accuracy').")
+    if run.is_main_process:
+        log.info("fit: the history will have no val_loss: loss is None and %s; return (outputs, "
+                 "labels, losses) from eval_fn to get one.", reason)
 
 
 def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
@@ -547,8 +554,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         ``eval_fn(net, batch, ctx_list) -> (outputs, labels[, losses])`` for ``val_data``, as
         in ``evaluate``. 'val_loss' is the mean of the losses it returns, else of
         ``loss(outputs, labels)`` (which must then take the validation labels), else absent
-        (a warning says so). The first validation batch is evaluated before training, so
-        a loss or metric that cannot take it fails at once.
+        (the log says so; a callback monitoring 'val_loss' is refused). The first
+        validation batch is evaluated before training, so a loss or metric that cannot
+        take it fails at once.
 
     Returns
     -------

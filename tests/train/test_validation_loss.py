@@ -98,13 +98,25 @@ def test_eval_fn_returns_the_validation_loss():
 
 def test_without_a_validation_loss_fit_says_so_before_training(caplog):
     net = make_net()
-    with caplog.at_level(logging.WARNING, logger="gluonkit"):
+    with caplog.at_level(logging.INFO, logger="gluonkit"):
         history = gluonkit.fit(net, None, trainer_of(net), gluon.data.DataLoader(data(32, 0), batch_size=8),
                                epochs=1, batch_fn=mixup_step,
                                val_data=gluon.data.DataLoader(data(16, 1), batch_size=8), progress=False)
     assert "val_loss" not in history
-    warned = [r.getMessage() for r in caplog.records if "no val_loss" in r.getMessage()]
-    assert len(warned) == 1 and "return (outputs, labels, losses) from eval_fn" in warned[0]
+    said = [r.getMessage() for r in caplog.records if "no val_loss" in r.getMessage()]
+    assert len(said) == 1 and "return (outputs, labels, losses) from eval_fn" in said[0]
+
+
+def test_early_stopping_on_a_validation_loss_that_will_not_come_fails_before_training():
+    net = make_net()
+    before = params_of(net)
+    with pytest.raises(ValueError, match=r"^EarlyStopping monitors 'val_loss', but this run has no validation "
+                                         r"loss: loss is None and there is no eval_fn; return"):
+        gluonkit.fit(net, None, trainer_of(net), gluon.data.DataLoader(data(32, 0), batch_size=8), epochs=1,
+                     batch_fn=mixup_step, val_data=gluon.data.DataLoader(data(16, 1), batch_size=8),
+                     callbacks=[EarlyStopping("val_loss")], progress=False)
+    for name, value in params_of(net).items():
+        np.testing.assert_array_equal(value, before[name])
 
 
 def test_eval_fn_losses_must_be_one_per_sample():

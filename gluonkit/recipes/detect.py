@@ -315,7 +315,7 @@ def _train(args, folder):
         rcnn_options = {"scales": rcnn.fit_rpn_scales(train_set, args.image_size, args.max_size),
                         "short": args.image_size, "max_size": args.max_size,
                         "pretrained_file": args.pretrained_file}
-    kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
+    kvstore = common.create_kvstore(args.kvstore)
     if not isinstance(kvstore, str):
         train_set = common.worker_shard(train_set, kvstore)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,

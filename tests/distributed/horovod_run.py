@@ -6,11 +6,11 @@ Without Horovod the tests skip with the reason; ``GLUONKIT_REQUIRE_HOROVOD_TESTS
 import importlib.util
 import os
 import shlex
-import signal
-import subprocess
 import sys
 
 import pytest
+
+from watch import Watched
 
 __all__ = ["HOROVODRUN", "horovodrun", "require_horovod", "start"]
 
@@ -34,29 +34,19 @@ def require_horovod():
     pytest.skip(message)
 
 
-def start(ranks, command, cwd=None, env=None):
-    """``horovodrun --gloo -np RANKS -H localhost:RANKS sh -c COMMAND`` in a new session (a Popen).
+def start(ranks, command, timeout, cwd=None):
+    """``horovodrun --gloo -np RANKS -H localhost:RANKS sh -c 'exec COMMAND'``, followed as a
+    ``Watched`` (stdout and stderr merged) and killed after ``timeout`` seconds.
 
-    The command goes through ``sh -c`` so that horovodrun never reads its options as its own.
+    The command goes through ``sh -c`` so that horovodrun never reads its options as its own,
+    and ``exec`` so that the SIGTERM horovodrun passes on reaches it (horovodrun signals the
+    processes its shell started, here the command itself). Each rank gets one OpenMP thread.
     """
     argv = [HOROVODRUN, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}", "--network-interface", "lo",
-            "sh", "-c", " ".join(map(shlex.quote, command))]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.Popen(argv, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+            "sh", "-c", "exec " + " ".join(map(shlex.quote, command))]
+    return Watched(argv, timeout, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def finish(process, timeout):
-    """``(exit code, output)`` of a ``start``-ed job; the whole job is killed after ``timeout`` s."""
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"horovodrun did not end within {timeout} s:\n{output[-3000:]}")
-    return process.returncode, output
-
-
-def horovodrun(ranks, command, timeout, cwd=None, env=None):
+def horovodrun(ranks, command, timeout, cwd=None):
     """Run ``command`` on ``ranks`` ranks to the end; ``(exit code, output)``."""
-    return finish(start(ranks, command, cwd, env), timeout)
+    return start(ranks, command, timeout, cwd).finish()

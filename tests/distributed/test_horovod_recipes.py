@@ -33,3 +33,4 @@ def test_classify_on_two_horovod_ranks_trains_its_shards_validates_on_the_whole_
     assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv",
                                        "model-0000.params", "model-symbol.json", "model.json"]
     assert output.count("exported epoch") == 1
+

@@ -96,8 +96,25 @@ def main(out_dir):
             applied.append(updated)
             norms.append(trainer.global_norm)
     net.save_parameters(os.path.join(out_dir, f"rank{rank}.params"))
+    deferred_step(out_dir, rank, x, y)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"applied": applied, "norms": norms, "skips": trainer.nonfinite_skips, "ranks": ranks}, f)
+
+
+def deferred_step(out_dir, rank, x, y):
+    """One update of a network initialized at its first forward, from each rank's own seed:
+    rank 0's weights reach the others at that first update."""
+    mx.random.seed(2000 + rank)
+    net = gluon.nn.Dense(3)
+    net.initialize(mx.init.Xavier())
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="horovod")
+    rows = slice(4 * rank, 4 * rank + 4)
+    with autograd.record():
+        loss = loss_fn(net(nd.array(x[rows])), nd.array(y[rows]), nd.ones(4))
+    loss.backward()
+    net.save_parameters(os.path.join(out_dir, f"rank{rank}-deferred-initial.params"))
+    trainer.step(4)
+    net.save_parameters(os.path.join(out_dir, f"rank{rank}-deferred.params"))
 
 
 if __name__ == "__main__":

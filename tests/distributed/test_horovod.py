@@ -64,6 +64,14 @@ def test_horovod_ranks_with_uneven_and_empty_micro_batches_update_like_one_proce
         for name, value in expected.items():
             assert_allclose(got[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"rank {rank} {name}")
             assert not np.allclose(value, initial[name].asnumpy())   # training moved every parameter
+    # a deferred network: each rank's own initial weights, rank 0's after the first update on every rank
+    first = nd.load(str(tmp_path / "rank0-deferred.params"))
+    for rank in range(1, ranks):
+        assert not np.allclose(nd.load(str(tmp_path / f"rank{rank}-deferred-initial.params"))["weight"].asnumpy(),
+                               nd.load(str(tmp_path / "rank0-deferred-initial.params"))["weight"].asnumpy())
+        got = nd.load(str(tmp_path / f"rank{rank}-deferred.params"))
+        for name, value in first.items():
+            assert np.array_equal(got[name].asnumpy(), value.asnumpy()), (rank, name)
 
 
 def _net():

@@ -110,3 +110,15 @@ def test_horovod_not_installed_gives_the_command_that_builds_it():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "kvstore='horovod' needs Horovod built for MXNet" in result.stdout
     assert "HOROVOD_WITH_MXNET=1" in result.stdout and "--no-build-isolation horovod==0.28.1" in result.stdout
+
+
+def test_fit_on_two_ranks_validates_alike_and_early_stopping_stops_both_after_the_same_epoch(tmp_path):
+    require_horovod()
+    job = os.path.join(os.path.dirname(__file__), "horovod_fit_job.py")
+    code, output = horovodrun(2, [sys.executable, job, str(tmp_path)], timeout=200)
+    assert code == 0, output[-3000:]
+    reports = [json.loads((tmp_path / f"fit{rank}.json").read_text()) for rank in (0, 1)]
+    assert reports[0]["epochs"] == reports[1]["epochs"] == [1, 2, 3]   # epoch 1, then 2 without improvement
+    assert reports[0]["val_loss"] == reports[1]["val_loss"]
+    assert reports[0]["val_accuracy"] == reports[1]["val_accuracy"]
+    assert reports[0]["shard"] + reports[1]["shard"] == len(gluonkit.data.digits())

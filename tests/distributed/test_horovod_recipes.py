@@ -4,9 +4,13 @@ import os
 import re
 import sys
 
+import numpy as np
+from mxnet import nd
+
 from horovod_run import horovodrun, require_horovod
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
+OPTIONS = ["--kvstore", "horovod", "--limit", "400", "--batch-size", "16", "--no-progress"]
 
 
 def _history(out):
@@ -14,23 +18,40 @@ def _history(out):
         return list(csv.DictReader(f))
 
 
-def test_classify_on_two_horovod_ranks_trains_its_shards_validates_on_the_whole_test_split_and_exports_once(
+def _weights(path):
+    return {name: array.asnumpy() for name, array in nd.load(str(path)).items()}
+
+
+def _classify(tmp_path, *options):
+    code, output = horovodrun(2, [CLASSIFY, *OPTIONS, *options], timeout=240, cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    return output
+
+
+def test_classify_on_two_horovod_ranks_validates_on_the_whole_test_split_exports_once_and_resumes_exactly(
         tmp_path):
     require_horovod()
-    out = tmp_path / "run"
-    code, output = horovodrun(2, [CLASSIFY, "--kvstore", "horovod", "--epochs", "2", "--limit", "400",
-                                  "--no-progress", "--out", str(out)], timeout=240, cwd=tmp_path)
-    assert code == 0, output[-3000:]
+    never, resumed = tmp_path / "never", tmp_path / "resumed"
+    output = _classify(tmp_path, "--epochs", "2", "--out", str(never))
     assert output.count("Training cnn on digits (200 images") == 1   # rank 0 speaks; each rank holds half
     tested = re.findall(r"test accuracy: ([0-9.]+) on (\d+) images", output)
     assert len(tested) == 1, output[-3000:]
     accuracy, images = float(tested[0][0]), int(tested[0][1])
     assert images > 300   # the whole test split, not a rank's half
-    rows = _history(out)
+    rows = _history(never)
     assert [int(r["epoch"]) for r in rows] == [1, 2]
     # the last epoch's validation ran over the same whole split as the final test
     assert abs(float(rows[-1]["val_accuracy"]) - accuracy) < 1e-4
-    assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv",
-                                       "model-0000.params", "model-symbol.json", "model.json"]
+    assert sorted(os.listdir(never)) == ["args.json", "checkpoints", "curves.png", "history.csv",
+                                         "model-0000.params", "model-symbol.json", "model.json"]
     assert output.count("exported epoch") == 1
 
+    _classify(tmp_path, "--epochs", "1", "--out", str(resumed))
+    output = _classify(tmp_path, "--epochs", "2", "--resume", "--out", str(resumed))
+    assert "Resumed from" in output
+    for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
+        assert [r[key] for r in _history(resumed)] == [r[key] for r in _history(never)], key
+    expected, got = _weights(never / "model-0000.params"), _weights(resumed / "model-0000.params")
+    assert set(got) == set(expected)
+    for name in expected:
+        assert np.array_equal(got[name], expected[name]), name

@@ -6,6 +6,7 @@ to install it. Each rank is one process (``horovodrun -np N``); a rank may hold 
 devices, whose gradients are summed on its first device before the all-reduce.
 """
 import os
+import zlib
 
 import mxnet as mx
 
@@ -54,7 +55,7 @@ class Horovod(mx.kv.KVStoreBase):
                                "kvstore='device' in a single process.")
         hvd.init()
         self._hvd = hvd
-        self._calls = 0   # names the collective calls, in the same order on every rank
+        self._broadcasts = 0   # names the broadcasts, in the same order on every rank
 
     @property
     def type(self):
@@ -79,14 +80,11 @@ class Horovod(mx.kv.KVStoreBase):
     def init(self, key, value):
         """Nothing to do: Horovod keeps no values (kept for the kvstore interface)."""
 
-    def _name(self, kind):
-        self._calls += 1
-        return f"gluonkit.{kind}.{self._calls}"
-
     def broadcast(self, key, value, out, priority=0):
         """Rank 0's ``value`` into ``out`` (an array or a list, e.g. one per device) on every rank."""
         buffer = value.copy()
-        self._hvd.broadcast_(buffer, root_rank=0, name=self._name("broadcast"), priority=priority)
+        self._broadcasts += 1
+        self._hvd.broadcast_(buffer, root_rank=0, name=f"gluonkit.broadcast.{self._broadcasts}", priority=priority)
         for array in out if isinstance(out, (list, tuple)) else [out]:
             buffer.copyto(array)
 
@@ -94,12 +92,16 @@ class Horovod(mx.kv.KVStoreBase):
         """Sum ``value`` over the ranks, in place (or into ``out``), in one all-reduce.
 
         ``key`` is a key or a list of keys; ``value`` an array or a list of arrays (one per
-        device of this rank, summed first), or a list of those for a list of keys.
+        device of this rank, summed first), or a list of those for a list of keys. The
+        all-reduce is named by its keys: Horovod then negotiates a set of keys once and
+        replays the plan at every later update (a new name would be negotiated each time).
         """
+        keys = tuple(key) if isinstance(key, (list, tuple)) else (key,)
         values = value if isinstance(key, (list, tuple)) else [value]
         outs = values if out is None else (out if isinstance(key, (list, tuple)) else [out])
         heads = [_local_sum(v) for v in values]
-        self._hvd.grouped_allreduce_(heads, op=self._hvd.Sum, name=self._name("allreduce"), priority=priority)
+        name = f"gluonkit.sum.{len(keys)}.{zlib.crc32(repr(keys).encode()):08x}"
+        self._hvd.grouped_allreduce_(heads, op=self._hvd.Sum, name=name, priority=priority)
         for head, destination in zip(heads, outs):
             for array in destination if isinstance(destination, (list, tuple)) else [destination]:
                 if array is not head:

@@ -3,7 +3,7 @@
 Every rank starts from its own seed (rank 0's weights must reach the others), trains with
 ``accumulate=2``, ``clip_global_norm`` and ``on_nonfinite='skip'`` on micro-batches of uneven
 sizes, some of them empty on some ranks (the rank then calls ``step(0)`` without a backward).
-Each sample has a weight; the loss is the weighted sum and the count the sum of the weights:
+Rank 1 holds two devices (its micro-batches split over cpu(0) and cpu(1)). Each sample has a weight; the loss is the weighted sum and the count the sum of the weights:
 rank 0 gives it as a float, rank 1 as an NDArray, rank 2 (weights 1) as an int. One
 micro-batch of rank 1 holds a NaN in update ``NAN_UPDATE``: every rank must drop that update.
 """
@@ -69,8 +69,9 @@ def count_of(rank, w):
 
 def main(out_dir):
     mx.random.seed(1000 + int(os.environ["HOROVOD_RANK"]))   # rank 0's weights must be broadcast
+    ctx = [mx.cpu(0), mx.cpu(1)] if os.environ["HOROVOD_RANK"] == "1" else [mx.cpu(0)]
     net = make_net()
-    net.initialize(mx.init.Xavier())
+    net.initialize(mx.init.Xavier(), ctx=ctx)
     trainer = gluonkit.Trainer(net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]), kvstore="horovod",
                                accumulate=ACCUMULATE, clip_global_norm=CLIP, on_nonfinite="skip")
     rank, ranks = trainer.rank, trainer.num_workers
@@ -86,9 +87,10 @@ def main(out_dir):
             data = x[begin:end].copy()
             if update == NAN_UPDATE and rank == 1 and end - begin == 6:
                 data[0, 0] = np.nan
+            parts = zip(*(gluonkit.split_and_load(a, ctx) for a in (data, y[begin:end], w)))
             with autograd.record():
-                loss = loss_fn(net(nd.array(data)), nd.array(y[begin:end]), nd.array(w))
-            loss.backward()
+                losses = [loss_fn(net(xs), ys, ws) for xs, ys, ws in parts]
+            autograd.backward(losses)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             updated = trainer.step(count_of(rank, w))

@@ -1,4 +1,5 @@
-"""gluonkit.Trainer(kvstore='horovod') on 2 and 3 ranks on loopback equals one process on all the samples."""
+"""gluonkit.Trainer(kvstore='horovod') on 2 and 3 ranks on loopback (rank 1 on two devices) equals one process
+on all the samples."""
 import json
 import os
 import subprocess

@@ -33,6 +33,8 @@ __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule
 
 _WAIT_POLICY = "PASSIVE"
 _REEXEC = "GLUONKIT_THREADS_SET"
+# the kvstores a recipe can train with (asynchronous ones cannot normalize by the global count)
+_KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "horovod")
 _CONFIG_BYTES = 1 << 20     # a config is a page of options: anything larger is not one
 
 
@@ -495,8 +497,15 @@ def create_kvstore(name):
     'horovod' gives ``gluonkit.trainer.Horovod`` (the process must run under ``horovodrun``),
     'dist_*' an MXNet kvstore (under ``gluonkit-launch``).
     """
+    if name.lower() not in _KVSTORES:
+        close = difflib.get_close_matches(name.lower(), _KVSTORES, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise OptionError(f"--kvstore {name} is not a kvstore{hint}; use one of {', '.join(_KVSTORES)}.")
     if name.lower() == "horovod":
-        return Horovod()
+        try:
+            return Horovod()
+        except (ImportError, RuntimeError) as err:   # not installed, or not under horovodrun
+            raise OptionError(f"--kvstore horovod: {err}") from None
     return mx.kv.create(name) if name.startswith("dist") else name
 
 

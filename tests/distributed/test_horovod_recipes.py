@@ -5,8 +5,10 @@ import re
 import sys
 
 import numpy as np
+import pytest
 from mxnet import nd
 
+from gluonkit.recipes import classify
 from horovod_run import horovodrun, require_horovod
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
@@ -55,3 +57,15 @@ def test_classify_on_two_horovod_ranks_validates_on_the_whole_test_split_exports
     assert set(got) == set(expected)
     for name in expected:
         assert np.array_equal(got[name], expected[name]), name
+
+
+@pytest.mark.parametrize("kvstore, message", [
+    ("horovod", "gluonkit-classify: --kvstore horovod: kvstore='horovod' needs"),
+    ("horovd", "gluonkit-classify: --kvstore horovd is not a kvstore (did you mean horovod?); use one of"),
+])
+def test_classify_with_a_kvstore_it_cannot_use_says_so_in_one_line(tmp_path, monkeypatch, kvstore, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HOROVOD_RANK", raising=False)
+    with pytest.raises(SystemExit) as info:
+        classify.main(["--kvstore", kvstore, "--epochs", "1", "--limit", "40", "--out", "", "--no-progress"])
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)

@@ -13,7 +13,7 @@ import mxnet as mx
 __all__ = ["Horovod", "INSTALL", "import_horovod", "is_horovod"]
 
 INSTALL = ("pip install wheel && HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
-           "HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 pip install --no-build-isolation "
+           "HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 pip install --no-cache-dir --no-build-isolation "
            "horovod==0.28.1")
 # what horovodrun (Gloo) or mpirun (Open MPI, MPICH, Intel MPI) sets in each rank's environment
 _LAUNCHED_BY = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")

@@ -2,14 +2,16 @@
 import csv
 import os
 import re
+import signal
 import sys
 
 import numpy as np
 import pytest
 from mxnet import nd
 
+import gluonkit
 from gluonkit.recipes import classify
-from horovod_run import horovodrun, require_horovod
+from horovod_run import horovodrun, require_horovod, start
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
 OPTIONS = ["--kvstore", "horovod", "--limit", "400", "--batch-size", "16", "--no-progress"]
@@ -69,3 +71,31 @@ def test_classify_with_a_kvstore_it_cannot_use_says_so_in_one_line(tmp_path, mon
     with pytest.raises(SystemExit) as info:
         classify.main(["--kvstore", kvstore, "--epochs", "1", "--limit", "40", "--out", "", "--no-progress"])
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(gluonkit.Trainer, "request_stop"),
+                    reason="a signal stops every rank after the same update only with the workers' stop "
+                           "agreement (Trainer.request_stop) of the distributed stop-and-resume work")
+def test_classify_stopped_by_sigterm_on_both_ranks_then_resumed_ends_like_the_run_never_stopped(tmp_path):
+    require_horovod()
+    options = ["--kvstore", "horovod", "--epochs", "3", "--batch-size", "8", "--no-progress"]
+    never, stopped = tmp_path / "never", tmp_path / "stopped"
+    run = start(2, [CLASSIFY, *options, "--out", str(stopped)], timeout=300, cwd=tmp_path)
+    run.wait_for(r"epoch 1/3: ")          # rank 0 finished epoch 1: SIGTERM lands inside epoch 2
+    run.proc.send_signal(signal.SIGTERM)  # horovodrun passes it to both ranks
+    code, output = run.finish()
+    assert code != 0, output[-3000:]
+    assert output.count("SIGTERM received") == 2, output[-3000:]   # both ranks were asked to stop
+    assert "training stopped by SIGTERM after 1 epoch(s)" in output
+    assert not (stopped / "model-symbol.json").exists()            # stopped before the export
+    code, output = horovodrun(2, [CLASSIFY, *options, "--out", str(stopped), "--resume"], timeout=300, cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    assert "Resumed from" in output
+    code, output = horovodrun(2, [CLASSIFY, *options, "--out", str(never)], timeout=300, cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
+        assert [r[key] for r in _history(stopped)] == [r[key] for r in _history(never)], key
+    expected, got = _weights(never / "model-0000.params"), _weights(stopped / "model-0000.params")
+    assert set(got) == set(expected)
+    for name in expected:
+        assert np.array_equal(got[name], expected[name]), name

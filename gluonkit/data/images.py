@@ -22,12 +22,14 @@ import struct
 import warnings
 
 import mxnet as mx
+import numpy as np
 from gluoncv.data import RecordFileDetection
 from mxnet import gluon
 from PIL import Image
 
 from ..validate import finite_real, positive_int
 from .errors import DataFileError
+from .records import detection_objects
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
            "check_limits", "decode_image", "read_image", "check_resize", "ImageFolderDataset",
@@ -293,4 +295,13 @@ class ImageRecordDataset(gluon.data.vision.ImageRecordDataset):
 class DetectionRecordDataset(RecordFileDetection, ImageRecordDataset):
     """GluonCV's ``RecordFileDetection`` (a detection RecordIO file) whose images are decoded
     by :func:`decode_image`, as :class:`ImageRecordDataset` decodes them: within the limits,
-    errors naming the file and the record. Samples and labels are GluonCV's."""
+    errors naming the file and the record. Samples and labels are GluonCV's: an (objects, 5+)
+    array of xmin, ymin, xmax, ymax in pixels, class id, (more); an image without objects,
+    stored as a label header alone (which ``RecordFileDetection`` refuses), has none."""
+
+    def __getitem__(self, idx):
+        image, label = super(RecordFileDetection, self).__getitem__(idx)   # decoded as above
+        objects = detection_objects(label, f"{self.filename} (record {idx})")
+        height, width = image.shape[:2]
+        boxes = objects[:, 1:5] * np.array([width, height, width, height], np.float32)
+        return image, np.concatenate([boxes, objects[:, :1], objects[:, 5:]], axis=1)

@@ -28,8 +28,9 @@ import numpy as np
 
 from gluonkit.recipes import common
 from gluonkit.recipes import detection as det
+from gluonkit.recipes import detection_serving as serving
 from gluonkit.recipes import rcnn
-from gluonkit.recipes.detection_plots import DetectionCurves, best_threshold, draw_predictions
+from gluonkit.recipes.detection_plots import DetectionCurves, best_f1_threshold, draw_predictions
 from gluonkit.recipes.runs import RunFolder
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
 from gluonkit.data.images import DetectionRecordDataset
@@ -266,27 +267,25 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     return train_loader, val_loader
 
 
-def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
-    """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference,
-    with GluonCV's validation preprocessing and NMS settings.
-
-    ``size`` is the input's (height, width), or for Faster R-CNN (shorter side, max size).
-    """
+def _load_best(net, trainer, checkpoints):
+    """Load the best checkpoint (by validation mAP; else the latest) into ``net``: the network
+    the export holds and the final validation measures."""
     ckpt = Checkpoint(checkpoints)
     if ckpt.best is None and ckpt.latest is None:
         ckpt.save(net, trainer, 0)                  # --epochs 0 and nothing to resume
+    ckpt.load(net, best=ckpt.best is not None)
+
+
+def _export(net, family, checkpoints, prefix, shape, preprocessing, classes, score_threshold):
+    """Export the best checkpoint, run on inputs of ``shape`` to check it, with
+    ``preprocessing`` and GluonCV's evaluation NMS; the run's best-F1 ``score_threshold`` is
+    recorded for ``gluonkit-predict``."""
     det.nms_for_eval(net, family)
-    resize = {"resize": list(size), "resize_short": None, "max_size": None}
-    shape = (3,) + tuple(size)
-    if family == "faster_rcnn":
-        resize = {"resize": None, "resize_short": size[0], "max_size": size[1]}
-        shape = (3, size[0], size[0])
-    preprocessing = {"channels": 3, **resize, "crop": None, "scale": 1 / 255,
-                     "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-                     "layout": "NCHW"}    # as GluonCV's val transforms
     return common.export_best(net, checkpoints, prefix, shape,
                               outputs={"ids": classes, "scores": None, "bboxes": None},
-                              preprocessing=preprocessing, kind="detector", task="detect")
+                              preprocessing=preprocessing, kind="detector", task="detect",
+                              score_threshold=score_threshold,
+                              images_per_call=1 if family == "faster_rcnn" else None)
 
 
 def train(args):
@@ -296,8 +295,12 @@ def train(args):
     Returns
     -------
     dict
-        'map' (VOC07 mAP of the final network on the validation set), 'history', 'seconds',
-        'out', the trained 'net' and 'export' (the exported model's metadata, or None).
+        'map': the VOC07 mAP on the validation set with the boxes in the images' own pixels, of
+        the exported network (with ``--out``; else the final one), as ``gluonkit.predict``
+        finds them; 'transform_map': the same network's mAP in the validation transform's
+        pixels (GluonCV's figure); 'detections': per validation image ``(ids, scores, boxes)``
+        in its pixels; 'score_threshold': the best F1's; 'history', 'seconds', 'out', the
+        trained 'net' and 'export' (the exported model's metadata, or None).
     """
     with RunFolder(args.out) as folder:     # held by this process until training ends
         return _train(args, folder)
@@ -357,28 +360,42 @@ def _train(args, folder):
     history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, callbacks=callbacks,
                   progress=args.progress, batch_fn=batch_fn, val_data=val_loader,
                   metrics=det.voc_metric(classes), eval_fn=eval_fn)
-    mean_ap = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
-                       eval_fn=eval_fn)["mAP"]
     seconds = time.perf_counter() - tic
+    checkpoints_here = args.out and main_process
+    if checkpoints_here:
+        _load_best(net, trainer, checkpoints)
+    transform_map = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
+                             eval_fn=eval_fn)["mAP"]
+    padded = args.image_size == 0 and family != "faster_rcnn"
+    detections = serving.validation_detections(net, val_loader, val_set, padded, ctx[0])
+    labels = [val_set[i][1] for i in range(len(val_set))]
+    mean_ap = serving.original_pixel_map(detections, labels, classes)["mAP"]
+    thresh = best_f1_threshold([serving.kept(d) for d in detections], labels)
     metadata = None
-    if args.out and main_process:
+    if checkpoints_here:
+        buckets = None if args.image_size else train_loader.batch_sampler.sampler.buckets.shapes
         size = max(val_loader.batch_sampler.sizes) if args.image_size else \
-            max(train_loader.batch_sampler.sampler.buckets.shapes)
-        metadata = _export_best(net, trainer, family, checkpoints, os.path.join(args.out, "model"),
-                                size, classes)
+            max(buckets, key=lambda b: b[0] * b[1])
+        shape = (3, size[0], size[0]) if family == "faster_rcnn" else (3,) + tuple(size)
+        metadata = _export(net, family, checkpoints, os.path.join(args.out, "model"), shape,
+                           serving.serving_preprocessing(family, size, buckets), classes, thresh)
         transform = rcnn.val_transform(*size) if family == "faster_rcnn" else \
             det.val_transforms(family, [size])[size]
-        thresh = best_threshold(net, transform, val_set, ctx=ctx[0])
         log.info("Drawing detections scoring %.2f or more (the best F1 on the validation set).", thresh)
         draw_predictions(net, transform, val_set, classes, os.path.join(args.out, "predictions.png"),
                          thresh=thresh, ctx=ctx[0])
     if main_process:
-        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
-              f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+        which = "the exported model" if metadata else "the final network"
+        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images, boxes in their own pixels "
+              f"({which}; {transform_map:.4f} in the validation transform's pixels; "
+              f"{len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
     if metadata:
         print(common.export_summary(metadata, history, "val_mAP"))
-    return {"map": mean_ap, "history": history, "seconds": seconds, "out": args.out, "net": net,
-            "export": metadata}
+        print(f"score threshold {thresh:.2f} (the best F1 on the validation set), recorded for "
+              "gluonkit-predict")
+    return {"map": mean_ap, "transform_map": transform_map, "detections": detections,
+            "score_threshold": thresh, "history": history, "seconds": seconds, "out": args.out,
+            "net": net, "export": metadata}
 
 
 def main(argv=None):

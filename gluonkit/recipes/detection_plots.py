@@ -17,7 +17,7 @@ from gluonkit.atomic import atomic_write
 from gluonkit.callbacks import Callback
 
 __all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",
-           "best_threshold"]
+           "best_f1_threshold", "best_threshold"]
 
 _MEAN, _STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 _PALETTE = ["#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#9467bd", "#7f7f7f", "#2ca02c",
@@ -121,13 +121,16 @@ def _detect(net, transform, sample, ctx):
     return x, label, ids[keep, 0].astype(int), scores[keep, 0], boxes[keep]
 
 
-def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0.05, 0.96, 0.05)):
-    """The score threshold among ``candidates`` whose detections on ``dataset`` have the best
-    F1 (a detection is right, and an object found, at IoU 0.5 with the same class)."""
+def best_f1_threshold(detections, labels, candidates=np.arange(0.05, 0.96, 0.05)):
+    """The score threshold among ``candidates`` whose detections have the best F1 (a detection
+    is right, and an object found, at IoU 0.5 with the same class).
+
+    ``detections`` holds per image ``(ids, scores, boxes)`` (NumPy, one row per detection) and
+    ``labels`` per image its (objects, 5+) label, in the same pixels.
+    """
     found, correct, shown, objects = np.zeros(len(candidates)), np.zeros(len(candidates)), \
         np.zeros(len(candidates)), 0
-    for i in range(len(dataset)):
-        _, label, ids, scores, boxes = _detect(net, transform, dataset[i], ctx)
+    for (ids, scores, boxes), label in zip(detections, labels):
         objects += len(label)
         for k, thresh in enumerate(candidates):
             keep = scores >= thresh
@@ -138,6 +141,13 @@ def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0
     precision, recall = correct / np.maximum(shown, 1), found / max(objects, 1)
     f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
     return float(np.round(candidates[int(np.argmax(f1))], 2))
+
+
+def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0.05, 0.96, 0.05)):
+    """``best_f1_threshold`` of ``net``'s detections on ``dataset`` through the validation
+    ``transform`` (in its pixels)."""
+    detected = [_detect(net, transform, dataset[i], ctx) for i in range(len(dataset))]
+    return best_f1_threshold([d[2:] for d in detected], [d[1] for d in detected], candidates)
 
 
 def draw_predictions(net, transform, dataset, classes, path, count=8, thresh=0.5, ctx=mx.cpu(),

@@ -313,7 +313,8 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
     images = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in images]
     paths = [p for p in images if isinstance(p, str)]
     if paths and len(paths) != len(images):
-        raise TypeError("images must be all paths or all arrays, not a mix.")
+        raise TypeError(f"images must be all paths or all arrays, got {len(paths)} path(s) and "
+                        f"{len(images) - len(paths)} array(s); call predict once for each kind.")
     preprocessing = model.metadata["preprocessing"]
     if preprocessing is None:
         if paths:

@@ -32,7 +32,7 @@ from .errors import DataFileError
 from .records import detection_objects
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
-           "check_limits", "decode_image", "read_image", "check_resize", "ImageFolderDataset",
+           "check_limits", "decode_image", "read_image", "image_size", "check_resize", "ImageFolderDataset",
            "ImageRecordDataset", "DetectionRecordDataset"]
 
 #: Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``): a 1 GB RGBA image.
@@ -245,6 +245,19 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
                    header)
 
 
+def image_size(path, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """``(width, height)`` of the image file ``path`` from its header alone (no pixels
+    decoded), checked as :func:`read_image` checks it: a cheap look at every file of a dataset
+    before training reads them."""
+    max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            return _header(f, path, max_pixels, max_aspect)[1:]
+    except OSError as err:
+        raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
+
+
 def check_resize(name, size, new_size, max_pixels=MAX_PIXELS):
     """``ImageError`` if resizing the image ``name`` from ``size`` to ``new_size`` (both
     (width, height)) would make an empty image or more than ``max_pixels`` pixels."""
@@ -298,6 +311,9 @@ class DetectionRecordDataset(RecordFileDetection, ImageRecordDataset):
     errors naming the file and the record. Samples and labels are GluonCV's: an (objects, 5+)
     array of xmin, ymin, xmax, ymax in pixels, class id, (more); an image without objects,
     stored as a label header alone (which ``RecordFileDetection`` refuses), has none."""
+
+    def __init__(self, filename, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+        ImageRecordDataset.__init__(self, filename, max_pixels=max_pixels, max_aspect=max_aspect)
 
     def __getitem__(self, idx):
         image, label = super(RecordFileDetection, self).__getitem__(idx)   # decoded as above

@@ -8,6 +8,7 @@ family for ``gluonkit.fit`` and an ``eval_fn`` that feeds GluonCV's ``VOC07MApMe
 as GluonCV's training scripts do.
 """
 import difflib
+import warnings
 
 import mxnet as mx
 import numpy as np
@@ -91,8 +92,10 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
         if batchnorm == "sync":
             norm = {"norm_layer": gluon.contrib.nn.SyncBatchNorm,
                     "norm_kwargs": {"num_devices": num_devices}}
-        net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
-                                  classes=list(classes), **norm)
+        with warnings.catch_warnings():   # SSD's symbol-built layers: MXNet cannot tell the type yet
+            warnings.filterwarnings("ignore", message="Cannot decide type")
+            net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
+                                      classes=list(classes), **norm)
     if batchnorm == "frozen":
         freeze_batchnorm(net)
     return net

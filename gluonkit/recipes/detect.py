@@ -383,8 +383,8 @@ def _train(args, folder):
                   progress=args.progress, batch_fn=batch_fn, val_data=val_loader,
                   metrics=det.voc_metric(classes), eval_fn=eval_fn)
     seconds = time.perf_counter() - tic
-    checkpoints_here = args.out and main_process
-    if checkpoints_here:
+    exporting = args.out and main_process
+    if exporting:
         _load_best(net, trainer, checkpoints)
     transform_map = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
                              eval_fn=eval_fn)["mAP"]
@@ -394,7 +394,7 @@ def _train(args, folder):
     mean_ap = serving.original_pixel_map(detections, labels, classes)["mAP"]
     thresh = best_f1_threshold([serving.kept(d) for d in detections], labels)
     metadata = None
-    if checkpoints_here:
+    if exporting:
         buckets = None if args.image_size else train_loader.batch_sampler.sampler.buckets.shapes
         size = max(val_loader.batch_sampler.sizes) if args.image_size else \
             max(buckets, key=lambda b: b[0] * b[1])

@@ -40,14 +40,16 @@ def _same_detections(ours, found):
     ("ssd_300_mobilenet0.25_custom", ["--image-size", "0", "--buckets", "2"], "pad_to"),
     ("ssd_300_mobilenet0.25_custom", ["--image-size", "96"], "resize"),
     ("faster_rcnn_mobilenet0.25_custom", ["--image-size", "64"], "resize_short_within"),
-], ids=["own-sizes", "fixed-size", "faster-rcnn"])
+    # untrained: two epochs teach YOLOv3 to score every box under its 0.01 cut
+    ("yolo3_mobilenet0.25_custom", ["--image-size", "0", "--buckets", "2", "--epochs", "0"], "pad_to"),
+], ids=["own-sizes", "fixed-size", "faster-rcnn", "yolo3-own-sizes"])
 def test_predict_on_the_validation_images_finds_the_runs_own_detections(tmp_path, capsys, model,
                                                                          options, resize):
     root = _voc(str(tmp_path / "voc"))
     out = tmp_path / "out"
     result = detect.train(detect.parse_args(
         ["--dataset", f"voc:{root}", "--model", model, "--epochs", "2", "--batch-size", "4",
-         "--no-progress", "--out", str(out)] + options))
+         "--no-progress", "--out", str(out)] + options))     # a later --epochs wins
     meta = json.loads((out / "model.json").read_text())
     assert meta["preprocessing"][resize] and meta["score_threshold"] == result["score_threshold"]
     assert meta["preprocessing"]["interp"] == (1 if model.startswith("faster") else 9)

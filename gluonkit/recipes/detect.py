@@ -55,6 +55,9 @@ def _class_names(text):
     """``--classes``: 'a,b,c', or a text file with one class name per line (names may then hold
     commas)."""
     if not os.path.isfile(text):
+        if text.lower().endswith((".txt", ".names", ".csv")):
+            raise argparse.ArgumentTypeError(f"{text}: no such file (a text file of one class "
+                                             "name per line, or pass the names as a,b,c).")
         return text.split(",")
     with open(text, encoding="utf-8") as f:
         names = [line.strip() for line in f if line.strip()]

@@ -43,11 +43,14 @@ def test_help_gives_each_default_once(capsys):
     assert "--lr LR learning rate (default: 0.01)" in text
 
 
-def test_class_names_with_commas_come_from_a_file(tmp_path):
+def test_class_names_with_commas_come_from_a_file(tmp_path, capsys):
     names = tmp_path / "classes.txt"
     names.write_text("circle, round\nsquare\n\ntriangle\n", encoding="utf-8")
     assert detect.parse_args(["--classes", str(names)]).classes == ["circle, round", "square", "triangle"]
     assert detect.parse_args(["--classes", "a,b"]).classes == ["a", "b"]
+    with pytest.raises(SystemExit):
+        detect.parse_args(["--classes", str(tmp_path / "clases.txt")])     # a typo is no class
+    assert "clases.txt: no such file" in capsys.readouterr().err
 
 
 def test_an_ssd_is_built_without_mxnets_type_warning():

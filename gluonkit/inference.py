@@ -17,8 +17,8 @@ from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, check_limits, check_resize, read_image
 from .export import ExportError, model_files, read_metadata
 
-__all__ = ["Model", "load_model", "predict", "iter_predict", "preprocess", "shrink_to",
-           "image_files"]
+__all__ = ["Model", "load_model", "predict", "iter_predict", "preprocess", "short_within",
+           "shrink_to", "image_files"]
 
 
 class Model:
@@ -32,6 +32,12 @@ class Model:
     def kind(self):
         """``'classifier'`` or ``'detector'``."""
         return self.metadata["kind"]
+
+    @property
+    def score_threshold(self):
+        """A detector's default lowest score reported: the one its run recorded (the best F1
+        on its validation set), else 0.5."""
+        return self.metadata.get("score_threshold", 0.5)
 
     @property
     def outputs(self):
@@ -64,6 +70,17 @@ def load_model(prefix, ctx=None):
         raise ExportError(f"{files['symbol']} and {files['params']} do not load as a network "
                           f"({type(err).__name__}); export the model again.") from None
     return Model(net, metadata, ctx or mx.cpu())
+
+
+def short_within(size, short, max_size):
+    """The (width, height) GluonCV's ``resize_short_within(short, max_size)`` gives an image of
+    ``size`` (width, height): the shorter side ``short``, unless the longer would exceed
+    ``max_size``, then the longer side ``max_size``; the aspect ratio kept."""
+    width, height = size
+    scale = short / min(width, height)
+    if np.round(scale * max(width, height)) > max_size:
+        scale = max_size / max(width, height)
+    return int(np.round(width * scale)), int(np.round(height * scale))
 
 
 def shrink_to(image, max_size):
@@ -107,13 +124,34 @@ class _Prepared:
         self.scale, self.offset = np.ones(2), np.zeros(2)
 
     def resize(self, width, height, max_pixels, interp):
-        """Resize to ``width`` x ``height``, checked first."""
+        """Resize to ``width`` x ``height``, checked first, as GluonCV's transforms resize
+        (``interp`` 9: area to shrink, bicubic to enlarge)."""
+        from gluoncv.data.transforms.image import imresize
+
         old = np.array(self.image.shape[1::-1], dtype=np.float64)
         check_resize(self.name, self.size, (width, height), max_pixels)
         if (width, height) != tuple(old):
-            self.image = mx.image.imresize(self.image, width, height, interp=interp)
+            self.image = imresize(self.image, width, height, interp=interp)
             ratio = np.array([width, height]) / old
             self.scale, self.offset = self.scale * ratio, self.offset * ratio
+
+    def pad_to(self, buckets, max_pixels, interp):
+        """Pad at the bottom and right to the smallest of ``buckets`` ([height, width] each;
+        the first on ties) that holds the image, as training padded it (boxes keep their
+        pixels); an image larger than every bucket is first shrunk, aspect kept, into the one
+        that needs the least shrinking."""
+        height, width = self.image.shape[:2]
+        if not any(h >= height and w >= width for h, w in buckets):
+            scale, (bucket_h, bucket_w) = max((min(h / height, w / width), (h, w)) for h, w in buckets)
+            self.resize(min(bucket_w, max(1, round(width * scale))),
+                        min(bucket_h, max(1, round(height * scale))), max_pixels, interp)
+            height, width = self.image.shape[:2]
+        _, first = min((h * w, i) for i, (h, w) in enumerate(buckets) if h >= height and w >= width)
+        bucket_h, bucket_w = buckets[first]
+        check_resize(self.name, self.size, (bucket_w, bucket_h), max_pixels)
+        padded = mx.nd.zeros((bucket_h, bucket_w, self.image.shape[2]), dtype=self.image.dtype)
+        padded[:height, :width] = self.image
+        self.image = padded
 
     def to_image(self, boxes):
         """``boxes`` (N, 4) in input pixels as the image's own, clipped to it."""
@@ -130,9 +168,15 @@ def _prepare(image, preprocessing, name, max_pixels, max_aspect):
     else:
         image = _pixels(image, channels, name)
     item = _Prepared(name, image.shape[1::-1], image)
+    interp = preprocessing.get("interp", 1)
     if preprocessing.get("resize"):
         height, width = preprocessing["resize"]
-        item.resize(width, height, max_pixels, interp=1)
+        item.resize(width, height, max_pixels, interp=interp)
+    if preprocessing.get("resize_short_within"):     # as GluonCV's resize_short_within
+        item.resize(*short_within(item.image.shape[1::-1], *preprocessing["resize_short_within"]),
+                    max_pixels, interp=interp)
+    if preprocessing.get("pad_to"):
+        item.pad_to([list(b) for b in preprocessing["pad_to"]], max_pixels, interp)
     if preprocessing.get("resize_short"):       # as mx.image.resize_short
         size, (width, height) = preprocessing["resize_short"], item.image.shape[1::-1]
         item.resize(*((size, size * height // width) if height > width
@@ -209,7 +253,7 @@ def _detected(model, item, outputs, threshold):
     kept = kept[np.argsort(-scores[kept], kind="stable")]
     classes = model.outputs[0]["classes"]
     return {"image": item.name, "width": item.size[0], "height": item.size[1],
-            "boxes": [{"class": classes[int(ids[i])] if classes and ids[i] < len(classes)
+            "score_threshold": threshold, "boxes": [{"class": classes[int(ids[i])] if classes and ids[i] < len(classes)
                        else int(ids[i]), "score": float(scores[i]), "box": [float(v) for v in box]}
                       for i, box in zip(kept, item.to_image(boxes[kept]))]}
 
@@ -225,16 +269,23 @@ def _as_input(array, shape, name):
 
 def _results(model, batch, top_k, threshold):
     """The results of the :class:`_Prepared` ``batch``, one network call per run of inputs of
-    one shape."""
-    for _, run in itertools.groupby(batch, key=lambda item: item.tensor.shape):
-        run = list(run)
-        x = mx.nd.stack(*[item.tensor for item in run]).as_in_context(model.ctx)
-        outputs = model.net(x)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        for i, item in enumerate(run):
-            row = [out[i] for out in outputs]
-            yield (_detected(model, item, row, threshold) if model.kind == "detector"
-                   else _classified(model, item, row, top_k))
+    one shape (of at most the model's ``images_per_call``: Faster R-CNN's graph takes one)."""
+    most = model.metadata.get("images_per_call") or len(batch)
+    for _, same in itertools.groupby(batch, key=lambda item: item.tensor.shape):
+        same = list(same)
+        for run in (same[i:i + most] for i in range(0, len(same), most)):
+            yield from _run(model, run, top_k, threshold)
+
+
+def _run(model, run, top_k, threshold):
+    """The results of one network call on the :class:`_Prepared` inputs ``run``."""
+    x = mx.nd.stack(*[item.tensor for item in run]).as_in_context(model.ctx)
+    outputs = model.net(x)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    for i, item in enumerate(run):
+        row = [out[i] for out in outputs]
+        yield (_detected(model, item, row, threshold) if model.kind == "detector"
+               else _classified(model, item, row, top_k))
 
 
 def _stream(model, names, sources, batch_size, prepare, top_k, threshold):
@@ -244,23 +295,26 @@ def _stream(model, names, sources, batch_size, prepare, top_k, threshold):
         yield from _results(model, batch, top_k, threshold)
 
 
-def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=0.5,
+def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,
                  max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """Like :func:`predict`, one result at a time: the images are read, preprocessed and run
     ``batch_size`` at a time, so memory is bounded by the batch and the first results come
     before later files are read. Arguments are checked, and the model loaded, at the call.
     """
     top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
-    threshold = finite_real(score_threshold, "score_threshold")
+    threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold")
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     if not isinstance(model, Model):
         model = load_model(model, ctx)
+    if threshold is None:
+        threshold = model.score_threshold
     if isinstance(images, (str, os.PathLike, np.ndarray, mx.nd.NDArray)):
         images = [images]
     images = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in images]
     paths = [p for p in images if isinstance(p, str)]
     if paths and len(paths) != len(images):
-        raise TypeError("images must be all paths or all arrays, not a mix.")
+        raise TypeError(f"images must be all paths or all arrays, got {len(paths)} path(s) and "
+                        f"{len(images) - len(paths)} array(s); call predict once for each kind.")
     preprocessing = model.metadata["preprocessing"]
     if preprocessing is None:
         if paths:
@@ -277,7 +331,7 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
                                                  max_aspect), top_k, threshold)
 
 
-def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=0.5,
+def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,
             max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """The top classes of each image (a classifier), or its boxes (a detector).
 
@@ -293,8 +347,9 @@ def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=
         How many classes to report per image and output (classifiers).
     batch_size : int
         Images read and run together.
-    score_threshold : float
-        The lowest score of a box reported (detectors).
+    score_threshold : float, optional
+        The lowest score of a box reported (detectors); default: the model's
+        ``score_threshold`` (the best F1 its run found on its validation set), else 0.5.
     max_pixels, max_aspect
         Limits on the image files read (see :mod:`gluonkit.data.images`).
 

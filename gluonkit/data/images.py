@@ -22,15 +22,17 @@ import struct
 import warnings
 
 import mxnet as mx
+import numpy as np
 from gluoncv.data import RecordFileDetection
 from mxnet import gluon
 from PIL import Image
 
 from ..validate import finite_real, positive_int
 from .errors import DataFileError
+from .records import detection_objects
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
-           "check_limits", "decode_image", "read_image", "check_resize", "ImageFolderDataset",
+           "check_limits", "decode_image", "read_image", "image_size", "check_resize", "ImageFolderDataset",
            "ImageRecordDataset", "DetectionRecordDataset"]
 
 #: Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``): a 1 GB RGBA image.
@@ -243,6 +245,19 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
                    header)
 
 
+def image_size(path, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """``(width, height)`` of the image file ``path`` from its header alone (no pixels
+    decoded), checked as :func:`read_image` checks it: a cheap look at every file of a dataset
+    before training reads them."""
+    max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            return _header(f, path, max_pixels, max_aspect)[1:]
+    except OSError as err:
+        raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
+
+
 def check_resize(name, size, new_size, max_pixels=MAX_PIXELS):
     """``ImageError`` if resizing the image ``name`` from ``size`` to ``new_size`` (both
     (width, height)) would make an empty image or more than ``max_pixels`` pixels."""
@@ -293,4 +308,16 @@ class ImageRecordDataset(gluon.data.vision.ImageRecordDataset):
 class DetectionRecordDataset(RecordFileDetection, ImageRecordDataset):
     """GluonCV's ``RecordFileDetection`` (a detection RecordIO file) whose images are decoded
     by :func:`decode_image`, as :class:`ImageRecordDataset` decodes them: within the limits,
-    errors naming the file and the record. Samples and labels are GluonCV's."""
+    errors naming the file and the record. Samples and labels are GluonCV's: an (objects, 5+)
+    array of xmin, ymin, xmax, ymax in pixels, class id, (more); an image without objects,
+    stored as a label header alone (which ``RecordFileDetection`` refuses), has none."""
+
+    def __init__(self, filename, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+        ImageRecordDataset.__init__(self, filename, max_pixels=max_pixels, max_aspect=max_aspect)
+
+    def __getitem__(self, idx):
+        image, label = super(RecordFileDetection, self).__getitem__(idx)   # decoded as above
+        objects = detection_objects(label, f"{self.filename} (record {idx})")
+        height, width = image.shape[:2]
+        boxes = objects[:, 1:5] * np.array([width, height, width, height], np.float32)
+        return image, np.concatenate([boxes, objects[:, :1], objects[:, 5:]], axis=1)

@@ -69,6 +69,17 @@ def check_positive_int(value, name, meaning=None):
     return validate.positive_int(value, name, meaning)
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in --help, once: not for options whose help gives its own default,
+    for switches (``--no-progress`` would say 'default: True') or for options without one."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, True, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser(description, **kwargs):
     """An ``ArgumentParser`` with ``--config FILE`` (option defaults from JSON or YAML).
 

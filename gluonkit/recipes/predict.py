@@ -32,8 +32,9 @@ def parse_args(argv=None):
                         help="the exported model's prefix: OUT/model for OUT/model-symbol.json")
     parser.add_argument("--top-k", type=common.positive_int, default=5,
                         help="classes per image (classifiers)")
-    parser.add_argument("--score-threshold", type=common.non_negative_float, default=0.5,
-                        metavar="S", help="the lowest score of a box printed (detectors)")
+    parser.add_argument("--score-threshold", type=common.non_negative_float, metavar="S",
+                        help="the lowest score of a box printed (detectors; default: the one the "
+                             "model's run recorded, its best F1 on the validation set, else 0.5)")
     parser.add_argument("--batch-size", type=common.positive_int, default=32,
                         help="images read and run together")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -44,7 +45,7 @@ def parse_args(argv=None):
 
 def _format_boxes(result):
     if not result["boxes"]:
-        return "no boxes"
+        return f"no boxes scoring {result['score_threshold']:g} or more"
     return "; ".join(f"{b['class']} ({b['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in b["box"])
                      for b in result["boxes"])
 
@@ -86,6 +87,12 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         model = load_model(args.model, common.parse_ctx(args.ctx)[0])
+        if model.kind == "detector":       # on stderr: the results stay one line per image
+            given = args.score_threshold is not None
+            print(f"boxes scoring {args.score_threshold if given else model.score_threshold:g} or "
+                  "more (" + ("--score-threshold" if given else "the model's threshold: its run's "
+                              "best F1" if "score_threshold" in model.metadata else "the default")
+                  + ")", file=sys.stderr, flush=True)
         results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
                                score_threshold=args.score_threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)

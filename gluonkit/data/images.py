@@ -10,8 +10,8 @@ goes through :func:`decode_image`:
    refused before a byte of pixels is allocated;
 3. a PNG or JPEG whose data ends before the image does (a cut file) is refused (MXNet's
    decoder would return blank pixels for some);
-4. MXNet decodes it, and the decode is waited for inside the error handling, since MXNet
-   decodes asynchronously and would otherwise fail later, elsewhere.
+4. OpenCV decodes it at once, in the calling thread (the pixels MXNet's ``imdecode`` gives,
+   since that calls OpenCV too, without a round trip through MXNet's asynchronous engine).
 
 Every refusal is an :class:`ImageError` (a ``ValueError``) naming the file. Resizes are checked
 before they run (:func:`check_resize`): no image is resized to more than ``max_pixels``.
@@ -21,6 +21,7 @@ import os
 import struct
 import warnings
 
+import cv2
 import mxnet as mx
 import numpy as np
 from gluoncv.data import RecordFileDetection
@@ -174,23 +175,29 @@ def _jpeg_complete(data):
 _COMPLETE = {"PNG": _png_complete, "JPEG": _jpeg_complete}
 
 
-def _decode(decode, data, name, header):
-    """The image that ``decode()`` has MXNet decode from ``data`` (whose checked ``header``
-    it is), refused unless whole, waited for, and of the header's size."""
+def _decode(data, name, header, channels):
+    """The image that ``data`` (whose checked ``header`` it is) encodes, as an (H, W,
+    ``channels``) uint8 NDArray, RGB: refused unless whole, and of the header's size.
+
+    OpenCV decodes it in this thread, as MXNet's ``imdecode`` would (the same pixels) but
+    without a trip through MXNet's engine and a wait for it; the NDArray holds OpenCV's buffer.
+    """
     fmt, width, height = header
     if fmt in _COMPLETE and not _COMPLETE[fmt](data):
         raise ImageError(f"{name} is cut short: its {fmt} data ends before the image does; "
                          "copy the file again.")
-    try:
-        image = decode()
-        image.wait_to_read()            # MXNet decodes asynchronously: its errors surface here
-    except mx.base.MXNetError:
+    flag = cv2.IMREAD_COLOR if channels == 3 else cv2.IMREAD_GRAYSCALE
+    pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
+    if pixels is None:
         raise ImageError(f"{name} cannot be decoded: its {fmt} data ({width}x{height} pixels) "
-                         "is damaged or cut short; copy the file again.") from None
-    if image.shape[:2] != (height, width):
-        raise ImageError(f"{name} decodes to {image.shape[1]}x{image.shape[0]} pixels but its "
+                         "is damaged or cut short; copy the file again.")
+    if pixels.shape[:2] != (height, width):
+        raise ImageError(f"{name} decodes to {pixels.shape[1]}x{pixels.shape[0]} pixels but its "
                          f"header says {width}x{height}; the file is damaged.")
-    return image
+    if channels == 3:
+        cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB, dst=pixels)
+    # the NDArray takes over OpenCV's buffer (DLPack): no copy of the pixels
+    return mx.nd.from_numpy(pixels.reshape(height, width, channels), zero_copy=True)
 
 
 def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
@@ -214,8 +221,7 @@ def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MA
     """
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     header = _header(io.BytesIO(data), name, max_pixels, max_aspect)
-    return _decode(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0), data, name,
-                   header)
+    return _decode(data, name, header, channels)
 
 
 def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
@@ -241,8 +247,7 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
     except OSError as err:
         raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
     # the bytes checked are the bytes decoded: a file replaced meanwhile is not read again
-    return _decode(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0), data, path,
-                   header)
+    return _decode(data, path, header, channels)
 
 
 def image_size(path, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):

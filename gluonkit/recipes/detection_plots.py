@@ -34,8 +34,9 @@ def _write_png(fig, path):
 
 
 def plot_detection_curves(history, classes, path):
-    """Draw ``history`` (``fit``'s: 'loss', 'val_mAP', 'val_<class>', 'lr' per epoch) to a PNG
-    at ``path``: the loss on a log scale, validation mAP and per-class AP, the learning rate.
+    """Draw ``history`` (``fit``'s: 'loss', 'val_mAP', 'val_coco_AP', 'val_<class>', 'lr' per
+    epoch) to a PNG at ``path``: the loss on a log scale, validation VOC07 mAP, COCO AP and
+    per-class AP, the learning rate.
     Returns the matplotlib figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -53,9 +54,15 @@ def plot_detection_curves(history, classes, path):
         if f"val_{name}" in history:
             aps.plot(epochs, history[f"val_{name}"], marker=".", lw=1, color=_PALETTE[i % len(_PALETTE)],
                      label=f"AP {name}")
+    title = []
     if "val_mAP" in history:
-        aps.plot(epochs, history["val_mAP"], marker="o", lw=2.5, color="black", label="mAP")
-        aps.set_title(f"validation VOC07 AP (last mAP {history['val_mAP'][-1]:.3f})")
+        aps.plot(epochs, history["val_mAP"], marker="o", lw=2.5, color="black", label="VOC07 mAP")
+        title.append(f"mAP {history['val_mAP'][-1]:.3f}")
+    if "val_coco_AP" in history:
+        aps.plot(epochs, history["val_coco_AP"], marker="s", lw=2.5, ls="--", color="dimgray",
+                 label="COCO AP (IoU 0.50:0.95)")
+        title.append(f"COCO AP {history['val_coco_AP'][-1]:.3f}")
+    aps.set_title("validation AP" + (f" (last {', '.join(title)})" if title else ""))
     aps.set_ylim(0, 1)
     rate.plot(epochs, history.get("lr", []), marker="o")
     rate.set_title("learning rate (at each epoch's end)")

@@ -4,6 +4,7 @@
     gluonkit-predict --model runs/classify/model photo.png more_photos/ --top-k 3
     gluonkit-predict --model runs/classify/model photo.png --json
     gluonkit-predict --model runs/detect/model street.png --score-threshold 0.3
+    gluonkit-predict --model runs/detect/model val/ --coco val.json > detections.json
 
 For each image, prints the top classes with their probabilities (a classifier) or the boxes
 found, with class, score and corners in the image's own pixels (a detector), using the
@@ -13,10 +14,13 @@ used (a damaged model or image, an image beyond the limits) ends the command wit
 naming it, and status 1.
 """
 import json
+import os
 import sys
 
+from gluonkit.data.coco import coco_image_ids
 from gluonkit.inference import iter_predict, load_model
 from gluonkit.recipes import common
+from gluonkit.recipes.coco_metric import coco_results
 
 __all__ = ["parse_args", "main", "format_results"]
 
@@ -38,6 +42,15 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=common.positive_int, default=32,
                         help="images read and run together")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--coco", nargs="?", const="", metavar="ANNOTATIONS.json",
+                        help="detectors: print COCO's results format instead (a JSON list of "
+                             "image_id, category_id, bbox as [x, y, width, height], score) for "
+                             "other tools to score; the image ids are ANNOTATIONS.json's ids "
+                             "of the image files (found as gluonkit-detect finds them), else "
+                             "1, 2, ... in order")
+    parser.add_argument("--coco-images", metavar="DIR",
+                        help="the folder that the --coco file's file_name entries are relative "
+                             "to, as gluonkit-detect's --images")
     parser.add_argument("--ctx", type=common.ctx_type, default="cpu:0", help="the device to run on")
     common.add_image_limits(parser)
     return common.parse_with_config(parser, argv)
@@ -80,6 +93,33 @@ def _print_stream(results, as_json):
         print("\n]", flush=True)
 
 
+def _image_id(image, ids, number, annotations):
+    """The id in ``ids`` ({real path: id}) of the file ``image``; ``number`` without ``ids``."""
+    if ids is None:
+        return number
+    ident = ids.get(os.path.realpath(image))
+    if ident is None:
+        raise ValueError(f"{image} is not one of the images of {annotations} (where its "
+                         "file_name entries lead); predict on those images, or leave the file "
+                         "out to number the images 1, 2, ...")
+    return ident
+
+
+def _print_coco(results, model, annotations, images_dir):
+    """Print the detections of ``results`` as one JSON list in COCO's results format."""
+    ids = coco_image_ids(annotations, images_dir) if annotations else None
+    classes = model.metadata["outputs"][0].get("classes") or []
+    categories = model.metadata.get("category_ids") or list(range(len(classes)))
+    detections = []
+    for number, result in enumerate(results, 1):
+        image_id = _image_id(result["image"], ids, number, annotations)
+        for box in result["boxes"]:
+            index = classes.index(box["class"]) if box["class"] in classes else int(box["class"])
+            detections += coco_results(image_id, [box["box"]], [index], [box["score"]],
+                                       categories)
+    print(json.dumps(detections), flush=True)
+
+
 def main(argv=None):
     """The ``gluonkit-predict`` command."""
     if argv is None:
@@ -96,7 +136,12 @@ def main(argv=None):
         results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
                                score_threshold=args.score_threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
-        _print_stream(results, args.json)
+        if args.coco is not None:
+            if model.kind != "detector":
+                raise ValueError(f"--coco writes detections; {args.model} is a {model.kind}.")
+            _print_coco(results, model, args.coco, args.coco_images)
+        else:
+            _print_stream(results, args.json)
     except (OSError, ValueError) as err:   # a file not there or unreadable; ImageError, ExportError
         sys.stdout.flush()
         sys.exit(f"gluonkit-predict: {err}")

@@ -58,3 +58,15 @@ def seed():
     np.random.seed(0)
     mx.random.seed(0)
     return 0
+
+
+_RECIPE_TESTS = os.path.join(ROOT, "tests", "recipes")
+
+
+@pytest.fixture(autouse=True)
+def recipe_tests_run_in_tmp_path(request):
+    """Recipe tests run with their ``tmp_path`` as the working directory: a recipe's default
+    ``--out`` (``runs/classify``, ...) is then empty, whatever ``make run`` or an earlier
+    test left in the checkout."""
+    if os.path.commonpath([str(request.path), _RECIPE_TESTS]) == _RECIPE_TESTS:
+        request.getfixturevalue("monkeypatch").chdir(request.getfixturevalue("tmp_path"))

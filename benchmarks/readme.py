@@ -30,10 +30,11 @@ __all__ = ["RUNS", "QUICK", "run_recipe", "snippet", "parse_args", "main"]
 
 #: What each run's command prints last, as a regular expression whose groups are its results.
 RUNS = {
-    "classify": r"test accuracy: (?P<test_accuracy>[0-9.]+) on (?P<images>\d+) images "
-                r"(?:after the last epoch )?"
+    "classify": r"test accuracy: (?P<test_accuracy>[0-9.]+) on (?P<images>\d+) images of the "
+                r"test split, by the model exported from epoch (?P<exported_epoch>\d+) "
                 r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
-    "detect": r"VOC07 mAP: (?P<val_map>[0-9.]+) on (?P<images>\d+) images "
+    "detect": r"VOC07 mAP: (?P<val_map>[0-9.]+) on (?P<images>\d+) images of the validation "
+              r"split, by the final network "
               r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
     "multitask": r"test accuracy: digit (?P<digit_accuracy>[0-9.]+), parity "
                  r"(?P<parity_accuracy>[0-9.]+), aux (?P<aux_accuracy>[0-9.]+)",

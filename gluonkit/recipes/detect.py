@@ -344,8 +344,10 @@ def _train(args, folder):
         callbacks += common.output_callbacks(args.out, "val_mAP", args.resume,
                                              curves=lambda path: DetectionCurves(path, classes))
     if main_process:
-        log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
-                 len(train_set), ", ".join(classes), ctx)
+        log.info("Training %s on %s (%d images, classes %s) on %s; val_* in the history and the "
+                 "epoch lines are on the validation split (%d images), whose val_mAP chooses the "
+                 "checkpoint to export.", args.model, args.dataset, len(train_set),
+                 ", ".join(classes), ctx, len(val_set))
     batch_fn = {"yolo3": det.yolo3_batch_fn, "ssd": det.SSDBatch,
                 "faster_rcnn": rcnn.FasterRCNNBatch}[family]
     batch_fn = batch_fn if family == "yolo3" else batch_fn()
@@ -373,8 +375,8 @@ def _train(args, folder):
         draw_predictions(net, transform, val_set, classes, os.path.join(args.out, "predictions.png"),
                          thresh=thresh, ctx=ctx[0])
     if main_process:
-        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
-              f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images of the validation split, by the "
+              f"final network ({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
     if metadata:
         print(common.export_summary(metadata, history, "val_mAP"))
     return {"map": mean_ap, "history": history, "seconds": seconds, "out": args.out, "net": net,

@@ -8,7 +8,7 @@
 Each run is the recipe's command with its default options (``make run`` is the classify one),
 started as ``python -m gluonkit.recipes.<name>`` in a fresh process with its outputs in a
 temporary directory, and timed from the launch to the exit. What the command printed gives
-its result (test accuracy, VOC07 mAP). The ``tests`` run is ``make test``'s pytest run of the
+its result (the exported model's test accuracy, the validation VOC07 mAP). The ``tests`` run is ``make test``'s pytest run of the
 whole suite (``--quick``: one small test file), timed the same way. The machine (CPU model, cores) and the load average
 before and after each run are recorded beside it. Results go to
 ``benchmarks/results/readme.json`` and, as a Markdown snippet, to the README's ``figures``
@@ -86,13 +86,15 @@ def run_recipe(name, extra=(), timeout=3600):
 
 def _result_text(name, row):
     if name == "classify":
-        return f"test accuracy {row['test_accuracy']:.4f} on {row['images']:.0f} images"
+        return (f"test accuracy {row['test_accuracy']:.4f} on {row['images']:.0f} images, by the "
+                f"model exported from epoch {row['exported_epoch']:.0f} (chosen on the validation "
+                "split)")
     if name == "detect":
         return f"validation VOC07 mAP {row['val_map']:.3f} on {row['images']:.0f} images"
     if name == "tests":
         return f"{row['passed']:.0f} passed"
-    return ("test accuracy: digit {digit_accuracy:.3f}, parity {parity_accuracy:.3f}, "
-            "aux {aux_accuracy:.3f}".format(**row))
+    return ("test accuracy of the exported model: digit {digit_accuracy:.3f}, parity "
+            "{parity_accuracy:.3f}, aux {aux_accuracy:.3f}".format(**row))
 
 
 def snippet(results):

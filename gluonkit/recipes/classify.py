@@ -214,12 +214,19 @@ def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, prep
                             preprocessing=preprocessing, task="classify", model=model)
 
 
-def train(args):
+def train(args, callbacks=()):
     """Train as ``args`` (from ``parse_args``) says, choosing on the validation split; with
     ``--out``, export the best model; then evaluate the test split once, on the exported
     model (without ``--out``, the final network). With ``args.export``, only export the
     checkpoint in ``--out``. The run folder ``--out`` is held by this process until training
     ends.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    callbacks : list of Callback
+        More ``fit`` callbacks, e.g. ``EarlyStopping(monitor='val_accuracy')`` (on the
+        validation split).
 
     Returns
     -------
@@ -230,10 +237,10 @@ def train(args):
         None).
     """
     with RunFolder(args.out) as folder:
-        return _train(args, folder)
+        return _train(args, callbacks, folder)
 
 
-def _train(args, folder):
+def _train(args, callbacks, folder):
     ctx = common.parse_ctx(args.ctx)
     if args.amp and not args.export:
         amp.init(ctx)     # before anything is loaded, built or written
@@ -271,11 +278,9 @@ def _train(args, folder):
                       common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
                       kvstore=kvstore, accumulate=args.accumulate)
     main_process = trainer.rank == 0
-    callbacks = []
     schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))
-    if schedule:
-        callbacks.append(schedule)
+    callbacks = ([schedule] if schedule else []) + list(callbacks)
     monitor = _MONITOR if data.val is not None else None
     if args.out:
         if main_process:

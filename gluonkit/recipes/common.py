@@ -20,6 +20,7 @@ import mxnet as mx
 from gluonkit import validate
 from gluonkit.data import DataFileError
 from gluonkit.train.checkpoint import CheckpointError
+from gluonkit.train.resume import BatchSizeError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
 from gluonkit.trainer import Horovod
@@ -557,7 +558,8 @@ def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
     that cannot be read or written (a full disk too), a refused data file, a checkpoint that
-    cannot be resumed or a run folder that cannot be taken, with one line naming it (status 1)."""
+    cannot be resumed (under another batch size: with the ``--batch-size`` to pass) or a run
+    folder that cannot be taken, with one line naming it (status 1)."""
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -565,5 +567,8 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
+    except BatchSizeError as err:       # the option that resumes: the interrupted run's size
+        fix = f": pass --batch-size {err.saved}." if err.saved else "."
+        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {str(err).rstrip('.')}{fix}")
     except (OSError, CheckpointError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

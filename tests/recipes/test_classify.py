@@ -21,7 +21,7 @@ from gluonkit.recipes.datasets import (dataset_labels, load_dataset, stratified_
                                        stratified_split)
 from gluonkit.recipes.models import build_model, small_cnn
 
-from conftest import ROOT
+from conftest import ROOT, StopAt
 
 SCRIPT = os.path.join(ROOT, "recipes", "classify.py")
 
@@ -115,6 +115,23 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert resumed["test_accuracy"] == straight["test_accuracy"]
     for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
         assert resumed["history"][key] == straight["history"][key], key
+
+
+def test_a_mid_epoch_resume_under_another_batch_size_says_which_to_pass(tmp_path):
+    tiny = ["--no-progress", "--out", str(tmp_path), "--limit", "200", "--epochs", "2"]
+    with pytest.raises(KeyboardInterrupt):       # Ctrl-C after 3 batches of 32
+        recipe.train(recipe.parse_args([*tiny, "--batch-size", "32"]), callbacks=[StopAt(0, 3)])
+    saved = Checkpoint(tmp_path / "checkpoints").paths
+    with pytest.raises(SystemExit) as refused:
+        recipe.main([*tiny, "--resume", "--batch-size", "64"])
+    assert refused.value.code == (
+        "gluonkit-classify: the checkpoint was saved after 3 batches of 32 samples (96 in all), "
+        "but the batches of train_data hold 64 (192 in its first 3); resume with batches of 32 "
+        "samples, the interrupted run's batch size (it may change at an epoch's end): pass "
+        "--batch-size 32.")
+    assert Checkpoint(tmp_path / "checkpoints").paths == saved
+    recipe.main([*tiny, "--resume", "--batch-size", "32"])
+    assert [int(row["epoch"]) for row in history_csv(tmp_path / "history.csv")] == [1, 2]
 
 
 def test_two_contexts_accumulating_equal_one_context_with_the_same_micro_batches(tmp_path):

@@ -9,6 +9,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from gluonkit.atomic import writer_place
 from gluonkit.recipes import common
 
 
@@ -183,7 +184,7 @@ def test_resume_export_and_replay_reuse_the_options_the_run_recorded(tmp_path, c
     straight, part, again = (str(tmp_path / name) for name in ("straight", "part", "again"))
     assert classify_main(*RUN, "--epochs", "2", "--out", straight) == 0
     assert classify_main(*RUN, "--epochs", "1", "--out", part) == 0
-    stale = tmp_path / "part" / "checkpoints" / ".tmp-new-999999999-0123abcd"   # no such process
+    stale = tmp_path / "part" / "checkpoints" / f".tmp-new@{writer_place()}-999999999-0123abcd"
     stale.write_bytes(bytes(100))
     capsys.readouterr()
     # only --out: the recorded --limit, --batch-size, --lr, --seed, ...; --epochs extends the run

@@ -117,7 +117,8 @@ def stratified_indices(labels, count, seed=0):
 
 def stratified_split(labels, fraction=0.1, seed=0):
     """``(train, held)`` sorted index arrays: ``fraction`` of every class held out (at least one
-    sample of each class that has two or more), seeded; ``fraction`` is in [0, 1)."""
+    sample of each class that has two or more, never all of them), seeded; ``fraction`` is in
+    [0, 1)."""
     if not 0 <= fraction < 1:
         raise ValueError(f"fraction must be in [0, 1), got {fraction!r}: the share of every class "
                          "held out.")
@@ -129,7 +130,8 @@ def stratified_split(labels, fraction=0.1, seed=0):
     for cls in np.unique(labels):
         members = rng.permutation(np.flatnonzero(labels == cls))
         if len(members) > 1:
-            held.extend(members[:max(1, int(round(len(members) * fraction)))])
+            count = max(1, int(round(len(members) * fraction)))
+            held.extend(members[:min(count, len(members) - 1)])
     held = np.sort(np.array(held, dtype=np.int64))
     return np.setdiff1d(np.arange(len(labels)), held), held
 

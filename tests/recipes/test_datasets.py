@@ -52,6 +52,8 @@ def test_stratified_holdout():
     train, held = stratified_split(labels, 0.1, seed=0)
     assert np.bincount(labels[held]).tolist() == [5, 2, 1]
     assert sorted(np.concatenate([train, held]).tolist()) == list(range(len(labels)))
+    train, held = stratified_split(labels, 0.9, seed=0)
+    assert np.bincount(labels[train]).tolist() == [5, 2, 1]      # every class keeps one or more
 
 
 def test_image_folder_limit_and_holdout_cover_every_class(tmp_path):

@@ -216,6 +216,13 @@ class TrainerState:
             raise ValueError("the state's params and shapes must be lists of equal length; pass what "
                              "Trainer.state_dict() returned.")
         if set(saved) == set(names):
+            shapes = dict(zip(saved, state["shapes"]))
+            for name, param in zip(names, self._params):
+                shape = shapes[name]
+                if shape is not None and not shape_fits(param.shape, tuple(shape)):
+                    raise ValueError(f"the state was saved by a trainer whose {name} has shape "
+                                     f"{tuple(shape)} but this trainer's has shape {param.shape}; "
+                                     "load a state of the same network.")
             return {name: name for name in names}
         if len(saved) == len(names) and all(
                 _without_counters(a) == _without_counters(b)

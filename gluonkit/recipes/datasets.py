@@ -1,7 +1,7 @@
 """The classification recipe's datasets: loading, stratified subsets, and GluonCV-style transforms.
 
 Image folders and RecordIO files get what GluonCV's training scripts give ImageNet: random
-resized crops and flips for training, a resize and center crop for evaluation, and mean/std
+resized crops and flips (drawn from NumPy's generator, so that a resume is exact) for training, a resize and center crop for evaluation, and mean/std
 normalization. The preprocessing needed at inference is returned alongside, as a dict that the
 exported ``model.json`` stores (see :mod:`gluonkit.export`).
 """
@@ -19,7 +19,7 @@ from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, Ima
 from gluonkit.inference import preprocess, shrink_to
 from gluonkit.recipes.common import OptionError
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "RandomFlip", "DatasetUnavailable", "load_dataset",
            "dataset_labels", "stratified_indices", "stratified_split"]
 
 log = logging.getLogger("gluonkit")
@@ -53,6 +53,18 @@ class CapSize(gluon.Block):
 
     def forward(self, x):
         return shrink_to(x, self._max_size)
+
+
+class RandomFlip(gluon.Block):
+    """Flip an HWC image left to right with probability 0.5, drawn from NumPy's generator.
+
+    ``transforms.RandomFlipLeftRight`` draws from MXNet's generator, whose state cannot be
+    read: a run resumed in mid-epoch flipped other images than the run never stopped.
+    ``fit`` saves and restores NumPy's state, so this flip resumes exactly.
+    """
+
+    def forward(self, x):
+        return x.flip(axis=1) if np.random.random_sample() < 0.5 else x
 
 
 class _Preprocess(gluon.Block):
@@ -120,9 +132,9 @@ def _train_transform(image_size, max_size, mean, std):
     """GluonCV's ImageNet-style training pipeline: random resized crops of ``image_size`` and
     flips; with ``image_size`` 0 images keep their own sizes, shrunk to ``max_size``."""
     if image_size == 0:
-        steps = [CapSize(max_size), transforms.RandomFlipLeftRight()]
+        steps = [CapSize(max_size), RandomFlip()]
     else:
-        steps = [transforms.RandomResizedCrop(image_size), transforms.RandomFlipLeftRight()]
+        steps = [transforms.RandomResizedCrop(image_size), RandomFlip()]
     return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(mean, std)])
 
 
@@ -232,8 +244,7 @@ def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, 
         train, test = _cifar10(data_dir)
         names = list(_CIFAR_CLASSES)
         normalize = transforms.Normalize(_CIFAR_MEAN, _CIFAR_STD)
-        train_fn = transforms.Compose([transforms.RandomFlipLeftRight(), transforms.ToTensor(),
-                                       normalize])
+        train_fn = transforms.Compose([RandomFlip(), transforms.ToTensor(), normalize])
         test_fn = transforms.Compose([transforms.ToTensor(), normalize])
         preprocessing = _preprocessing(3, _CIFAR_MEAN, _CIFAR_STD, resize=32)
     elif kind in ("imagefolder", "rec") and where:

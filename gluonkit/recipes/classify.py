@@ -33,7 +33,7 @@ from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer, amp
 from gluonkit.recipes import common
 from gluonkit.recipes.datasets import load_dataset
-from gluonkit.recipes.models import build_model, check_model_name
+from gluonkit.recipes.models import build_model, check_input_shape, check_model_name
 from gluonkit.recipes.runs import RunFolder
 
 __all__ = ["parse_args", "train", "export_checkpoint", "main", "make_loaders", "no_wd_on_bias"]
@@ -53,10 +53,11 @@ def _build_parser():
                                prog="gluonkit-classify",
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", default="digits",
+    data.add_argument("--dataset", type=common.dataset_type, default="digits",
                       help="digits | cifar10 | imagefolder:DIR (DIR/train and DIR/val or DIR/test "
                            "class folders) | rec:TRAIN.rec[,TEST.rec]")
-    data.add_argument("--data-dir", default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
+    data.add_argument("--data-dir", type=common.path_type,
+                      default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
                       help="where CIFAR-10 is stored (downloaded if missing)")
     data.add_argument("--image-size", type=common.non_negative_int, default=32,
                       help="imagefolder and rec images: random-resized crops of this size for "
@@ -82,7 +83,7 @@ def _build_parser():
     model.add_argument("--pretrained", action="store_true",
                        help="start a model-zoo network from its pretrained weights (downloaded "
                             "once to ~/.mxnet/models); a new output layer fits the classes")
-    model.add_argument("--pretrained-file", metavar="PATH",
+    model.add_argument("--pretrained-file", type=common.path_type, metavar="PATH",
                        help="the pretrained weights as a .params file (offline --pretrained)")
     model.add_argument("--hybridize", action="store_true", help="compile the network's graph")
     train = parser.add_argument_group("training")
@@ -196,10 +197,17 @@ def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, prep
                             preprocessing=preprocessing, task="classify", model=model)
 
 
-def train(args):
+def train(args, callbacks=()):
     """Train and evaluate as ``args`` (from ``parse_args``) says; with ``--out``, export the
     best model. With ``args.export``, only export the checkpoint in ``--out``. The run folder
     ``--out`` is held by this process until training ends.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        From ``parse_args``.
+    callbacks : list of Callback
+        More ``fit`` callbacks, e.g. ``EarlyStopping(monitor='val_accuracy')``.
 
     Returns
     -------
@@ -208,10 +216,10 @@ def train(args):
         'export' (the exported model's metadata, or None).
     """
     with RunFolder(args.out) as folder:
-        return _train(args, folder)
+        return _train(args, callbacks, folder)
 
 
-def _train(args, folder):
+def _train(args, callbacks, folder):
     ctx = common.parse_ctx(args.ctx)
     if args.amp and not args.export:
         amp.init(ctx)     # before anything is loaded, built or written
@@ -238,6 +246,7 @@ def _train(args, folder):
     classes = len(class_names)
     pretrained = bool(args.pretrained or args.pretrained_file)
     net = build_model(args.model, classes, args.pretrained, args.pretrained_file)
+    check_input_shape(net, args.model, input_shape)
     net = _prepare(net, ctx, args.hybridize,
                    bool(args.multiscale) or args.image_size == 0, pretrained)
     if args.epochs == 0:        # no batch will give the layers their shapes before the save
@@ -248,7 +257,7 @@ def _train(args, folder):
                       common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
                       kvstore=kvstore, accumulate=args.accumulate)
     main_process = trainer.rank == 0
-    callbacks = []
+    callbacks = list(callbacks)
     schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))
     if schedule:
@@ -256,8 +265,7 @@ def _train(args, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
+        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test", args=args)
     if main_process:
         log.info("Training %s on %s (%d images, %d classes) on %s; val_* in the history and "
                  "the epoch lines are on the test set (%d images).", args.model, args.dataset,

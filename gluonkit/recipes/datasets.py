@@ -15,7 +15,7 @@ from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
 from gluonkit.data import DataFileError, class_labels, digits
-from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, ImageRecordDataset
+from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageFolderDataset, ImageRecordDataset
 from gluonkit.inference import preprocess, shrink_to
 from gluonkit.recipes.common import OptionError
 
@@ -184,6 +184,7 @@ def _image_folders(dataset, where, limits):
     test = None
     if held:
         test = ImageFolderDataset(held[0], **limits)
+        _check_classes_hold_images(test, held[0])
         if test.synsets != train.synsets:
             raise DataFileError(f"--dataset {dataset}: {held[0]} has classes {test.synsets} but "
                              f"train has {train.synsets}.")
@@ -200,7 +201,7 @@ def _check_classes_hold_images(folder, root):
     empty = [name for label, name in enumerate(folder.synsets) if label not in found]
     if empty:
         more = f" (nor in {len(empty) - 1} more)" if len(empty) > 1 else ""
-        raise DataFileError(f"{os.path.join(root, empty[0])}: no .jpg, .jpeg or .png image in "
+        raise DataFileError(f"{os.path.join(root, empty[0])}: no {', '.join(SUFFIXES)} image in "
                             f"this class folder{more}; "
                             "add images of the class or remove the folder (a class without images "
                             "cannot be learned, yet would be exported as one).")

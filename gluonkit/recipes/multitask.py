@@ -233,8 +233,7 @@ def _train(args, callbacks, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
+        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test", args=args)
     metrics = {head: "acc" for head in HEADS}   # per head (dicts by name): digit_accuracy, ...
     if main_process:
         log.info("The aux head trains on one batch in %d; the Trainer leaves it unchanged on "

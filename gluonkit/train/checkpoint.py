@@ -112,6 +112,13 @@ class Checkpoint:
         return paths[-1] if paths else None
 
     @property
+    def latest_epoch(self):
+        """int or None: The ``epoch`` (epochs completed) the latest checkpoint was saved with,
+        read from its name; None when there is no checkpoint."""
+        latest = self.latest
+        return None if latest is None else int(_NAME.match(os.path.basename(latest)).group(2))
+
+    @property
     def best(self):
         """str or None: ``best.ckpt`` if a checkpoint was saved with ``best=True``."""
         path = os.path.join(self.directory, _BEST)

@@ -92,7 +92,8 @@ def _build_parser():
     train.add_argument("--batch-size", type=common.positive_int, default=64,
                        help="samples per batch, split over --ctx")
     train.add_argument("--accumulate", type=common.positive_int, default=1,
-                       help="batches per update (the update equals one batch of them all)")
+                       help="batches per update (the update equals one batch of them all, "
+                            "except that BatchNorm normalizes each batch by its own statistics)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, adam, ...")
     train.add_argument("--lr", type=common.non_negative_float, default=0.1, help="learning rate")
     train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")

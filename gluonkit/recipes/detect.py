@@ -132,7 +132,8 @@ def _build_parser():
                        help="images per device per batch (sets --batch-size to N x devices; "
                             "Faster R-CNN: default 1, each image a forward pass of its own)")
     train.add_argument("--accumulate", type=common.positive_int, default=1,
-                       help="batches per update (the update equals one batch of them all)")
+                       help="batches per update (the update equals one batch of them all, "
+                            "except that BatchNorm normalizes each batch by its own statistics)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
     train.add_argument("--lr", type=common.non_negative_float, default=0.01, help="learning rate")
     train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")

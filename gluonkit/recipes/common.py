@@ -591,6 +591,19 @@ def worker_shard(dataset, kvstore):
     return dataset.take(usable).shard(kvstore.num_workers, kvstore.rank)
 
 
+def _checkpoint_fix(err):
+    """A ``CheckpointError``'s message for a command-line user: for a damaged file, the
+    checkpoint the command falls back on once it is deleted."""
+    if not err.damaged:
+        return str(err)
+    directory = os.path.dirname(err.damaged)
+    earlier = [p for p in Checkpoint(directory).paths if p != err.damaged]
+    if not earlier:
+        return f"{err.reason}; delete it, then start the run again with --overwrite."
+    return (f"{err.reason}; delete it (rm {err.damaged}), and the same command goes on from the "
+            f"checkpoint before it, {earlier[-1]}.")
+
+
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
@@ -603,5 +616,7 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
+    except CheckpointError as err:
+        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {_checkpoint_fix(err)}")
     except (OSError, CheckpointError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

@@ -155,3 +155,20 @@ def test_a_run_made_with_a_relative_dataset_path_resumes_from_another_directory(
     monkeypatch.chdir(elsewhere)
     assert classify_main("--out", str(tmp_path / "run"), "--resume", "--epochs", "2") == 0
     assert [row["epoch"] for row in history(tmp_path / "run")] == ["1", "2"]
+
+
+def test_a_damaged_checkpoint_is_named_with_the_one_the_command_falls_back_on(tmp_path, two_epochs):
+    out = materialize(two_epochs, tmp_path / "a")
+    first, latest = sorted(os.path.join(out, "checkpoints", name)
+                           for name in os.listdir(os.path.join(out, "checkpoints"))
+                           if name != "best.ckpt")
+    with open(latest, "r+b") as f:
+        f.truncate(100)
+    code = str(classify_main("--out", out, "--resume", "--epochs", "3"))
+    assert code.startswith(f"gluonkit-classify: Checkpoint {latest!r} is corrupted or truncated")
+    assert code.endswith(f"; delete it (rm {latest}), and the same command goes on from the "
+                         f"checkpoint before it, {first}.")
+    assert "load(..., path=...)" not in code and "\n" not in code
+    os.remove(latest)
+    assert classify_main("--out", out, "--resume", "--epochs", "3") == 0
+    assert [row["epoch"] for row in history(out)] == ["1", "2", "3"]

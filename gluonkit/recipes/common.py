@@ -37,6 +37,7 @@ _WAIT_POLICY = "PASSIVE"
 #: may change (besides ``--epochs``, the epoch to reach), so that a run's args.json describes it.
 CONTINUING = ("epochs", "ctx", "kvstore", "num_workers", "progress", "hybridize", "data_dir",
               "max_image_pixels", "max_aspect_ratio")
+log = logging.getLogger("gluonkit")
 _REEXEC = "GLUONKIT_THREADS_SET"
 # the kvstores a recipe can train with (asynchronous ones cannot normalize by the global count)
 _KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "horovod")
@@ -194,7 +195,7 @@ def parse_with_config(parser, argv=None, fixed=()):
         config = _config_defaults(parser, known.config, values, dests)
         parser.set_defaults(**config)
         known, _ = parser.parse_known_args(argv)
-    run = None
+    run, recorded = None, {}
     out = getattr(known, "out", None)
     if out and (getattr(known, "resume", False) or getattr(known, "export", False)):
         path = os.path.join(out, runs.ARGS_FILE)
@@ -210,6 +211,10 @@ def parse_with_config(parser, argv=None, fixed=()):
     args = parser.parse_args(argv)
     for dest in dests if run else ():
         given, made = getattr(args, dest), getattr(run, dest)
+        if dest in CONTINUING and dest in recorded and str(given) != str(recorded[dest]) \
+                and getattr(args, "resume", False) and dest not in ("epochs", "progress"):
+            log.info("--%s %s applies from here on (the run in %s had %s).",
+                     dest.replace("_", "-"), given, out, recorded[dest])
         if dest in CONTINUING or dest in runs.INVOCATION or given == made:
             continue
         name = "--" + dest.replace("_", "-")

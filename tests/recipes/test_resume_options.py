@@ -3,6 +3,7 @@ resume leaves the folder as it was, every option is applied or refused by name, 
 no checkpoint is neither resumed nor protected."""
 import csv
 import json
+import logging
 import os
 
 import cv2
@@ -72,7 +73,8 @@ def test_a_refused_resume_leaves_the_run_folder_as_it_was_and_names_the_option(
     os.remove(os.path.join(out, "args.json"))
     before = tree(out)
     code = classify_main(*TINY, "--out", out, "--resume", "--epochs", "5", "--momentum", "0.0")
-    assert "does not fit the trainer" in str(code)
+    assert "does not fit the trainer: the state holds a momentum buffer for " in str(code)
+    assert "but this SGD has momentum 0; resume with the momentum" in str(code)
     assert tree(out) == before
     # the plain resume still works, and args.json describes the run: --config replays it
     materialize(two_epochs, out)
@@ -143,7 +145,7 @@ def test_a_run_that_failed_before_its_first_checkpoint_does_not_block_the_retry(
 
 
 def test_a_run_made_with_a_relative_dataset_path_resumes_from_another_directory(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, caplog):
     image_folder(tmp_path / "photos")
     monkeypatch.chdir(tmp_path)
     assert classify_main("--dataset", "imagefolder:photos", "--batch-size", "4", "--epochs", "1",
@@ -153,8 +155,14 @@ def test_a_run_made_with_a_relative_dataset_path_resumes_from_another_directory(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert classify_main("--out", str(tmp_path / "run"), "--resume", "--epochs", "2") == 0
+    with caplog.at_level(logging.INFO, logger="gluonkit"):
+        assert classify_main("--out", str(tmp_path / "run"), "--resume", "--epochs", "2",
+                             "--hybridize") == 0
     assert [row["epoch"] for row in history(tmp_path / "run")] == ["1", "2"]
+    # an option that may change on a resume is applied, and said so
+    assert f"--hybridize True applies from here on (the run in {tmp_path / 'run'} had False)." \
+        in caplog.messages
+    assert json.loads((tmp_path / "run" / "args.json").read_text())["hybridize"] is True
 
 
 def test_a_damaged_checkpoint_is_named_with_the_one_the_command_falls_back_on(tmp_path, two_epochs):

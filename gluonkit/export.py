@@ -80,6 +80,13 @@ def _outputs(outputs, count, kind):
         outputs = dict(zip(_DETECTOR_OUTPUTS, (outputs, None, None)))   # the class names
     if outputs is None:
         return [{"name": f"output{i}", "classes": None} for i in range(count)]
+    nested = [isinstance(o, (list, tuple)) or o is None for o in outputs]
+    if isinstance(outputs, (list, tuple)) and outputs and all(nested):   # one list per output
+        outputs = {f"output{i}": classes for i, classes in enumerate(outputs)}
+    elif isinstance(outputs, (list, tuple)) and any(nested):
+        raise TypeError(f"outputs mixes class names and lists: {list(outputs)!r}; pass the class "
+                        "names of a single output, one list (or None) per output, or a dict "
+                        "output name -> class names.")
     if isinstance(outputs, dict):
         outputs = [{"name": str(name), "classes": None if classes is None else
                     [str(c) for c in classes]} for name, classes in outputs.items()]
@@ -183,9 +190,10 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         One sample's shape, e.g. ``(3, 224, 224)``: the network is run on a batch of one of
         it (a check that the export works) and it is stored for ``mx.mod.Module.bind``.
     outputs : list or dict, optional
-        The class names of a single-output classifier or of a detector (a list), or a dict
-        output name -> class names (None for an output that is not a classification) in
-        output order; nested outputs (nested ``Branches``) count in their flattened order.
+        The class names of a single-output classifier or of a detector (a list), one list
+        of class names (or None) per output (outputs named ``output0``, ``output1``, ...), or
+        a dict output name -> class names (None for an output that is not a classification)
+        in output order; nested outputs (nested ``Branches``) count in their flattened order.
     preprocessing : dict, optional
         How an image file becomes the input (see :func:`check_preprocessing`). Without it
         ``gluonkit.predict`` takes arrays of ``input_shape`` only, as the network's input.

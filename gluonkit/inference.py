@@ -6,6 +6,7 @@ depends on the batch, not on the number of images.
 """
 import itertools
 import os
+import re
 import warnings
 
 import mxnet as mx
@@ -17,8 +18,10 @@ from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, check_limits, check_resize, read_image
 from .export import ExportError, model_files, read_metadata
 
-__all__ = ["Model", "load_model", "predict", "iter_predict", "preprocess", "short_within",
-           "shrink_to", "image_files"]
+__all__ = ["Model", "load_model", "model_prefix", "predict", "iter_predict", "preprocess",
+           "short_within", "shrink_to", "image_files"]
+
+_EXPORT_FILE = re.compile(r"(-symbol\.json|-\d{4}\.params|\.json)$")
 
 
 class Model:
@@ -45,11 +48,26 @@ class Model:
         return self.metadata["outputs"]
 
 
+def model_prefix(path):
+    """The export prefix that ``path`` names: a run folder (``runs/a`` -> ``runs/a/model``),
+    one of the export's files (``runs/a/model-symbol.json``, ``model-0000.params``,
+    ``model.json``), or the prefix itself."""
+    path = os.fspath(path)
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "model.json")):
+        return os.path.join(path, "model")
+    stripped = _EXPORT_FILE.sub("", path)
+    if stripped != path and os.path.isfile(path) and os.path.isfile(f"{stripped}.json"):
+        return stripped
+    return path
+
+
 def load_model(prefix, ctx=None):
     """Load ``PREFIX-symbol.json``, its parameters and ``PREFIX.json`` as a :class:`Model`.
 
     The files are found by ``prefix``, as MXNet's checkpoints are, so an export copied under
     another prefix loads (``PREFIX-NNNN.params`` takes the number it was exported with).
+    ``prefix`` may also be a recipe's run folder or one of the export's files
+    (:func:`model_prefix`).
 
     Raises
     ------
@@ -58,7 +76,7 @@ def load_model(prefix, ctx=None):
     gluonkit.export.ExportError
         (a ``ValueError``) If they are damaged or do not belong together, naming the file.
     """
-    prefix = os.fspath(prefix)
+    prefix = model_prefix(prefix)
     metadata = read_metadata(prefix)
     files = model_files(prefix, metadata)
     try:
@@ -288,19 +306,36 @@ def _run(model, run, top_k, threshold):
                else _classified(model, item, row, top_k))
 
 
-def _stream(model, names, sources, batch_size, prepare, top_k, threshold):
+def _stream(model, names, sources, batch_size, prepare, top_k, threshold, report):
+    """The results of every image, ``batch_size`` at a time; with ``report``, an image that
+    cannot be used gives ``{'image', 'error'}`` in its place and the others go on."""
     for start in range(0, len(names), batch_size):
-        batch = [prepare(sources[i], names[i]) for i in range(start, start + batch_size)
-                 if i < len(names)]
-        yield from _results(model, batch, top_k, threshold)
+        run = []
+        for i in range(start, min(start + batch_size, len(names))):
+            try:
+                run.append(prepare(sources[i], names[i]))
+            except (ValueError, OSError) as err:   # ImageError, or a file gone meanwhile
+                if not report:
+                    raise
+                yield from _results(model, run, top_k, threshold)
+                run = []
+                yield {"image": names[i], "error": str(err)}
+        yield from _results(model, run, top_k, threshold)
 
 
 def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,
-                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT, on_error="raise"):
     """Like :func:`predict`, one result at a time: the images are read, preprocessed and run
     ``batch_size`` at a time, so memory is bounded by the batch and the first results come
     before later files are read. Arguments are checked, and the model loaded, at the call.
+
+    ``on_error='report'`` gives an image that cannot be used (damaged, not an image, beyond
+    the limits) the result ``{'image': ..., 'error': message}`` and goes on with the others;
+    'raise' (the default) raises its ``ImageError``.
     """
+    if on_error not in ("raise", "report"):
+        raise ValueError(f"on_error must be 'raise' or 'report', got {on_error!r}.")
+    report = on_error == "report"
     top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
     threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold")
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
@@ -324,11 +359,11 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
                               f"{tuple(model.metadata['input']['shape'])}.")
         shape = model.metadata["input"]["shape"]
         return _stream(model, list(range(len(images))), images, batch_size,
-                       lambda array, name: _as_input(array, shape, name), top_k, threshold)
+                       lambda array, name: _as_input(array, shape, name), top_k, threshold, report)
     names = image_files(paths) if paths else list(range(len(images)))
     return _stream(model, names, names if paths else images, batch_size,
                    lambda source, name: _prepare(source, preprocessing, name, max_pixels,
-                                                 max_aspect), top_k, threshold)
+                                                 max_aspect), top_k, threshold, report)
 
 
 def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,

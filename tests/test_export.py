@@ -93,6 +93,22 @@ def test_multi_output_network_exports_every_head(tmp_path):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_a_list_of_lists_names_the_classes_of_each_output(tmp_path):
+    """It used to be read as the class names of one output (the lists' text)."""
+    net = MultiTaskNet()
+    net.initialize(mx.init.Xavier())
+    written = gluonkit.export_model(net, str(tmp_path / "model"), (1, 8, 8),
+                                    outputs=[list("0123456789"), ["even", "odd"], None])
+    assert written["outputs"] == [{"name": "output0", "classes": list("0123456789")},
+                                  {"name": "output1", "classes": ["even", "odd"]},
+                                  {"name": "output2", "classes": None}]
+    result = gluonkit.predict(str(tmp_path / "model"), [np.zeros((1, 8, 8), np.float32)], top_k=1)[0]
+    assert list(result["outputs"]) == ["output0", "output1", "output2"]
+    assert result["outputs"]["output1"][0]["class"] in ("even", "odd")
+    with pytest.raises(TypeError, match="outputs mixes class names and lists"):
+        gluonkit.export_model(net, str(tmp_path / "other"), (1, 8, 8), outputs=["a", ["b"], None])
+
+
 def test_nested_branches_export_every_head_in_order(tmp_path):
     net = gluonkit.nn.Branches(trunk=gluon.nn.Dense(12, activation="relu"))
     with net.name_scope():

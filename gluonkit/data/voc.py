@@ -206,7 +206,11 @@ def load_voc(root, splits=("train", "val"), classes=None, *, max_pixels=MAX_PIXE
                                         "on images of it (or name it with --classes).")
             labels.append(np.array([box + [index[name], difficult] for name, box, difficult
                                     in objects], dtype=np.float64).reshape(-1, 6))
-        for image in images:
-            image_size(image, max_pixels=max_pixels, max_aspect=max_aspect)
+        for image, (xml, (width, height, _)) in zip(images, annotations):
+            actual = image_size(image, max_pixels=max_pixels, max_aspect=max_aspect)
+            if (width, height) != tuple(actual):
+                raise DataFileError(f"{xml}: <size> says {width:g}x{height:g} but {image} is "
+                                    f"{actual[0]}x{actual[1]} pixels, so its boxes cannot be "
+                                    "placed on it; fix the <size> and the boxes (or the image).")
         datasets.append(VOCFolder(images, labels, max_pixels=max_pixels, max_aspect=max_aspect))
     return datasets, list(classes)

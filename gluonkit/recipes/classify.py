@@ -38,7 +38,7 @@ from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer, amp
 from gluonkit.recipes import common
 from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset
-from gluonkit.recipes.models import build_model, check_model_name
+from gluonkit.recipes.models import build_model, check_input_shape, check_model_name
 from gluonkit.recipes.runs import RunFolder
 
 __all__ = ["parse_args", "train", "export_checkpoint", "main", "make_loaders", "no_wd_on_bias"]
@@ -58,7 +58,7 @@ def _build_parser():
                                prog="gluonkit-classify",
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", default="digits",
+    data.add_argument("--dataset", type=common.dataset_type, default="digits",
                       help="digits | cifar10 | imagefolder:DIR (class folders in DIR/train, "
                            "and in DIR/val and DIR/test where there are) | "
                            "rec:TRAIN.rec[,TEST.rec]; a test split the data lacks is 10%% of "
@@ -67,7 +67,8 @@ def _build_parser():
                       help="the share of every class carved from the training data (seeded by "
                            "--seed) as the validation split, which chooses the checkpoint to "
                            "export; DIR/val replaces it; 0: none, the last epoch is exported")
-    data.add_argument("--data-dir", default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
+    data.add_argument("--data-dir", type=common.path_type,
+                      default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
                       help="where CIFAR-10 is stored (downloaded if missing)")
     data.add_argument("--image-size", type=common.non_negative_int, default=32,
                       help="imagefolder and rec images: random-resized crops of this size for "
@@ -93,7 +94,7 @@ def _build_parser():
     model.add_argument("--pretrained", action="store_true",
                        help="start a model-zoo network from its pretrained weights (downloaded "
                             "once to ~/.mxnet/models); a new output layer fits the classes")
-    model.add_argument("--pretrained-file", metavar="PATH",
+    model.add_argument("--pretrained-file", type=common.path_type, metavar="PATH",
                        help="the pretrained weights as a .params file (offline --pretrained)")
     model.add_argument("--hybridize", action="store_true", help="compile the network's graph")
     train = parser.add_argument_group("training")
@@ -102,7 +103,8 @@ def _build_parser():
     train.add_argument("--batch-size", type=common.positive_int, default=64,
                        help="samples per batch, split over --ctx")
     train.add_argument("--accumulate", type=common.positive_int, default=1,
-                       help="batches per update (the update equals one batch of them all)")
+                       help="batches per update (the update equals one batch of them all, "
+                            "except that BatchNorm normalizes each batch by its own statistics)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, adam, ...")
     train.add_argument("--lr", type=common.non_negative_float, default=0.1, help="learning rate")
     train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")
@@ -228,6 +230,13 @@ def train(args, callbacks=()):
         More ``fit`` callbacks, e.g. ``EarlyStopping(monitor='val_accuracy')`` (on the
         validation split).
 
+    Parameters
+    ----------
+    args : argparse.Namespace
+        From ``parse_args``.
+    callbacks : list of Callback
+        More ``fit`` callbacks, e.g. ``EarlyStopping(monitor='val_accuracy')``.
+
     Returns
     -------
     dict
@@ -268,6 +277,7 @@ def _train(args, callbacks, folder):
     classes = len(data.classes)
     pretrained = bool(args.pretrained or args.pretrained_file)
     net = build_model(args.model, classes, args.pretrained, args.pretrained_file)
+    check_input_shape(net, args.model, input_shape)
     net = _prepare(net, ctx, args.hybridize,
                    bool(args.multiscale) or args.image_size == 0, pretrained)
     if args.epochs == 0:        # no batch will give the layers their shapes before the save
@@ -285,8 +295,8 @@ def _train(args, callbacks, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation")
+        callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation",
+                                             args=args)
     if main_process:
         log.info("Training %s on %s (%d images, %d classes) on %s; %s", args.model, args.dataset,
                  len(train_set), classes, ctx,

@@ -19,7 +19,8 @@ import mxnet as mx
 
 from gluonkit import validate
 from gluonkit.data import DataFileError
-from gluonkit.train.checkpoint import CheckpointError
+from gluonkit.train.callbacks import Callback
+from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from gluonkit.train.resume import BatchSizeError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
@@ -31,9 +32,14 @@ __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule
            "save_args", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
            "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
-           "test_summary"]
+           "test_summary", "CONTINUING", "RecordArgs", "path_type", "dataset_type"]
 
 _WAIT_POLICY = "PASSIVE"
+#: Options that say how a resumed run goes on, not what it trains: the only ones ``--resume``
+#: may change (besides ``--epochs``, the epoch to reach), so that a run's args.json describes it.
+CONTINUING = ("epochs", "ctx", "kvstore", "num_workers", "progress", "hybridize", "data_dir",
+              "max_image_pixels", "max_aspect_ratio")
+log = logging.getLogger("gluonkit")
 _REEXEC = "GLUONKIT_THREADS_SET"
 # the kvstores a recipe can train with (asynchronous ones cannot normalize by the global count)
 _KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "horovod")
@@ -176,8 +182,10 @@ def parse_with_config(parser, argv=None, fixed=()):
     With ``--resume`` or ``--export``, the options the run in ``--out`` recorded (its
     ``args.json``) are the defaults, under any ``--config`` file and the command line: so
     ``--out DIR --resume`` continues the run as it was started, and ``--epochs`` given again
-    extends it. An option of ``fixed`` (those that build the network or choose the data)
-    whose value differs from the run's is an error that names it.
+    extends it. Any other option whose value differs from the run's, except those of
+    :data:`CONTINUING` (devices, workers, progress bars, ...), is an error that names it:
+    those of ``fixed`` build the network or choose the data, the others say how it trains,
+    and the run's args.json must keep describing what it trained.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     known, _ = parser.parse_known_args(argv)
@@ -189,7 +197,7 @@ def parse_with_config(parser, argv=None, fixed=()):
         config = _config_defaults(parser, known.config, values, dests)
         parser.set_defaults(**config)
         known, _ = parser.parse_known_args(argv)
-    run = None
+    run, recorded = None, {}
     out = getattr(known, "out", None)
     if out and (getattr(known, "resume", False) or getattr(known, "export", False)):
         path = os.path.join(out, runs.ARGS_FILE)
@@ -198,17 +206,27 @@ def parse_with_config(parser, argv=None, fixed=()):
             values = {key: value for key, value in _read_config(path, parser, label).items()
                       if str(key).replace("-", "_") not in runs.INVOCATION}
             recorded = _config_defaults(parser, path, values, dests, label)
-            parser.set_defaults(**{d: v for d, v in recorded.items() if d in fixed})
-            run = parser.parse_args([])    # the run's network and data (its --ctx may be absent)
+            parser.set_defaults(**{d: v for d, v in recorded.items() if d not in CONTINUING})
+            run = parser.parse_args([])    # what the run trains (its --ctx may be absent here)
             parser.set_defaults(**recorded)
             parser.set_defaults(**config)  # under the --config file's
     args = parser.parse_args(argv)
-    for dest in fixed if run else ():
-        if getattr(args, dest) != getattr(run, dest):
-            name = "--" + dest.replace("_", "-")
-            parser.error(f"{name} {getattr(args, dest)} differs from the run in {out}, made with "
-                         f"{getattr(run, dest)} (its {runs.ARGS_FILE}), and changes the network "
-                         f"or the data: drop {name} to continue that run, or pass another --out.")
+    for dest in dests if run else ():
+        given, made = getattr(args, dest), getattr(run, dest)
+        if dest in CONTINUING and dest in recorded and str(given) != str(recorded[dest]) \
+                and getattr(args, "resume", False) and dest not in ("epochs", "progress"):
+            log.info("--%s %s applies from here on (the run in %s had %s).",
+                     dest.replace("_", "-"), given, out, recorded[dest])
+        if dest in CONTINUING or dest in runs.INVOCATION or given == made:
+            continue
+        name = "--" + dest.replace("_", "-")
+        if dest in fixed:
+            parser.error(f"{name} {given} differs from the run in {out}, made with {made} (its "
+                         f"{runs.ARGS_FILE}), and changes the network or the data: drop {name} to "
+                         "continue that run, or pass another --out.")
+        parser.error(f"{name} {given} differs from the run in {out}, trained with {made} (its "
+                     f"{runs.ARGS_FILE}); a resumed run goes on as it was trained: drop {name}, "
+                     f"or start a new run with it (--config {path} {name} ... --out NEW).")
     return args
 
 
@@ -295,6 +313,21 @@ def one_of(*choices):
             raise argparse.ArgumentTypeError(str(err)) from None
     parse.__name__ = "choice"
     return parse
+
+
+def path_type(text):
+    """argparse type: a file or folder, as an absolute path (``~`` expanded), so that a run's
+    args.json names it from any working directory."""
+    return os.path.abspath(os.path.expanduser(text)) if text else text
+
+
+def dataset_type(text):
+    """argparse type: a dataset ``KIND`` or ``KIND:PATH[,PATH]``, its paths absolute
+    (:func:`path_type`): ``imagefolder:photos`` -> ``imagefolder:/home/me/photos``."""
+    kind, _, where = str(text).partition(":")
+    if not where:
+        return text
+    return f"{kind}:" + ",".join(path_type(part) if part else part for part in where.split(","))
 
 
 def sizes_type(text):
@@ -425,17 +458,50 @@ def check_output_options(parser, args):
         runs.check_folder(args.out, resume=args.resume or export, overwrite=args.overwrite)
     except RunFolderError as err:
         parser.error(f"--out {err}")
+    if args.resume:
+        _check_resumable(parser, args.out, args.epochs)
 
 
-def output_callbacks(out, monitor, resume, held_out="val", curves=None):
+def _check_resumable(parser, out, epochs):
+    """``parser.error`` if ``out`` holds no checkpoint to resume (a typo in the path must not
+    start a new run); exit 0 with a line that says so if the run has trained ``epochs``
+    already (nothing to train, nothing changed)."""
+    directory = os.path.join(out, "checkpoints")
+    done = Checkpoint(directory).latest_epoch if os.path.isdir(directory) else None
+    if done is None:
+        parser.error(f"--resume: {out} holds no checkpoint to continue from (none in "
+                     f"{directory}); check --out, or start the run without --resume.")
+    if epochs <= done:
+        parser.exit(0, f"{parser.prog}: the run in {out} has trained {done} epoch(s) and --epochs "
+                       f"{epochs} asks for no more: nothing was trained or changed. Pass --epochs "
+                       f"{done + 1} or more to train it further, or --export to export it again.\n")
+
+
+class RecordArgs(Callback):
+    """Write the resolved options ``args`` into the run folder ``out`` (``args.json``) when
+    training begins: after a resume has loaded its checkpoint, so that a resume refused by
+    its checkpoint leaves the folder as it was."""
+
+    main_process_only = True
+
+    def __init__(self, args, out):
+        self.args, self.out = args, out
+
+    def on_train_begin(self, state):
+        save_args(self.args, self.out)
+
+
+def output_callbacks(out, monitor, resume, held_out="val", curves=None, args=None):
     """``fit`` callbacks that write into ``out``: checkpoints/ (the last few, and the best by
-    the history key ``monitor``; ``resume`` continues from the latest), history.csv and
-    curves.png: ``curves(path)`` makes the callback that draws it (default ``PlotCurves``,
-    whose ``val_`` curves are labelled ``held_out``)."""
+    the history key ``monitor``; ``resume`` continues from the latest), args.json (the
+    resolved options ``args``, if given; written once the checkpoint is loaded),
+    history.csv and curves.png: ``curves(path)`` makes the callback that draws it (default
+    ``PlotCurves``, whose ``val_`` curves are labelled ``held_out``)."""
     from gluonkit.callbacks import HistoryLogger, ModelCheckpoint, PlotCurves
 
     curves = curves or (lambda path: PlotCurves(path, held_out=held_out))
     return [ModelCheckpoint(os.path.join(out, "checkpoints"), monitor=monitor, resume=resume),
+            *([RecordArgs(args, out)] if args is not None else []),
             HistoryLogger(os.path.join(out, "history.csv")),
             curves(os.path.join(out, "curves.png"))]
 
@@ -565,6 +631,19 @@ def worker_shard(dataset, kvstore):
     return dataset.take(usable).shard(kvstore.num_workers, kvstore.rank)
 
 
+def _checkpoint_fix(err):
+    """A ``CheckpointError``'s message for a command-line user: for a damaged file, the
+    checkpoint the command falls back on once it is deleted."""
+    if not err.damaged:
+        return str(err)
+    directory = os.path.dirname(err.damaged)
+    earlier = [p for p in Checkpoint(directory).paths if p != err.damaged]
+    if not earlier:
+        return f"{err.reason}; delete it, then start the run again with --overwrite."
+    return (f"{err.reason}; delete it (rm {err.damaged}), and the same command goes on from the "
+            f"checkpoint before it, {earlier[-1]}.")
+
+
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
@@ -581,5 +660,7 @@ def run_command(module, parse_args, train, argv=None):
     except BatchSizeError as err:       # the option that resumes: the interrupted run's size
         fix = f": pass --batch-size {err.saved}." if err.saved else "."
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {str(err).rstrip('.')}{fix}")
+    except CheckpointError as err:
+        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {_checkpoint_fix(err)}")
     except (OSError, CheckpointError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

@@ -6,7 +6,7 @@ A split the data does not have is carved from the training data, stratified by c
 seeded, so that the test figure is never one the model was chosen on.
 
 Image folders and RecordIO files get what GluonCV's training scripts give ImageNet: random
-resized crops and flips for training, a resize and center crop for evaluation, and mean/std
+resized crops and flips (drawn from NumPy's generator, so that a resume is exact) for training, a resize and center crop for evaluation, and mean/std
 normalization. The preprocessing needed at inference is returned alongside, as a dict that the
 exported ``model.json`` stores (see :mod:`gluonkit.export`).
 """
@@ -21,13 +21,13 @@ from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
 from gluonkit.data import DataFileError, class_labels, digits
-from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, ImageRecordDataset
+from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageFolderDataset, ImageRecordDataset
 from gluonkit.inference import preprocess, shrink_to
 from gluonkit.recipes.common import OptionError
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TEST_FRACTION", "VAL_FRACTION", "CapSize",
-           "DatasetUnavailable", "Splits", "load_dataset", "dataset_labels", "stratified_indices",
-           "stratified_split", "split_off"]
+           "RandomFlip", "DatasetUnavailable", "Splits", "load_dataset", "dataset_labels",
+           "stratified_indices", "stratified_split", "split_off"]
 
 log = logging.getLogger("gluonkit")
 
@@ -71,6 +71,18 @@ class CapSize(gluon.Block):
 
     def forward(self, x):
         return shrink_to(x, self._max_size)
+
+
+class RandomFlip(gluon.Block):
+    """Flip an HWC image left to right with probability 0.5, drawn from NumPy's generator.
+
+    ``transforms.RandomFlipLeftRight`` draws from MXNet's generator, whose state cannot be
+    read: a run resumed in mid-epoch flipped other images than the run never stopped.
+    ``fit`` saves and restores NumPy's state, so this flip resumes exactly.
+    """
+
+    def forward(self, x):
+        return x.flip(axis=1) if np.random.random_sample() < 0.5 else x
 
 
 class _Preprocess(gluon.Block):
@@ -160,9 +172,9 @@ def _train_transform(image_size, max_size, mean, std):
     """GluonCV's ImageNet-style training pipeline: random resized crops of ``image_size`` and
     flips; with ``image_size`` 0 images keep their own sizes, shrunk to ``max_size``."""
     if image_size == 0:
-        steps = [CapSize(max_size), transforms.RandomFlipLeftRight()]
+        steps = [CapSize(max_size), RandomFlip()]
     else:
-        steps = [transforms.RandomResizedCrop(image_size), transforms.RandomFlipLeftRight()]
+        steps = [transforms.RandomResizedCrop(image_size), RandomFlip()]
     return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(mean, std)])
 
 
@@ -215,6 +227,7 @@ def _image_folders(dataset, where, limits):
         path = os.path.join(where, split)
         if os.path.isdir(path):
             held[split] = ImageFolderDataset(path, **limits)
+            _check_classes_hold_images(held[split], path)
             if held[split].synsets != train.synsets:
                 raise DataFileError(f"--dataset {dataset}: {path} has classes "
                                     f"{held[split].synsets} but train has {train.synsets}.")
@@ -231,7 +244,7 @@ def _check_classes_hold_images(folder, root):
     empty = [name for label, name in enumerate(folder.synsets) if label not in found]
     if empty:
         more = f" (nor in {len(empty) - 1} more)" if len(empty) > 1 else ""
-        raise DataFileError(f"{os.path.join(root, empty[0])}: no .jpg, .jpeg or .png image in "
+        raise DataFileError(f"{os.path.join(root, empty[0])}: no {', '.join(SUFFIXES)} image in "
                             f"this class folder{more}; "
                             "add images of the class or remove the folder (a class without images "
                             "cannot be learned, yet would be exported as one).")
@@ -280,8 +293,7 @@ def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, 
         train, test = _cifar10(data_dir)
         names = list(_CIFAR_CLASSES)
         normalize = transforms.Normalize(_CIFAR_MEAN, _CIFAR_STD)
-        train_fn = transforms.Compose([transforms.RandomFlipLeftRight(), transforms.ToTensor(),
-                                       normalize])
+        train_fn = transforms.Compose([RandomFlip(), transforms.ToTensor(), normalize])
         test_fn = transforms.Compose([transforms.ToTensor(), normalize])
         preprocessing = _preprocessing(3, _CIFAR_MEAN, _CIFAR_STD, resize=32)
     elif kind in ("imagefolder", "rec") and where:

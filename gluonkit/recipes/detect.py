@@ -75,7 +75,7 @@ def _build_parser():
                                prog="gluonkit-detect",
                                formatter_class=common.DefaultsHelpFormatter)
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", default="shapes",
+    data.add_argument("--dataset", type=common.dataset_type, default="shapes",
                       help="shapes (embedded, no download) | voc:DIR (Pascal VOC layout: DIR/"
                            "Annotations, DIR/JPEGImages, DIR/ImageSets/Main/{train,val}.txt) | "
                            "rec:TRAIN.rec,VAL.rec (GluonCV detection RecordIO, each with its .idx) | "
@@ -116,7 +116,7 @@ def _build_parser():
                             "faster_rcnn_mobilenet0.25_custom, faster_rcnn_resnet18_v1b_custom")
     model.add_argument("--pretrained-base", action="store_true",
                        help="start the backbone from GluonCV's ImageNet weights (downloaded if missing)")
-    model.add_argument("--pretrained-file", metavar="PATH",
+    model.add_argument("--pretrained-file", type=common.path_type, metavar="PATH",
                        help="Faster R-CNN: start the backbone from this .params file of the same "
                             "GluonCV network (e.g. mobilenet0.25 or resnet18_v1b ImageNet weights)")
     model.add_argument("--batchnorm", type=common.one_of("plain", "frozen", "sync"), default="plain",
@@ -132,7 +132,8 @@ def _build_parser():
                        help="images per device per batch (sets --batch-size to N x devices; "
                             "Faster R-CNN: default 1, each image a forward pass of its own)")
     train.add_argument("--accumulate", type=common.positive_int, default=1,
-                       help="batches per update (the update equals one batch of them all)")
+                       help="batches per update (the update equals one batch of them all, "
+                            "except that BatchNorm normalizes each batch by its own statistics)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
     train.add_argument("--lr", type=common.non_negative_float, default=0.01, help="learning rate")
     train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")
@@ -429,8 +430,7 @@ def _train(args, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, monitor, args.resume,
+        callbacks += common.output_callbacks(args.out, monitor, args.resume, args=args,
                                              curves=lambda path: DetectionCurves(path, classes))
     if main_process:
         log.info("Training %s on %s (%d images, classes %s) on %s; val_* in the history and the "

@@ -1,5 +1,7 @@
 """The networks the recipes train: the built-in small CNN, or a GluonCV model-zoo network."""
+import contextlib
 import difflib
+import io
 import os
 
 from mxnet.base import MXNetError, data_dir
@@ -8,7 +10,7 @@ from mxnet.initializer import Xavier
 
 from gluonkit.recipes.common import OptionError
 
-__all__ = ["small_cnn", "check_model_name", "build_model", "WeightsUnavailable"]
+__all__ = ["small_cnn", "check_model_name", "build_model", "check_input_shape", "WeightsUnavailable"]
 
 
 def _conv_bn_relu(channels):
@@ -39,7 +41,10 @@ def check_model_name(name):
 
     names = list(model_zoo.get_model_list())
     if name not in names:
-        close = difflib.get_close_matches(name, names, n=5)
+        # the names that contain it first (resnet20 -> cifar_resnet20_v1), then the look-alikes
+        close = sorted((n for n in names if name.lower() in n.lower()), key=len)[:5]
+        close += [n for n in difflib.get_close_matches(name, names, n=5) if n not in close]
+        close = close[:5]
         raise OptionError(f"--model {name!r} is neither 'cnn' nor a GluonCV model-zoo name"
                          + (f" (close: {', '.join(close)})" if close else "")
                          + ". List them with: python -c \"import gluoncv; "
@@ -87,6 +92,28 @@ def _pretrained(name, classes, pretrained_file):
             return net
     raise OptionError(f"--pretrained: cannot find the output layer of {name!r} (no Dense "
                      "'output' or 'fc') to give it the dataset's classes.")
+
+
+def check_input_shape(net, name, input_shape):
+    """Raise ``OptionError`` naming the model ``name`` and the image size if ``net`` cannot
+    take one sample of ``input_shape`` (C, H, W): a network whose layers shrink small images
+    to nothing (Inception-v3 at 32x32). Symbolic shape inference: nothing is allocated or
+    initialized; a network that is not a HybridBlock is not checked."""
+    import mxnet as mx
+
+    if not isinstance(net, nn.HybridBlock):
+        return
+    try:
+        out = net(mx.sym.var("data"))
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        with contextlib.redirect_stdout(io.StringIO()):   # MXNet prints its arguments on failure
+            out.infer_shape(data=(1,) + tuple(input_shape))
+    except (MXNetError, ValueError):   # MXNet's own text names no fix
+        size = "x".join(map(str, input_shape[1:]))
+        raise OptionError(f"--model {name} cannot take {size} images: its layers shrink them to "
+                          "nothing; pass a larger --image-size (the size it was designed for, "
+                          "e.g. 299 for inceptionv3, 224 for ImageNet networks) or another "
+                          "--model.") from None
 
 
 def build_model(name, classes, pretrained=False, pretrained_file=None):

@@ -247,8 +247,8 @@ def _train(args, callbacks, folder):
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
-            common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation")
+        callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation",
+                                             args=args)
     metrics = {head: "acc" for head in HEADS}   # per head (dicts by name): digit_accuracy, ...
     if main_process:
         log.info("Training on %d images; the aux head trains on one batch in %d, the Trainer "

@@ -1,17 +1,20 @@
 """Classify image files, or find objects in them, with a model exported by a gluonkit recipe
 (or ``gluonkit.export_model``).
 
-    gluonkit-predict --model runs/classify/model photo.png more_photos/ --top-k 3
+    gluonkit-predict --model runs/classify photo.png more_photos/ --top-k 3
     gluonkit-predict --model runs/classify/model photo.png --json
-    gluonkit-predict --model runs/detect/model street.png --score-threshold 0.3
+    gluonkit-predict --model runs/detect/model-symbol.json street.png --score-threshold 0.3
     gluonkit-predict --model runs/detect/model val/ --coco val.json > detections.json
 
 For each image, prints the top classes with their probabilities (a classifier) or the boxes
 found, with class, score and corners in the image's own pixels (a detector), using the
 preprocessing saved with the model (``model.json``); ``--json`` prints one JSON list for
-programs. Results are printed batch by batch, as the images are read. A file that cannot be
-used (a damaged model or image, an image beyond the limits) ends the command with one line
-naming it, and status 1.
+programs. ``--model`` takes the export's prefix, the run folder that holds it, or one of its
+files. Results are printed batch by batch, as the images are read. An image that cannot be
+used (damaged, not an image, beyond the limits) is reported in one line on stderr (in the
+JSON list as ``{"image", "error"}``) and the others go on; the command then exits with
+status 1. A model that cannot be used ends the command with one line naming it (status 1).
+Output cut short by its reader (``--json | head``) ends the command quietly.
 """
 import json
 import os
@@ -25,6 +28,7 @@ from gluonkit.recipes.coco_metric import coco_results
 __all__ = ["parse_args", "main", "format_results"]
 
 _MODULE = "gluonkit.recipes.predict"
+_TOP_K = 5
 
 
 def parse_args(argv=None):
@@ -33,9 +37,10 @@ def parse_args(argv=None):
     parser.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR",
                         help="image files, or directories searched for them")
     parser.add_argument("--model", required=True, metavar="PREFIX",
-                        help="the exported model's prefix: OUT/model for OUT/model-symbol.json")
-    parser.add_argument("--top-k", type=common.positive_int, default=5,
-                        help="classes per image (classifiers)")
+                        help="the exported model: its prefix (OUT/model for "
+                             "OUT/model-symbol.json), the run folder OUT, or one of its files")
+    parser.add_argument("--top-k", type=common.positive_int,
+                        help=f"classes per image (classifiers; default {_TOP_K})")
     parser.add_argument("--score-threshold", type=common.non_negative_float, metavar="S",
                         help="the lowest score of a box printed (detectors; default: the one the "
                              "model's run recorded, its best F1 on the validation set, else 0.5)")
@@ -80,17 +85,45 @@ def format_results(results):
 
 def _print_stream(results, as_json):
     """Print each result as it comes: a text line, or an element of one JSON list (closed also
-    when an image fails, so the output stays valid JSON)."""
+    when the model fails, so the output stays valid JSON); an image that failed goes to
+    stderr as one line (and into the JSON list). Returns the number of images that failed."""
+    failed = 0
+
+    def show(result, text):
+        nonlocal failed
+        if "error" in result:
+            failed += 1
+            sys.stdout.flush()
+            print(f"gluonkit-predict: {result['error']}", file=sys.stderr, flush=True)
+        elif text:
+            print(format_results([result])[0], flush=True)
+
     if not as_json:
         for result in results:
-            print(format_results([result])[0], flush=True)
-        return
+            show(result, True)
+        return failed
     print("[")
     try:
         for count, result in enumerate(results):
+            show(result, False)
             print(("" if count == 0 else ",\n") + json.dumps(result, indent=1), end="", flush=True)
     finally:
         print("\n]", flush=True)
+    return failed
+
+
+def _option_for(model, args):
+    """``(top_k, score_threshold)`` for ``model``; ``ValueError`` for an option of the other
+    kind of model, given explicitly (it would be ignored)."""
+    detector = model.kind == "detector"
+    mismatch = (args.top_k is not None and detector, args.score_threshold is not None and not detector)
+    if mismatch[0]:
+        raise ValueError(f"--top-k {args.top_k}: {args.model} is a detector, which prints every box "
+                         "above --score-threshold; drop --top-k or pass --score-threshold S.")
+    if mismatch[1]:
+        raise ValueError(f"--score-threshold {args.score_threshold}: {args.model} is a classifier, "
+                         "which prints its top classes; drop it or pass --top-k K.")
+    return args.top_k or _TOP_K, args.score_threshold   # None: the model's recorded threshold
 
 
 def _image_id(image, ids, number, annotations):
@@ -127,24 +160,32 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         model = load_model(args.model, common.parse_ctx(args.ctx)[0])
+        top_k, threshold = _option_for(model, args)
         if model.kind == "detector":       # on stderr: the results stay one line per image
             given = args.score_threshold is not None
             print(f"boxes scoring {args.score_threshold if given else model.score_threshold:g} or "
                   "more (" + ("--score-threshold" if given else "the model's threshold: its run's "
                               "best F1" if "score_threshold" in model.metadata else "the default")
                   + ")", file=sys.stderr, flush=True)
-        results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
-                               score_threshold=args.score_threshold,
-                               max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
+        results = iter_predict(model, args.images, top_k=top_k, batch_size=args.batch_size,
+                               score_threshold=threshold, max_pixels=args.max_image_pixels,
+                               max_aspect=args.max_aspect_ratio,
+                               on_error="raise" if args.coco is not None else "report")
+        failed = 0
         if args.coco is not None:
             if model.kind != "detector":
                 raise ValueError(f"--coco writes detections; {args.model} is a {model.kind}.")
             _print_coco(results, model, args.coco, args.coco_images)
         else:
-            _print_stream(results, args.json)
-    except (OSError, ValueError) as err:   # a file not there or unreadable; ImageError, ExportError
+            failed = _print_stream(results, args.json)
+    except BrokenPipeError:   # the reader stopped (| head): nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except (OSError, ValueError) as err:   # a file not there or unreadable; ExportError
         sys.stdout.flush()
         sys.exit(f"gluonkit-predict: {err}")
+    if failed:
+        sys.exit(1)     # each image that failed was named on stderr
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ log = logging.getLogger("gluonkit")
 ARGS_FILE = "args.json"
 #: The lock a live process holds (removed when it lets the folder go).
 LOCK_FILE = ".lock"
-#: What a recipe writes into its folder: any of them (a non-empty checkpoints/) is a run.
+#: What a recipe writes into its folder: any of them (a non-empty checkpoints/) but args.json
+#: alone is a run.
 RUN_FILES = (ARGS_FILE, "checkpoints", "history.csv", "curves.png", "model-symbol.json",
              "model-0000.params", "model.json", "predictions.png")
 #: Options that say what a command does with a folder, not what the run is: never recorded.
@@ -48,7 +49,8 @@ class RunFolderError(RuntimeError):
 
 def run_files(directory):
     """The run's files in ``directory`` (names of :data:`RUN_FILES` that are there; a
-    directory name ends with '/'), or ``[]`` for a folder that holds no run."""
+    directory name ends with '/'), or ``[]`` for a folder that holds no run: ``args.json``
+    alone is a run that ended before its first checkpoint, which a new run may replace."""
     found = []
     for name in RUN_FILES:
         path = os.path.join(directory, name)
@@ -57,7 +59,7 @@ def run_files(directory):
                 found.append(name + "/")
         elif os.path.isfile(path):
             found.append(name)
-    return found
+    return [] if found == [ARGS_FILE] else found   # a run that ended before its first checkpoint
 
 
 def _holder(fd):

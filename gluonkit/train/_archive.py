@@ -20,7 +20,15 @@ __all__ = ["CheckpointError", "ARRAY", "to_tree", "from_tree", "write_archive", 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded or resumed here: damaged, of another format or
     version, saved from another network or trainer, or at a position this run cannot continue
-    from. The message names the file or the settings, and what to do."""
+    from. The message names the file or the settings, and what to do.
+
+    ``damaged`` is the path of a damaged file (else None), and ``reason`` the message without
+    the fix, so that a command can word the fix for its own options.
+    """
+
+    def __init__(self, message, *, damaged=None, reason=None):
+        super().__init__(message)
+        self.damaged, self.reason = damaged, reason or message
 
 
 ARRAY = "__array__"   # the key of a reference to an array: {"__array__": "<member>"}

@@ -232,6 +232,15 @@ class ModelCheckpoint(Callback):
             self._save(state)
 
     def state_dict(self):
+        """The best value of ``monitor`` so far, so that a resumed run saves ``best.ckpt``
+        only where the run never stopped would."""
+        return {"best": self._monitor.best} if self._monitor else {}
+
+    def load_state_dict(self, state):
+        if self._monitor and "best" in state:
+            self._monitor.best = state["best"]
+
+    def state_dict(self):
         return {"best": self._monitor.best if self._monitor else None}
 
     def load_state_dict(self, state):

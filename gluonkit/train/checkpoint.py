@@ -27,6 +27,7 @@ _LEGACY = 2           # pickled members: read only with trusted=True
 _NAME = re.compile(r"^(\d{6})-epoch(\d+)\.ckpt$")
 _BEST = "best.ckpt"
 _RESERVED = ("epoch", "step")
+_ANOTHER = "; load another one with load(..., path=...) or delete it."
 _MAX_COPIES = 4096    # devices a parameter can have been saved from (bounds what a file may ask for)
 
 
@@ -115,6 +116,13 @@ class Checkpoint:
         """str or None: The most recently saved checkpoint file."""
         paths = self.paths
         return paths[-1] if paths else None
+
+    @property
+    def latest_epoch(self):
+        """int or None: The ``epoch`` (epochs completed) the latest checkpoint was saved with,
+        read from its name; None when there is no checkpoint."""
+        latest = self.latest
+        return None if latest is None else int(_NAME.match(os.path.basename(latest)).group(2))
 
     @property
     def best(self):
@@ -289,9 +297,9 @@ class Checkpoint:
             if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
                 raise ValueError(f"its format is {meta.get('format') if isinstance(meta, dict) else meta!r}")
         except Exception as err:   # zipfile and json raise many types on damaged bytes
-            raise CheckpointError(f"Checkpoint {path!r} is corrupted or truncated, or not a checkpoint "
-                                  f"({type(err).__name__}: {err}); load another one with "
-                                  "load(..., path=...) or delete it.") from None
+            reason = (f"Checkpoint {path!r} is corrupted or truncated, or not a checkpoint "
+                      f"({type(err).__name__}: {err})")
+            raise CheckpointError(reason + _ANOTHER, damaged=path, reason=reason) from None
         if meta.get("version") == _LEGACY and not trusted:
             raise CheckpointError(f"Checkpoint {path!r} is of gluonkit's previous format, whose pickled "
                                   "members could run code when loaded, so it was not read; if you wrote it "
@@ -316,9 +324,9 @@ class Checkpoint:
                 _check_param_entry(name, entry)
             return (meta,) + parts
         except Exception as err:   # a missing key or array, a bad array header, a damaged pickle
-            raise CheckpointError(f"Checkpoint {path!r} is corrupted or not a checkpoint of this gluonkit "
-                                  f"({type(err).__name__}: {err}); load another one with "
-                                  "load(..., path=...) or delete it.") from None
+            reason = (f"Checkpoint {path!r} is corrupted or not a checkpoint of this gluonkit "
+                      f"({type(err).__name__}: {err})")
+            raise CheckpointError(reason + _ANOTHER, damaged=path, reason=reason) from None
 
     @staticmethod
     def _plan(path, meta, arrays, params):

@@ -448,11 +448,17 @@ class Resumer:
         return snap["epoch"], snap["step"], {key: list(values) for key, values in snap["history"].items()}
 
     def load_callback_states(self, callbacks):
-        """Give each callback its saved state (matched by position and class name), once."""
+        """Give each callback its saved state, once: the k-th callback of a class gets the
+        state of the k-th saved one of that class name (a callback added or left out on the
+        resume moves no other's state)."""
         saved, self.callback_states = self.callback_states, None
-        for cb, (name, cb_state) in zip(callbacks, saved or ()):
-            if type(cb).__name__ == name:
-                cb.load_state_dict(cb_state)
+        by_class = {}
+        for name, cb_state in saved or ():
+            by_class.setdefault(name, []).append(cb_state)
+        for cb in callbacks:
+            states = by_class.get(type(cb).__name__)
+            if states:
+                cb.load_state_dict(states.pop(0))
 
     @staticmethod
     def _skips(state):

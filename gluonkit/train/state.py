@@ -96,7 +96,9 @@ class FitState:
     epochs : int
         Number of epochs to reach.
     epoch : int
-        Index of the current epoch (0-based); after the last one, the number completed.
+        Index of the current epoch (0-based, at ``on_epoch_end`` too); after the last one, the
+        number completed. The history's 'epoch', the epoch lines and the checkpoint names
+        count from 1: the epoch that just ended is ``state.epoch + 1`` there.
     batch : int
         Batches done in the current epoch.
     step : int

@@ -486,6 +486,12 @@ def _check_optimizer_state(name, saved, param, optimizer, index):
     with warnings.catch_warnings():   # SGD warns about float16 weights without multi_precision
         warnings.simplefilter("ignore")
         expected = optimizer.create_state_multi_precision(index, mx.nd.zeros(param.shape, dtype=param.dtype))
+    if _layout(saved) != _layout(expected) and hasattr(optimizer, "momentum") \
+            and (saved is None) != (expected is None):
+        raise ValueError(f"the state {'holds no' if saved is None else 'holds a'} momentum buffer "
+                         f"for {name} but this {type(optimizer).__name__} has momentum "
+                         f"{optimizer.momentum:g}; resume with the momentum the state was trained "
+                         "with (--momentum on the commands).")
     if _layout(saved) != _layout(expected):
         raise ValueError(f"the state's optimizer state of {name} is laid out as {_layout(saved)} (array shapes, dtypes) "
                          f"where {type(optimizer).__name__} keeps {_layout(expected)} for a parameter of shape "

@@ -19,6 +19,9 @@ from ._window import Window, whole
 
 __all__ = ["Trainer"]
 
+_NO_GRADIENT = ("step() found no fresh gradient: no backward() ran since the last update, and "
+                "nothing was counted or applied. Call loss.backward() inside autograd.record() "
+                "before trainer.step().")
 # MXNet 1.9.1's multi-tensor SGD kernels take at most 60 weights per call (61 crash the process)
 MULTI_TENSOR_WEIGHTS = 60
 
@@ -324,7 +327,9 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             (``rescale_grad = 1 / count``, as ``gluon.Trainer.step`` sets it); a window whose
             count is 0 is dropped with a warning (nothing to normalize by). A negative, NaN or
             infinite number is a ``ValueError`` raised before anything changes; an NDArray
-            count is checked when read, at the update, which then applies nothing.
+            count is checked when read, at the update, which then applies nothing. A step
+            with no backward since the last update (no parameter got a gradient) is a
+            ``RuntimeError``, also raised before anything changes, whatever ``accumulate``.
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -335,6 +340,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
         count = check_count(batch_size)
+        if not self._has_fresh_gradient():
+            raise RuntimeError(_NO_GRADIENT)
         self._window.add(count)
         if self._window.steps < self._accumulate:
             return False
@@ -507,6 +514,18 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             self._params = params
         self._distributed = self._distributed or is_distributed(self._kvstore)[0]   # gluon: 'dist' names only
 
+    def _has_fresh_gradient(self):
+        """Whether a backward wrote a gradient of some trainable parameter since the last update
+        (True when no parameter is trainable: there is nothing to miss)."""
+        trainable = False
+        for param in self._params:
+            if param.grad_req == "null":
+                continue
+            trainable = True
+            if param._data is not None and any(arr._fresh_grad for arr in replicas(param)):
+                return True
+        return not trainable
+
     def _select(self, ignore_stale_grad=False):
         """Indices of the parameters to update; zero the contexts that got no gradient."""
         selected, skipped = [], []
@@ -524,8 +543,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                 zero([g for g, f in zip(param.list_grad(), fresh) if not f])
             selected.append(i)
         if skipped and not selected:
-            raise RuntimeError("step() found no fresh gradient: no backward() ran since the last update. "
-                               "Call loss.backward() inside autograd.record() before trainer.step().")
+            raise RuntimeError(_NO_GRADIENT)
         if skipped and not self._warned_unused and not ignore_stale_grad:
             warnings.warn(f"Skipping {len(skipped)} parameter(s) that got no gradient since the last "
                           f"update (unused or not yet initialized): {', '.join(skipped)}. They are left "

@@ -1,4 +1,6 @@
 """gluonkit.data.images: one decoding path, with limits, whose every error names the file."""
+import os
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -158,3 +160,22 @@ def test_damaged_jpeg_headers_are_refused(tmp_path, header):
     path.write_bytes(header)
     with pytest.raises(ImageError, match="odd.jpg cannot be decoded as an image"):
         read_image(path)
+
+
+def test_an_image_folder_lists_every_decodable_format_and_no_hidden_entry(tmp_path):
+    """One rule: what read_image decodes (BMP and TIFF too) is an image; a hidden folder
+    (.ipynb_checkpoints) is no class; other files are left out with one warning."""
+    for name, suffix in [("cat", ".png"), ("cat", ".BMP"), ("dog", ".tif"), ("dog", ".jpg")]:
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / f"a{suffix}").write_bytes(encoded(pixels(seed=len(suffix)), suffix.lower()))
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "x.png").write_bytes(encoded(pixels(), ".png"))
+    (tmp_path / "cat" / ".DS_Store").write_bytes(b"\0")
+    (tmp_path / "dog" / "notes.txt").write_text("not an image")
+    with pytest.warns(UserWarning, match=r"dog: left out 1 file\(s\) that are not images \(notes.txt\)"):
+        folder = ImageFolderDataset(str(tmp_path))
+    assert folder.synsets == ["cat", "dog"]
+    assert [(os.path.basename(path), label) for path, label in folder.items] == \
+        [("a.BMP", 0), ("a.png", 0), ("a.jpg", 1), ("a.tif", 1)]
+    image, label = folder[0]
+    assert image.shape == (40, 50, 3) and label == 0

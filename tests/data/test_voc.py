@@ -2,6 +2,7 @@
 its file named (malformed XML, missing fields, boxes outside the image, unknown classes,
 entity bombs and external entities)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -155,3 +156,13 @@ def test_an_image_that_cannot_be_decoded_is_named_with_its_file(tmp_path):
     assert train[0][0].shape == (24, 32, 3)                  # the others still read
     with pytest.raises(DataFileError, match=r"1\.jpg"):
         train[1]
+
+
+def test_a_size_that_is_not_the_images_is_refused_when_loading(tmp_path):
+    """<size> 400x400 with a box at x=390 over a 32x24 JPEG used to train silently."""
+    root = write_voc(tmp_path, {**GOOD, "1": annotation([("dog", (390, 1, 399, 20), 0)], 400, 400)})
+    with pytest.raises(DataFileError, match=re.escape(
+            f"{root / 'Annotations' / '1.xml'}: <size> says 400x400 but "
+            f"{root / 'JPEGImages' / '1.jpg'} is 32x24 pixels, so its boxes cannot be placed on "
+            "it; fix the <size> and the boxes (or the image).")):
+        load_voc(str(root))

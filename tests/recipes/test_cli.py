@@ -325,12 +325,14 @@ def test_history_csv_that_is_a_directory_is_refused_before_training(tmp_path):
 def test_every_recipe_resumes_its_folder_by_path_and_refuses_it_otherwise(tmp_path, capsys, name,
                                                                          recorded, option, value):
     (tmp_path / "args.json").write_text(json.dumps(recorded))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "000001-epoch0001.ckpt").write_bytes(b"")   # only its name is read
     with pytest.raises(SystemExit) as stop:
         recipe(name).parse_args(["--out", str(tmp_path)])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"gluonkit-{name}: error: --out {tmp_path} holds a run (args.json); pass --resume to "
-        "continue it, or --overwrite to replace it (or another --out).")
+        f"gluonkit-{name}: error: --out {tmp_path} holds a run (args.json, checkpoints/); pass "
+        "--resume to continue it, or --overwrite to replace it (or another --out).")
     # options given again win (a GPU run goes on on the CPU)
     args = recipe(name).parse_args(["--out", str(tmp_path), "--resume", "--epochs", "5", "--ctx",
                                     "cpu:0"])

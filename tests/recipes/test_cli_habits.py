@@ -71,7 +71,7 @@ def test_the_multitask_recipe_says_once_that_the_aux_head_is_skipped(tmp_path, c
     (["gluonkit.recipes.detect", "--dataset", "voc"],
      "gluonkit-detect: --dataset 'voc' is not 'shapes', 'voc:DIR'"),
     (["gluonkit.recipes.detect", "--dataset", "rec:only.rec"],
-     "gluonkit-detect: --dataset rec:only.rec: pass two files"),
+     "gluonkit-detect: --dataset rec:{wrong.parent}/only.rec: pass two files"),
     (["gluonkit.recipes.classify", "--model", "cifar_resnet20_v1", "--pretrained-file", "{wrong}"],
      "gluonkit-classify: --pretrained-file {wrong} does not hold the weights of 'cifar_resnet20_v1'"),
 ])

@@ -160,12 +160,22 @@ def test_a_class_folder_without_images_is_refused_before_training(tmp_path):
     image_tree(tmp_path, {"a": 3, "b": 3})
     os.makedirs(tmp_path / "train" / "c")
     (tmp_path / "train" / "c" / "notes.txt").write_text("not an image")
-    with pytest.raises(DataFileError, match=r"train/c: no \.jpg, \.jpeg or \.png image in this class "
-                                            r"folder; add images of the class or remove the folder"):
+    with pytest.raises(DataFileError, match=r"train/c: no \.png, \.jpg, \.jpeg, \.bmp, \.tif, \.tiff "
+                                            r"image in this class folder; add images of the class "
+                                            r"or remove the folder"), pytest.warns(UserWarning):
         load_dataset(f"imagefolder:{tmp_path}", image_size=8)
     os.remove(tmp_path / "train" / "c" / "notes.txt")
     os.makedirs(tmp_path / "train" / "d")
     with pytest.raises(DataFileError, match=r"train/c: .* class folder \(nor in 1 more\)"):
+        load_dataset(f"imagefolder:{tmp_path}", image_size=8)
+
+
+def test_an_empty_class_folder_is_refused_in_val_as_in_train(tmp_path):
+    image_tree(tmp_path, {"a": 3, "b": 3})
+    image_tree(tmp_path / "held", {"a": 2})
+    os.rename(tmp_path / "held" / "train", tmp_path / "val")
+    os.makedirs(tmp_path / "val" / "b")      # a class without images, in val/ only
+    with pytest.raises(DataFileError, match=r"val/b: no \.png, .* image in this class folder"):
         load_dataset(f"imagefolder:{tmp_path}", image_size=8)
 
 

@@ -18,6 +18,9 @@ def test_model_names():
     assert check_model_name("cifar_resnet20_v1") == "cifar_resnet20_v1"
     with pytest.raises(ValueError, match="close: .*cifar_resnet20_v1"):
         check_model_name("cifar_resnet20")
+    # a part of a zoo name suggests the names that contain it first, not a look-alike
+    with pytest.raises(ValueError, match=r"\(close: cifar_resnet20_v1, cifar_resnet20_v2, "):
+        check_model_name("resnet20")
 
 
 def test_pretrained_file_gives_the_weights_and_a_new_output_layer(tmp_path):

@@ -272,7 +272,57 @@ def test_json_stays_a_list_when_an_image_fails_and_options_are_spelled_out(train
     status, stdout, err, _ = run_command(["--model", out / "model", "--json", "--batch-size", "2",
                                           images, cut], tmp_path)
     assert status == 1 and err.startswith(f"gluonkit-predict: {cut} is cut short")
-    printed = json.loads(stdout)                        # valid JSON: the results before the failure
-    assert [os.path.basename(r["image"]) for r in printed] == [f"{i}.png" for i in range(6)]
+    printed = json.loads(stdout)                        # valid JSON: the failure in its place
+    assert [os.path.basename(r["image"]) for r in printed] == [f"{i}.png" for i in range(6)] + \
+        ["z-cut.png"]
+    assert printed[-1]["error"].startswith(f"{cut} is cut short") and "top" not in printed[-1]
     status, _, err, _ = run_command(["--model", out / "model", "--top", "3", images], tmp_path)
     assert status == 2 and "did you mean --top-k?" in err
+
+
+def test_one_refused_image_does_not_stop_the_others_and_the_status_says_so(trained, tmp_path):
+    out, _, images, _ = trained
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for name in ("0.png", "1.png"):
+        (folder / name).write_bytes((images / name).read_bytes())
+    (folder / "0b.png").write_bytes(b"not an image")       # between the two, in sorted order
+    # the run folder, or the -symbol.json path, names the export as its prefix does
+    expected = gluonkit.predict(str(out / "model"), [str(images / "0.png"), str(images / "1.png")])
+    for model in (out, out / "model-symbol.json"):
+        status, stdout, err, _ = run_command(["--model", model, folder], tmp_path)
+        assert status == 1
+        assert stdout.splitlines() == predict_cmd.format_results(
+            [{**r, "image": str(folder / os.path.basename(r["image"]))} for r in expected])
+        assert err == f"gluonkit-predict: {folder / '0b.png'} cannot be decoded as an image: it " \
+                      "is not a whole PNG, JPEG, BMP or TIFF file (the formats MXNet decodes); " \
+                      "remove it, or convert it to PNG."
+    status, stdout, _, _ = run_command(["--model", out, folder, "--json"], tmp_path)
+    listed = json.loads(stdout)
+    assert status == 1 and [sorted(r) for r in listed] == \
+        [sorted(expected[0]), ["error", "image"], sorted(expected[1])]
+    with pytest.raises(ValueError, match="on_error must be 'raise' or 'report'"):
+        gluonkit.iter_predict(str(out), [str(folder)], on_error="skip")
+
+
+def test_json_cut_short_by_its_reader_ends_quietly(trained, tmp_path):
+    out, _, images, _ = trained
+    code = ("import sys\nfrom gluonkit.recipes import predict\npredict.main(sys.argv[1:])\n")
+    many = [str(images / f"{i % 6}.png") for i in range(300)]
+    done = subprocess.run(f"{sys.executable} -c '{code}' --model {out} --json {' '.join(many)} "
+                          "| head -c 100", shell=True, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert len(done.stdout) == 100
+    assert done.stderr == "", done.stderr
+
+
+def test_an_option_for_the_other_kind_of_model_is_refused(trained, detector, tmp_path):
+    status, _, err, _ = run_command(["--model", detector[0], detector[0] / "drawn.png",
+                                     "--top-k", "3"], tmp_path)
+    assert status == 1 and err == (
+        f"gluonkit-predict: --top-k 3: {detector[0]} is a detector, which prints every box above "
+        "--score-threshold; drop --top-k or pass --score-threshold S.")
+    status, _, err, _ = run_command(["--model", trained[0], trained[2], "--score-threshold",
+                                     "0.3"], tmp_path)
+    assert status == 1 and err.endswith("is a classifier, which prints its top classes; drop it "
+                                        "or pass --top-k K.")

@@ -91,7 +91,7 @@ def test_a_planted_checkpoint_in_a_run_folder_runs_no_code(tmp_path, option):
     marker = tmp_path / "ran"
     planted_legacy(out / "checkpoints" / "000001-epoch0001.ckpt", marker)
     with pytest.raises(SystemExit) as stop:
-        classify.main(["--limit", "32", "--batch-size", "16", "--epochs", "1", "--out", str(out), option])
+        classify.main(["--limit", "32", "--batch-size", "16", "--epochs", "2", "--out", str(out), option])
     message = str(stop.value.code)
     assert not marker.exists()
     assert message.startswith("gluonkit-classify: Checkpoint ") and "previous format" in message

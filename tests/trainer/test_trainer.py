@@ -342,6 +342,7 @@ def test_step_rejects_a_count_that_is_not_a_finite_number_of_at_least_zero(batch
     net = _mlp()
     net.initialize()
     trainer = gluonkit.Trainer(net.collect_params(), "sgd", accumulate=2)
+    _backward_on(net, nd.ones((2, 4)), nd.ones((2, 3)), [mx.cpu(0)])
     trainer.step(1.5)
     with pytest.raises(error, match=rf"batch_size \(.*\) must be a finite number >= 0, got {re.escape(repr(batch_size))}"):
         trainer.step(batch_size)
@@ -368,6 +369,33 @@ def test_step_without_backward_says_backward_is_missing():
         trainer.step(4)
     for k, v in _params(net).items():
         assert_array_equal(v, before[k])
+
+
+@pytest.mark.parametrize("accumulate", [1, 2, 3])
+def test_step_without_backward_is_refused_before_it_enters_the_window(accumulate):
+    """The reporter's mistake: step(4) with no backward, then one real batch of 4 (flushed).
+    The stray step must raise and count nothing, so the update equals plain Gluon's one step
+    on that batch (with the stray step counted it moved the weights half as far)."""
+    net, ref = _mlp(), _mlp()
+    net.initialize(mx.init.Xavier())
+    _copy_params(net, ref, [mx.cpu()])
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5}, accumulate=accumulate)
+    reference = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.5})
+    x, y = nd.array(np.random.RandomState(3).randn(4, 4)), nd.array([0, 1, 2, 1])
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    with pytest.raises(RuntimeError, match=r"no backward\(\) ran since the last update, and nothing was counted"):
+        trainer.step(4)
+    assert trainer.pending == (0, 0)
+    for model, opt in [(net, trainer), (ref, reference)]:
+        with autograd.record():
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step(4)
+    assert trainer.flush() is (accumulate > 1)
+    for k, v in _params(ref).items():
+        assert_allclose(_params(net)[k], v, rtol=1e-6, atol=1e-7, err_msg=k)
+    with pytest.raises(RuntimeError, match="no fresh gradient"):   # and again after the update
+        trainer.step(4)
 
 
 def test_unused_parameters_are_warned_about_once():

@@ -96,7 +96,9 @@ def test_accumulated_real_counts_equal_one_step_by_their_sum(counts):
 
 
 def test_integer_counts_keep_exact_arithmetic_and_floats_add_as_floats():
-    trainer = gluonkit.Trainer(_net().collect_params(), "sgd", accumulate=4)
+    net = _net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", accumulate=4)
+    _backward(net, 0, 4)
     for count in (np.int64(2), 3, np.uint8(4)):
         trainer.step(count)
     steps, total = trainer.pending
@@ -163,7 +165,9 @@ def test_gluonnlps_allreduce_clip_update_pattern_equals_gluon_trainer():
 
 
 def test_a_bool_or_text_count_is_a_type_error_and_changes_nothing():
-    trainer = gluonkit.Trainer(_net().collect_params(), "sgd", accumulate=3)
+    net = _net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", accumulate=3)
+    _backward(net, 0, 4)
     trainer.step(1.5)
     for bad in (True, "2", None, [2]):
         expected = rf"batch_size \(.*\) must be a finite number >= 0, got {re.escape(repr(bad))}"

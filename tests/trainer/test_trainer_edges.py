@@ -349,3 +349,34 @@ def test_a_sub_blocks_collected_parameters_go_by_the_sub_blocks_names():
     net.initialize()
     trainer = gluonkit.Trainer(net.trunk.collect_params(), "sgd", {"learning_rate": 0.1})
     assert list(trainer.params) == ["0.bias", "0.weight"]
+
+
+def _conv_bn_updates(freeze, micro_batches):
+    """The weights after one SGD update over 8 samples given in ``micro_batches`` pieces."""
+    mx.random.seed(0)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(4, 3, in_channels=3), gluon.nn.BatchNorm(in_channels=4),
+            gluon.nn.Activation("relu"), gluon.nn.GlobalAvgPool2D(), gluon.nn.Dense(3, in_units=4))
+    net.initialize(mx.init.Xavier())
+    if freeze:
+        gluonkit.nn.freeze_batchnorm(net)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 1.0},
+                               accumulate=micro_batches)
+    rng = np.random.RandomState(0)
+    x, y = nd.array(rng.randn(8, 3, 6, 6) * 3 + 1), nd.array(rng.randint(0, 3, 8))
+    for part in np.array_split(np.arange(8), micro_batches):
+        with autograd.record():
+            loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x[part]), y[part])
+        loss.backward()
+        trainer.step(len(part))
+    return {name: p.data().asnumpy() for name, p in select(net).items()}
+
+
+def test_accumulation_with_batchnorm_is_one_large_batch_only_when_frozen():
+    """What docs/trainer.md says where it promises one large batch: BatchNorm normalizes each
+    micro-batch by its own statistics, so only frozen BatchNorm makes the two equal."""
+    whole, parts = _conv_bn_updates(False, 1), _conv_bn_updates(False, 2)
+    assert max(np.abs(whole[k] - parts[k]).max() for k in whole) > 1e-3
+    whole, parts = _conv_bn_updates(True, 1), _conv_bn_updates(True, 2)
+    for name, value in whole.items():
+        assert_allclose(parts[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -31,11 +31,12 @@ from .hosts import read_hostfile, remote_env, ssh_command, sync_dir
 from .output import forward, say
 from .ports import reserve_port
 
-__all__ = ["launch", "TIMEOUT_EXIT_CODE"]
+__all__ = ["launch", "TIMEOUT_EXIT_CODE", "STOP_SECONDS"]
 
 TIMEOUT_EXIT_CODE = 124
 _GRACE_SECONDS = 10.0     # for servers and the scheduler to finish after the last worker
 _END_SECONDS = 15.0       # for every role to report that its processes are gone
+STOP_SECONDS = 60.0       # for the workers to finish their step and write their checkpoints on a signal
 _ENV_ITEM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$", re.DOTALL)
 
 
@@ -115,9 +116,13 @@ class _Role:
             return f"{self.name}{self.where} exited {_GRACE_SECONDS:g} s before the workers finished"
         return None
 
-    def stop(self):
-        """Ask the wrapper to end the role (it ends the process group when its stdin closes)."""
+    def stop(self, grace=None):
+        """Ask the wrapper to end the role (it ends the process group when its stdin closes);
+        with ``grace``, the program first gets SIGTERM alone and that many seconds to end."""
         try:
+            if grace and not self.proc.stdin.closed:
+                self.proc.stdin.write(f"term {grace:g}\n".encode())
+                self.proc.stdin.flush()
             self.proc.stdin.close()
         except OSError:
             pass
@@ -184,7 +189,8 @@ def _plan(num_workers, num_servers, hosts):
 
 
 def launch(command, num_workers, num_servers=None, launcher="local", hostfile=None, timeout=None, host_ip=None,
-           env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None):
+           env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None,
+           stop_seconds=STOP_SECONDS):
     """Run ``command`` as every role of a parameter-server job and wait for it.
 
     Parameters
@@ -212,6 +218,11 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         Copy the current directory there on every host (rsync) and run the roles in it.
     ssh_config : str, optional
         An ssh configuration file for the ssh client (``ssh -F``).
+    stop_seconds : float, default 60
+        When the launch is interrupted (KeyboardInterrupt, or SystemExit from a SIGTERM
+        handler), the workers are stopped first: each gets SIGTERM and this long to finish its
+        step and write its checkpoint (``fit`` does both); then the servers and the scheduler
+        are ended. A failure or a timeout ends every role at once.
 
     Returns
     -------
@@ -245,7 +256,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         workdir = os.path.abspath(workdir)
     started = time.monotonic()
     port, port_lock = reserve_port()   # first: a refused lock directory leaves the hosts untouched
-    wake, roles = queue.Queue(), []
+    wake, roles, grace = queue.Queue(), [], None
     try:
         if sync_dst_dir:
             _sync(hosts, sync_dst_dir, ssh_config, timeout)
@@ -267,8 +278,11 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
                 argv = [sys.executable, "-I", wrapper.__file__]
             roles.append(_Role(name, kind, host, argv, spec, wake))
         return _supervise(roles, wake, num_workers, started, timeout)
+    except (KeyboardInterrupt, SystemExit):
+        grace = stop_seconds
+        raise
     finally:
-        _end(roles)
+        _end(roles, grace)
         port_lock.close()
 
 
@@ -317,8 +331,25 @@ def _supervise(roles, wake, num_workers, started, timeout):
             pass
 
 
-def _end(roles):
-    """End every role on every host and say which could not be confirmed gone."""
+def _end(roles, grace=None):
+    """End every role on every host and say which could not be confirmed gone.
+
+    With ``grace`` (an interruption), the workers are stopped first and get that many
+    seconds after SIGTERM to write their checkpoints, while the servers and the scheduler
+    they need keep running; a second interruption ends everything at once.
+    """
+    workers = [r for r in roles if r.kind == "worker" and r.client_code is None]
+    if grace and workers:
+        say(f"stopping the workers first: each finishes its step and writes its checkpoint (up to {grace:g} s), "
+            "then the servers and the scheduler. Interrupt again to end every process now.")
+        try:
+            for role in workers:
+                role.stop(grace)
+            deadline = time.monotonic() + grace + _END_SECONDS
+            for role in workers:
+                role.wait_ended(deadline)
+        except (KeyboardInterrupt, SystemExit):
+            say("interrupted again: ending every process now.")
     for role in roles:
         role.stop()
     deadline = time.monotonic() + _END_SECONDS
@@ -327,4 +358,3 @@ def _end(roles):
     unsure = [f"{r.name}{r.where} (pid {r.pid})" for r in roles if r.pid is not None and r.left != 0]
     if unsure:
         say(f"could not confirm that every process ended: {', '.join(unsure)}; check those hosts.")
-

@@ -1,0 +1,105 @@
+"""Jobs whose workers hold shards that make different numbers of updates (every role runs this).
+
+``python resume_job.py OUT_DIR uneven`` steps a Trainer through micro-batches of the sizes in
+``MICRO_BATCHES[rank]`` (accumulate 2), then flushes, and saves ``worker{rank}.params``.
+
+``python resume_job.py OUT_DIR fit [EPOCHS]`` trains with ``fit`` on shuffled shards of
+``SHARDS`` samples (batch 16, accumulate 2) with ``ModelCheckpoint(OUT_DIR/checkpoints,
+resume=True)``, printing ``worker R epoch E batch B`` after each batch (slowly, so that a
+test can stop it mid-epoch), and saves ``final{rank}.params`` when training is over.
+"""
+import logging
+import os
+import sys
+import time
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon, nd
+
+import gluonkit
+from gluonkit.callbacks import Callback, ModelCheckpoint
+
+ACCUMULATE = 2
+MICRO_BATCHES = {0: [5, 3, 2, 7, 1, 4, 6], 1: [6, 1, 2]}   # rank 1 runs out of data in the second update
+SHARDS = (80, 40)      # 5 and 3 batches of 16 per epoch
+OPTIMIZER = ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01})
+
+
+def data(samples):
+    rng = np.random.RandomState(7)
+    return rng.randn(samples, 4).astype("float32"), rng.randn(samples, 3).astype("float32")
+
+
+def make_net():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=8))
+    return net
+
+
+def loss_fn(out, y):
+    return ((out - y) ** 2).sum(axis=1)
+
+
+def rows(rank):
+    """(begin, end) of each of ``rank``'s micro-batches: rank 0's first, consecutive."""
+    begin = sum(sum(MICRO_BATCHES[r]) for r in range(rank))
+    for size in MICRO_BATCHES[rank]:
+        yield begin, begin + size
+        begin += size
+
+
+def uneven(out_dir):
+    kv = mx.kv.create("dist_sync")
+    mx.random.seed(1000 + kv.rank)   # different initial weights: worker 0's are broadcast
+    net = make_net()
+    net.initialize(mx.init.Xavier())
+    trainer = gluonkit.Trainer(net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]), kvstore=kv,
+                               accumulate=ACCUMULATE)
+    if kv.rank == 0:
+        net.save_parameters(os.path.join(out_dir, "initial.params"))
+    x, y = data(sum(map(sum, MICRO_BATCHES.values())))
+    for begin, end in rows(kv.rank):
+        with autograd.record():
+            loss = loss_fn(net(nd.array(x[begin:end])), nd.array(y[begin:end]))
+        loss.backward()
+        trainer.step(end - begin)
+    trainer.flush()   # takes part in rank 0's updates until it is out of data too
+    net.save_parameters(os.path.join(out_dir, f"worker{kv.rank}.params"))
+
+
+class _Slowly(Callback):
+    """Print where the worker is after every batch, slowly enough to be stopped mid-epoch."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def on_batch_end(self, state):
+        print(f"worker {self.rank} epoch {state.epoch} batch {state.batch}", flush=True)
+        time.sleep(0.2)
+
+
+def fit(out_dir, epochs):
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    kv = mx.kv.create("dist_sync")
+    np.random.seed(10 + kv.rank)     # each worker shuffles its shard in its own order
+    mx.random.seed(10)
+    net = make_net()
+    net.initialize(mx.init.Xavier())
+    trainer = gluonkit.Trainer(net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]), kvstore=kv,
+                               accumulate=ACCUMULATE)
+    x, y = data(sum(SHARDS))
+    begin = sum(SHARDS[:kv.rank])
+    shard = gluon.data.ArrayDataset(x[begin:begin + SHARDS[kv.rank]], y[begin:begin + SHARDS[kv.rank]])
+    loader = gluon.data.DataLoader(shard, batch_size=16, shuffle=True)
+    checkpoints = ModelCheckpoint(os.path.join(out_dir, "checkpoints"), resume=True)
+    gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=epochs, callbacks=[checkpoints, _Slowly(kv.rank)],
+                 progress=False)
+    net.save_parameters(os.path.join(out_dir, f"final{kv.rank}.params"))
+
+
+if __name__ == "__main__":
+    if sys.argv[2] == "uneven":
+        uneven(sys.argv[1])
+    else:
+        fit(sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 3)

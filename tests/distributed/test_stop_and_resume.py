@@ -1,0 +1,88 @@
+"""Distributed jobs over loopback that stop, resume, and hold shards making different numbers of
+updates: real launcher, scheduler, server and 2 workers."""
+import os
+import signal
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon, nd
+from numpy.testing import assert_allclose
+
+from gluonkit.params import select
+from job_check import load_job
+from watch import Watched, no_process_left
+
+RESUME_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
+
+
+def _command(*args, timeout=120):
+    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", str(timeout), "--",
+            sys.executable, RESUME_JOB, *map(str, args)]
+
+
+def _windows(sizes, accumulate):
+    """The micro-batches (begin, end) of each update of one worker."""
+    return [sizes[i:i + accumulate] for i in range(0, len(sizes), accumulate)]
+
+
+def _one_process(job, out_dir):
+    """Plain gluon.Trainer in one process: update u on every worker's window u, all samples at once."""
+    net = job.make_net()
+    net.load_parameters(os.path.join(out_dir, "initial.params"), ctx=mx.cpu())
+    trainer = gluon.Trainer(net.collect_params(), job.OPTIMIZER[0], dict(job.OPTIMIZER[1]))
+    x, y = job.data(sum(map(sum, job.MICRO_BATCHES.values())))
+    windows = [_windows(list(job.rows(rank)), job.ACCUMULATE) for rank in job.MICRO_BATCHES]
+    for update in range(max(map(len, windows))):
+        rows = [i for per_rank in windows if update < len(per_rank) for begin, end in per_rank[update]
+                for i in range(begin, end)]
+        with autograd.record():
+            loss = job.loss_fn(net(nd.array(x[rows])), nd.array(y[rows]))
+        loss.backward()
+        trainer.step(len(rows))
+    return {name: p.data().asnumpy() for name, p in select(net).items()}
+
+
+def test_shards_that_make_different_numbers_of_updates_train_like_one_process(tmp_path):
+    # rank 0: 7 micro-batches (4 updates, the last partial); rank 1: 3 (2 updates, the last partial)
+    result = subprocess.run(_command(tmp_path, "uneven", timeout=90), capture_output=True, text=True, timeout=150)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = _one_process(load_job(RESUME_JOB), tmp_path)
+    initial = nd.load(str(tmp_path / "initial.params"))
+    for rank in (0, 1):
+        got = nd.load(str(tmp_path / f"worker{rank}.params"))
+        assert set(got) == set(expected)
+        for name, value in expected.items():
+            assert_allclose(got[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"worker {rank} {name}")
+            assert not np.allclose(value, initial[name].asnumpy())
+
+
+def _weights(path):
+    return {name: array.asnumpy() for name, array in nd.load(str(path)).items()}
+
+
+def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped(tmp_path):
+    never, stopped = tmp_path / "never", tmp_path / "stopped"
+    never.mkdir(), stopped.mkdir()
+    reference = Watched(_command(never, "fit", 3), timeout=240)
+    run = Watched(_command(stopped, "fit", 3), timeout=240)
+    run.wait_for(r"worker 0 epoch 1 batch 1\b")    # inside epoch 2, inside an accumulation window
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == 143, output[-3000:]
+    assert "SIGTERM received" in output and "stopping the workers first" in output
+    assert "training stopped by SIGTERM after 1 epoch(s)" in output
+    assert not (stopped / "final0.params").exists()
+    assert os.listdir(stopped / "checkpoints" / "rank-1")       # each worker wrote its own checkpoint
+    assert no_process_left(run.pids()) == []
+
+    code, output = Watched(_command(stopped, "fit", 3), timeout=240).finish()
+    assert code == 0, output[-3000:]
+    assert output.count("Resumed from") == 1                    # logged by rank 0 only
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]
+    for rank in (0, 1):
+        expected, got = _weights(never / f"final{rank}.params"), _weights(stopped / f"final{rank}.params")
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (rank, name)

@@ -234,7 +234,7 @@ class ModelCheckpoint(Callback):
                             f"{type(state.trainer).__name__}.")
         rank, workers = getattr(state.trainer, "rank", 0), getattr(state.trainer, "num_workers", 1)
         self._own = self._of_rank(rank)
-        _writable_directory(self._own.directory, "ModelCheckpoint")
+        _writable_directory(self.checkpoint.directory, "ModelCheckpoint")   # rank-r is made at its first save
         if state.is_main_process and self.save_best_params:
             _writable_file(self.save_best_params, "ModelCheckpoint")
         if self._monitor:

@@ -500,6 +500,8 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
         logs.update({f"val_{k}": v for k, v in val.items()})
     if getattr(run.trainer, "on_nonfinite", "ignore") == "skip":
         logs["nonfinite_skips"] = run.trainer.nonfinite_skips - skips_before
+    if run.workers > 1:   # the job's samples: every worker's
+        seen = float(run.trainer.sum_over_workers([seen])[0])
     logs.update(lr=run.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
                 time=time.perf_counter() - tic)
     _append_row(run.history, logs)

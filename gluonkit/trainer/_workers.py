@@ -48,6 +48,7 @@ class Rounds:
         self.stop_requested = False   # this worker asks the job to stop
         self.stopping = False         # a round carried a stop request: every worker stops after it
         self.others_active = False    # in the last round, another worker still had data
+        self._sum_keys = {}           # length -> kvstore key of sum_over_workers' vectors
 
     def exchange(self, kvstore, count, arrays, steps, active, fresh):
         """Send this worker's window to ``kvstore`` and read the sums (one wait, a small message).
@@ -71,3 +72,14 @@ class Rounds:
         self.stopping = self.stopping or agreed.stop
         self.others_active = agreed.active > int(active)
         return agreed
+
+    def sum_over_workers(self, kvstore, values):
+        """``values`` (a 1-d float64 NumPy array) summed over the workers; every worker must call
+        it, in the same order, with the same length."""
+        key = self._sum_keys.get(values.size)
+        if key is None:
+            key = self._sum_keys[values.size] = self.key + 1 + len(self._sum_keys)
+            kvstore.init(key, mx.nd.zeros(values.size, dtype="float64"))
+        vector = mx.nd.array(values, ctx=mx.cpu(), dtype="float64")
+        kvstore.pushpull(key, vector, out=vector)
+        return vector.asnumpy()

@@ -4,13 +4,14 @@ import os
 import warnings
 
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
 from ..names import first_names, network_names, select
 from ..validate import check_count, is_int, positive_int
 from ._args import (check_clip, check_clip_setting, check_horovod, check_kvstore, check_launched,
-                    check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore, is_distributed,
-                    unique_params)
+                    check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore,
+                    is_distributed, unique_params, warn_if_launched)
 from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from .horovod import Horovod, is_horovod
 from ._loss_scaling import LossScaling
@@ -170,6 +171,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                                  "every worker applies the same update.")
             check_launched(kvstore)
             update_on_kvstore = False
+        else:
+            warn_if_launched(kvstore)
         super().__init__(params, optimizer, optimizer_params, kvstore=kvstore,
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
@@ -387,6 +390,22 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         """bool: Whether a worker asked to stop (``request_stop``) and every worker agreed, in the
         last update, to stop after it."""
         return self._stop_requested if self._rounds is None else self._rounds.stopping
+
+    def sum_over_workers(self, values):
+        """``values`` (numbers) summed over the workers, as a float64 NumPy array; ``values``
+        themselves without a distributed kvstore.
+
+        A collective: every worker calls it at the same point, with as many values (e.g. to
+        add up what each worker saw in an epoch).
+
+        Example::
+
+            total_samples, correct = trainer.sum_over_workers([samples, correct])
+        """
+        values = np.asarray(values, dtype="float64").reshape(-1)
+        if self._rounds is None:
+            return values
+        return self._rounds.sum_over_workers(self._kvstore, values)
 
     @property
     def workers_busy(self):

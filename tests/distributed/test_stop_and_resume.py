@@ -86,3 +86,43 @@ def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped
         expected, got = _weights(never / f"final{rank}.params"), _weights(stopped / f"final{rank}.params")
         for name in expected:
             assert np.array_equal(got[name], expected[name]), (rank, name)
+
+
+def _classify(out, *extra):
+    recipe = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "recipes", "classify.py")
+    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "200", "--",
+            sys.executable, recipe, "--kvstore", "dist_sync", "--epochs", "2", "--limit", "401", "--batch-size", "4",
+            "--accumulate", "2", "--no-progress", "--out", str(out), *extra]
+
+
+def _latest_weights(folder):
+    from gluonkit import Checkpoint
+    from gluonkit.recipes.models import build_model
+    net = build_model("cnn", 10)
+    state = Checkpoint(folder).load(net)
+    return state["epoch"], {name: p.data().asnumpy() for name, p in select(net).items()
+                            if p.grad_req != "null"}   # the weights (each worker has its own running statistics)
+
+
+def test_classify_recipe_stopped_by_sigterm_resumes_like_the_run_never_stopped(tmp_path):
+    # 401 images: shards of 201 and 200, 51 and 50 batches of 4 per epoch
+    reference = Watched(_classify(tmp_path / "never"), timeout=300, cwd=tmp_path)
+    run = Watched(_classify(tmp_path / "stopped"), timeout=300, cwd=tmp_path)
+    run.wait_for(r"Saved checkpoint")            # the first epoch's; SIGTERM in the second
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == 143, output[-3000:]
+    assert "training stopped by SIGTERM after 1 epoch(s)" in output
+    assert "Training cnn on digits (401 images split over 2 workers" in output
+    code, output = Watched(_classify(tmp_path / "stopped", "--resume"), timeout=300, cwd=tmp_path).finish()
+    assert code == 0, output[-3000:]
+    assert output.count("Resumed from") == 1 and output.count("test accuracy:") == 1
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]
+    epoch, expected = _latest_weights(tmp_path / "never" / "checkpoints")
+    assert epoch == 2
+    for run in ("never/checkpoints/rank-1", "stopped/checkpoints", "stopped/checkpoints/rank-1"):
+        resumed_epoch, got = _latest_weights(tmp_path / run)   # every worker holds the same weights
+        assert resumed_epoch == 2
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (run, name)

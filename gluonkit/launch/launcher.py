@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..validate import choice, finite_real, positive_int
 from . import wrapper
 from .hosts import read_hostfile, remote_env, ssh_command, sync_dir
-from .output import forward, say
+from .output import forward, forward_stdout, say
 from .ports import reserve_port
 
 __all__ = ["launch", "TIMEOUT_EXIT_CODE", "STOP_SECONDS"]
@@ -57,7 +57,8 @@ class _Role:
         self.pid = self.code = self.problem = self.left = self.client_code = None
         self.failed_at = self.exited_at = None
         self.tail = collections.deque(maxlen=8)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
         try:  # the specification, environment included, travels on stdin: never on a command line
             self.proc.stdin.write(json.dumps(spec).encode() + b"\n")
             self.proc.stdin.flush()
@@ -65,10 +66,16 @@ class _Role:
             pass  # the wrapper (or ssh) is gone already: its exit code tells why
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._stdout_reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._stdout_reader.start()
 
     @property
     def where(self):
         return f" on {self.host}" if self.host else ""
+
+    def _read_stdout(self):
+        for raw in self.proc.stdout:   # line by line: lines of several roles never mix
+            forward_stdout(raw.decode(errors="replace"))
 
     def _read(self):
         for raw in self.proc.stderr:
@@ -140,6 +147,7 @@ class _Role:
                         pass
             self.proc.wait()
         self._reader.join(5.0)
+        self._stdout_reader.join(5.0)
 
 
 def _parse_env(items, what):

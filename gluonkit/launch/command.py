@@ -26,6 +26,7 @@ def parse_args(argv):
     where.add_argument("--launcher", default="local", choices=["local", "ssh"])
     where.add_argument("-H", "--hostfile", help="ssh: hosts, one per line (host, host:port, user@host:port)")
     where.add_argument("--host-ip", help="scheduler address (default 127.0.0.1 for local, found for ssh)")
+    where.add_argument("--port", type=int, help="scheduler port (default: a free one of 9091-9999)")
     where.add_argument("--ssh-config", help="ssh: configuration file for the ssh client (ssh -F)")
     run = parser.add_argument_group("environment")
     run.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
@@ -55,7 +56,7 @@ def main(argv=None):
     try:
         return launch(args.command, args.num_workers, args.num_servers, args.launcher, args.hostfile, args.timeout,
                       args.host_ip, args.env, args.env_worker, args.env_server, args.workdir, args.sync_dst_dir,
-                      args.ssh_config, args.stop_timeout)
+                      args.ssh_config, args.stop_timeout, args.port)
     except ValueError as err:
         say(str(err))
         return 2

@@ -25,11 +25,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..validate import choice, finite_real, positive_int
+from ..validate import choice, finite_real, is_int, positive_int
 from . import wrapper
 from .hosts import read_hostfile, remote_env, ssh_command, sync_dir
 from .output import forward, forward_stdout, say
-from .ports import reserve_port
+from .ports import PORTS, reserve_port
 
 __all__ = ["launch", "TIMEOUT_EXIT_CODE", "STOP_SECONDS"]
 
@@ -165,12 +165,14 @@ def _parse_env(items, what):
     return env
 
 
-def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config):
+def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config, port):
     if not command or not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
         raise ValueError(f"No command to launch, or not a list of strings: {command!r}; put it after '--', "
                          "e.g. -- python train.py.")
     num_workers = positive_int(num_workers, "num_workers")
     num_servers = positive_int(num_servers, "num_servers")
+    if port is not None and not (is_int(port) and 0 < port < 65536):
+        raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}.")
     choice(launcher, ("local", "ssh"), "launcher")
     if launcher == "ssh" and not (hostfile and os.path.isfile(hostfile)):
         raise ValueError(f"launcher={launcher!r} needs --hostfile naming an existing file of hosts, got {hostfile!r}.")
@@ -198,7 +200,7 @@ def _plan(num_workers, num_servers, hosts):
 
 def launch(command, num_workers, num_servers=None, launcher="local", hostfile=None, timeout=None, host_ip=None,
            env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None,
-           stop_seconds=STOP_SECONDS):
+           stop_seconds=STOP_SECONDS, port=None):
     """Run ``command`` as every role of a parameter-server job and wait for it.
 
     Parameters
@@ -231,6 +233,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         handler), the workers are stopped first: each gets SIGTERM and this long to finish its
         step and write its checkpoint (``fit`` does both); then the servers and the scheduler
         are ended. A failure or a timeout ends every role at once.
+    port : int, optional
+        The scheduler's port (default: a free one of 9091-9999, the dmlc tracker's range).
 
     Returns
     -------
@@ -250,7 +254,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     """
     num_servers = num_workers if num_servers is None else num_servers
     num_workers, num_servers = _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir,
-                                      sync_dst_dir, ssh_config)
+                                      sync_dst_dir, ssh_config, port)
     extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
              for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
     hosts = read_hostfile(hostfile) if launcher == "ssh" else None
@@ -263,7 +267,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     elif launcher == "local":
         workdir = os.path.abspath(workdir)
     started = time.monotonic()
-    port, port_lock = reserve_port()   # first: a refused lock directory leaves the hosts untouched
+    port, port_lock = reserve_port(PORTS if port is None else [port])   # first: a refused lock directory leaves the hosts untouched
     wake, roles, grace = queue.Queue(), [], None
     try:
         if sync_dst_dir:

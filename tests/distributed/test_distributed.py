@@ -93,6 +93,7 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     ({"sync_dst_dir": "copy"}, ValueError, "sync_dst_dir='copy' needs launcher='ssh'"),
     ({"launcher": "ssh", "hostfile": "{hosts}"}, ValueError, "line 2: 'node:port' is not a host"),
     ({"timeout": 0}, ValueError, "timeout must be a positive number of seconds, got 0"),
+    ({"port": 0}, ValueError, "port must be a TCP port number (1-65535), got 0"),
     ({"timeout": True}, TypeError, "timeout (seconds) must be a finite number, got True"),
 ])
 def test_bad_environment_options_and_host_files_are_refused_before_starting_anything(tmp_path, options, error,

@@ -19,6 +19,10 @@ def parse_args(argv):
     job.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
     job.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")
     job.add_argument("--timeout", type=float, help="seconds before every process is ended (exit code 124)")
+    job.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                     help="when a role fails, end every role and start the job again, at most N times; the "
+                          "roles find the attempt in GLUONKIT_LAUNCH_ATTEMPT and the recipes resume by themselves "
+                          "(default 0)")
     job.add_argument("--stop-timeout", type=float, default=STOP_SECONDS, metavar="SECONDS",
                      help="on SIGINT/SIGTERM, seconds the workers get to finish their step and write their "
                           "checkpoints before the servers and the scheduler are ended (default %(default)g)")
@@ -41,6 +45,8 @@ def parse_args(argv):
     for flag, value in (("-n/--num-workers", args.num_workers), ("-s/--num-servers", args.num_servers)):
         if value is not None and value < 1:
             parser.error(f"{flag} must be at least 1, got {value}.")
+    if args.max_restarts < 0:
+        parser.error(f"--max-restarts must be at least 0, got {args.max_restarts}.")
     if not args.stop_timeout >= 0:
         parser.error(f"--stop-timeout must be a number of seconds >= 0, got {args.stop_timeout:g}.")
     if args.command[:1] == ["--"]:
@@ -56,7 +62,7 @@ def main(argv=None):
     try:
         return launch(args.command, args.num_workers, args.num_servers, args.launcher, args.hostfile, args.timeout,
                       args.host_ip, args.env, args.env_worker, args.env_server, args.workdir, args.sync_dst_dir,
-                      args.ssh_config, args.stop_timeout, args.port)
+                      args.ssh_config, args.stop_timeout, args.port, args.max_restarts)
     except ValueError as err:
         say(str(err))
         return 2

@@ -165,12 +165,15 @@ def _parse_env(items, what):
     return env
 
 
-def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config, port):
+def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config, port,
+           max_restarts):
     if not command or not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
         raise ValueError(f"No command to launch, or not a list of strings: {command!r}; put it after '--', "
                          "e.g. -- python train.py.")
     num_workers = positive_int(num_workers, "num_workers")
     num_servers = positive_int(num_servers, "num_servers")
+    if not (is_int(max_restarts) and max_restarts >= 0):
+        raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}.")
     if port is not None and not (is_int(port) and 0 < port < 65536):
         raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}.")
     choice(launcher, ("local", "ssh"), "launcher")
@@ -200,7 +203,7 @@ def _plan(num_workers, num_servers, hosts):
 
 def launch(command, num_workers, num_servers=None, launcher="local", hostfile=None, timeout=None, host_ip=None,
            env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None,
-           stop_seconds=STOP_SECONDS, port=None):
+           stop_seconds=STOP_SECONDS, port=None, max_restarts=0):
     """Run ``command`` as every role of a parameter-server job and wait for it.
 
     Parameters
@@ -235,6 +238,13 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         are ended. A failure or a timeout ends every role at once.
     port : int, optional
         The scheduler's port (default: a free one of 9091-9999, the dmlc tracker's range).
+    max_restarts : int, default 0
+        When a role fails (a signal, a non-zero exit), every role is ended and the job is
+        started again, on a new scheduler port, up to this many times; the exit code is the
+        last attempt's. Every role finds its attempt in ``GLUONKIT_LAUNCH_ATTEMPT`` (0, then
+        1, 2, ...): the recipes then resume from the newest checkpoint every worker saved, as
+        ``fit`` does with ``ModelCheckpoint(resume=True)``. A timeout or an interruption ends
+        the job.
 
     Returns
     -------
@@ -254,7 +264,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     """
     num_servers = num_workers if num_servers is None else num_servers
     num_workers, num_servers = _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir,
-                                      sync_dst_dir, ssh_config, port)
+                                      sync_dst_dir, ssh_config, port, max_restarts)
     extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
              for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
     hosts = read_hostfile(hostfile) if launcher == "ssh" else None
@@ -267,35 +277,57 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     elif launcher == "local":
         workdir = os.path.abspath(workdir)
     started = time.monotonic()
-    port, port_lock = reserve_port(PORTS if port is None else [port])   # first: a refused lock directory leaves the hosts untouched
-    wake, roles, grace = queue.Queue(), [], None
+    ports = PORTS if port is None else [port]
+    port, port_lock = reserve_port(ports)   # first: a refused lock directory leaves the hosts untouched
     try:
         if sync_dst_dir:
             _sync(hosts, sync_dst_dir, ssh_config, timeout)
-        say(f"scheduler at {host_ip}:{port}")
-        common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_WORKER": str(num_workers),
-                  "DMLC_NUM_SERVER": str(num_servers), "DMLC_JOB_CLUSTER": launcher}
-        if launcher == "local":
-            common["DMLC_INTERFACE"] = "lo"
-        source = inspect.getsource(wrapper)
         plan = [("scheduler", "scheduler", None, None)] + _plan(num_workers, num_servers, hosts)
-        for name, kind, task_id, host in plan:
-            role_env = dict(common, DMLC_ROLE=kind, DMLC_NODE_HOST=host.address if host else host_ip,
-                            **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra[kind])
-            spec = {"env": role_env, "workdir": workdir, "command": list(command)}
+        job = {"DMLC_NUM_WORKER": str(num_workers), "DMLC_NUM_SERVER": str(num_servers),
+               "DMLC_JOB_CLUSTER": launcher, **({"DMLC_INTERFACE": "lo"} if launcher == "local" else {})}
+        for attempt in range(max_restarts + 1):
+            if attempt:   # a new port: the last scheduler's may linger
+                port_lock.close()
+                port, port_lock = reserve_port(ports)
+            say(f"scheduler at {host_ip}:{port}" + (f" (restart {attempt} of {max_restarts})" if attempt else ""))
+            common = dict(job, DMLC_PS_ROOT_URI=host_ip, DMLC_PS_ROOT_PORT=str(port),
+                          GLUONKIT_LAUNCH_ATTEMPT=str(attempt))
+            specs = [(name, kind, host, {"env": _role_env(common, kind, task_id, host, host_ip, extra[kind]),
+                                         "workdir": workdir, "command": list(command)})
+                     for name, kind, task_id, host in plan]
+            code = _attempt(specs, ssh_config, num_workers, started, timeout, stop_seconds,
+                            restarts_left=max_restarts - attempt)
+            if code != 1 or attempt == max_restarts:
+                return code
+    finally:
+        port_lock.close()
+
+
+def _role_env(common, kind, task_id, host, host_ip, extra):
+    """The ``DMLC_*`` variables (and the ``--env`` ones) of one role."""
+    return dict(common, DMLC_ROLE=kind, DMLC_NODE_HOST=host.address if host else host_ip,
+                **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra)
+
+
+def _attempt(specs, ssh_config, num_workers, started, timeout, stop_seconds, restarts_left):
+    """Start every role of ``specs`` (name, kind, host, specification), supervise them, end them all;
+    return the exit code."""
+    wake, roles, grace = queue.Queue(), [], None
+    try:
+        source = inspect.getsource(wrapper)
+        for name, kind, host, spec in specs:
             if host:  # -I: the wrapper imports nothing from the directory it runs in (or lies in)
-                spec["env"] = {**remote_env(os.environ), **role_env}
+                spec["env"] = {**remote_env(os.environ), **spec["env"]}
                 argv = ssh_command(host, [sys.executable, "-I", "-c", source], ssh_config)
             else:
                 argv = [sys.executable, "-I", wrapper.__file__]
             roles.append(_Role(name, kind, host, argv, spec, wake))
-        return _supervise(roles, wake, num_workers, started, timeout)
+        return _supervise(roles, wake, num_workers, started, timeout, restarts_left)
     except (KeyboardInterrupt, SystemExit):
         grace = stop_seconds
         raise
     finally:
         _end(roles, grace)
-        port_lock.close()
 
 
 def _tracker_host_ip():
@@ -312,7 +344,7 @@ def _sync(hosts, remote_dir, ssh_config, timeout):
             future.result()
 
 
-def _supervise(roles, wake, num_workers, started, timeout):
+def _supervise(roles, wake, num_workers, started, timeout, restarts_left=0):
     workers = [r for r in roles if r.kind == "worker"]
     finished_at = None
     while True:
@@ -325,7 +357,9 @@ def _supervise(roles, wake, num_workers, started, timeout):
         if failed:
             role = failed[0]
             tail = "".join(f"\n    {line}" for line in role.tail)
-            say(f"{role.failure(workers_done)}; ending the job."
+            then = (f"ending every role, then starting them all again ({restarts_left} restart(s) left)"
+                    if restarts_left else "ending the job")
+            say(f"{role.failure(workers_done)}; {then}."
                 + (" Its last lines on stderr:" + tail if tail else ""))   # one message: its lines stay together
             return 1
         if workers_done:

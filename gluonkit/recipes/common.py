@@ -414,9 +414,13 @@ def check_output_options(parser, args):
     """``parser.error`` if ``--resume`` or ``--export`` is given without an ``--out`` or with
     ``--overwrite``, if ``--out`` cannot be written (:func:`check_out`), or if it cannot be
     taken now (:func:`runs.check_folder`: in use, or holding a run that would be overwritten);
-    in a worker of ``gluonkit-launch``, if ``--kvstore`` is not distributed.
+    in a worker of ``gluonkit-launch``, if ``--kvstore`` is not distributed. On a restart
+    attempt of ``gluonkit-launch --max-restarts`` (``GLUONKIT_LAUNCH_ATTEMPT`` above 0) the
+    run in ``--out`` is continued, as with ``--resume``.
     """
     export = getattr(args, "export", False)
+    if args.out and not export and os.environ.get("GLUONKIT_LAUNCH_ATTEMPT", "0") != "0":
+        args.resume, args.overwrite = True, False   # a restart of gluonkit-launch: continue the run
     if (args.resume or export) and not args.out:
         parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
                      "--out; pass --out DIR.")

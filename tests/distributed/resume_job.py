@@ -3,13 +3,15 @@
 ``python resume_job.py OUT_DIR uneven`` steps a Trainer through micro-batches of the sizes in
 ``MICRO_BATCHES[rank]`` (accumulate 2), then flushes, and saves ``worker{rank}.params``.
 
-``python resume_job.py OUT_DIR fit [EPOCHS]`` trains with ``fit`` on shuffled shards of
+``python resume_job.py OUT_DIR fit|fit-dropout [EPOCHS]`` trains with ``fit`` (dropout in the
+network with ``fit-dropout``) on shuffled shards of
 ``SHARDS`` samples (batch 16, accumulate 2) with ``ModelCheckpoint(OUT_DIR/checkpoints,
 resume=True)``, printing ``worker R epoch E batch B`` after each batch (slowly, so that a
 test can stop it mid-epoch), and saves ``final{rank}.params`` when training is over.
 """
 import logging
 import os
+import random
 import sys
 import time
 
@@ -31,9 +33,12 @@ def data(samples):
     return rng.randn(samples, 4).astype("float32"), rng.randn(samples, 3).astype("float32")
 
 
-def make_net():
+def make_net(dropout=0.0):
     net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(8, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=8))
+    net.add(gluon.nn.Dense(8, in_units=4, activation="tanh"))
+    if dropout:
+        net.add(gluon.nn.Dropout(dropout))
+    net.add(gluon.nn.Dense(3, in_units=8))
     return net
 
 
@@ -79,12 +84,13 @@ class _Slowly(Callback):
         time.sleep(0.2)
 
 
-def fit(out_dir, epochs):
+def fit(out_dir, epochs, dropout=0.0):
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     kv = mx.kv.create("dist_sync")
-    np.random.seed(10 + kv.rank)     # each worker shuffles its shard in its own order
+    random.seed(10 + kv.rank)        # each worker shuffles its shard in its own order; fit reseeds
+    np.random.seed(10 + kv.rank)     # MXNet (dropout) from these two at every epoch
     mx.random.seed(10)
-    net = make_net()
+    net = make_net(dropout)
     net.initialize(mx.init.Xavier())
     trainer = gluonkit.Trainer(net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]), kvstore=kv,
                                accumulate=ACCUMULATE)
@@ -102,4 +108,4 @@ if __name__ == "__main__":
     if sys.argv[2] == "uneven":
         uneven(sys.argv[1])
     else:
-        fit(sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 3)
+        fit(sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 3, 0.3 if sys.argv[2] == "fit-dropout" else 0.0)

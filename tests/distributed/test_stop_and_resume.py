@@ -17,9 +17,9 @@ from watch import Watched, no_process_left
 RESUME_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
 
 
-def _command(*args, timeout=120):
-    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", str(timeout), "--",
-            sys.executable, RESUME_JOB, *map(str, args)]
+def _command(*args, timeout=120, restarts=0):
+    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", str(timeout),
+            "--max-restarts", str(restarts), "--", sys.executable, RESUME_JOB, *map(str, args)]
 
 
 def _windows(sizes, accumulate):
@@ -84,6 +84,27 @@ def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped
     assert code == 0, output[-3000:]
     for rank in (0, 1):
         expected, got = _weights(never / f"final{rank}.params"), _weights(stopped / f"final{rank}.params")
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (rank, name)
+
+
+def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_like_one_never_stopped(tmp_path):
+    never, killed = tmp_path / "never", tmp_path / "killed"
+    never.mkdir(), killed.mkdir()
+    reference = Watched(_command(never, "fit-dropout", 3), timeout=240)    # shuffled shards, dropout
+    run = Watched(_command(killed, "fit-dropout", 3, restarts=1), timeout=240)
+    pid = int(run.wait_for(r"worker 1 started \(pid (\d+)\)").group(1))
+    run.wait_for(r"worker 1 epoch 1 batch 2\b")
+    os.kill(pid, signal.SIGKILL)
+    code, output = run.finish()
+    assert code == 0, output[-3000:]
+    assert "worker 1 was killed by SIGKILL; ending every role, then starting them all again (1 restart(s) left)" \
+        in output
+    assert "(restart 1 of 1)" in output and output.count("Resumed from") == 1
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]
+    for rank in (0, 1):
+        expected, got = _weights(never / f"final{rank}.params"), _weights(killed / f"final{rank}.params")
         for name in expected:
             assert np.array_equal(got[name], expected[name]), (rank, name)
 

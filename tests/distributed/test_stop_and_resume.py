@@ -109,11 +109,11 @@ def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_like_one_never_
             assert np.array_equal(got[name], expected[name]), (rank, name)
 
 
-def _classify(out, *extra):
+def _classify(out, *extra, restarts=0):
     recipe = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "recipes", "classify.py")
-    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "200", "--",
-            sys.executable, recipe, "--kvstore", "dist_sync", "--epochs", "2", "--limit", "401", "--batch-size", "4",
-            "--accumulate", "2", "--no-progress", "--out", str(out), *extra]
+    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "200", "--max-restarts",
+            str(restarts), "--", sys.executable, recipe, "--kvstore", "dist_sync", "--epochs", "2", "--limit", "401",
+            "--batch-size", "4", "--accumulate", "2", "--no-progress", "--out", str(out), *extra]
 
 
 def _latest_weights(folder):
@@ -125,7 +125,7 @@ def _latest_weights(folder):
                             if p.grad_req != "null"}   # the weights (each worker has its own running statistics)
 
 
-def test_classify_recipe_stopped_by_sigterm_resumes_like_the_run_never_stopped(tmp_path):
+def test_classify_recipe_stopped_or_killed_resumes_like_the_run_never_stopped(tmp_path):
     # 401 images: shards of 201 and 200, 51 and 50 batches of 4 per epoch
     reference = Watched(_classify(tmp_path / "never"), timeout=300, cwd=tmp_path)
     run = Watched(_classify(tmp_path / "stopped"), timeout=300, cwd=tmp_path)
@@ -135,14 +135,19 @@ def test_classify_recipe_stopped_by_sigterm_resumes_like_the_run_never_stopped(t
     assert code == 143, output[-3000:]
     assert "training stopped by SIGTERM after 1 epoch(s)" in output
     assert "Training cnn on digits (401 images split over 2 workers" in output
-    code, output = Watched(_classify(tmp_path / "stopped", "--resume"), timeout=300, cwd=tmp_path).finish()
-    assert code == 0, output[-3000:]
-    assert output.count("Resumed from") == 1 and output.count("test accuracy:") == 1
-    code, output = reference.finish()
-    assert code == 0, output[-3000:]
+    resumed = Watched(_classify(tmp_path / "stopped", "--resume"), timeout=300, cwd=tmp_path)
+    killed = Watched(_classify(tmp_path / "killed", restarts=1), timeout=300, cwd=tmp_path)
+    pid = int(killed.wait_for(r"worker 0 started \(pid (\d+)\)").group(1))
+    killed.wait_for(r"Saved checkpoint")         # killed from outside after its first epoch
+    os.kill(pid, signal.SIGKILL)
+    for job, resumes in ((resumed, "Resumed from"), (killed, "(restart 1 of 1)"), (reference, "test accuracy:")):
+        code, output = job.finish()
+        assert code == 0, output[-3000:]
+        assert output.count(resumes) == 1 and output.count("test accuracy:") == 1
     epoch, expected = _latest_weights(tmp_path / "never" / "checkpoints")
     assert epoch == 2
-    for run in ("never/checkpoints/rank-1", "stopped/checkpoints", "stopped/checkpoints/rank-1"):
+    for run in ("never/checkpoints/rank-1", "stopped/checkpoints", "stopped/checkpoints/rank-1",
+                "killed/checkpoints", "killed/checkpoints/rank-1"):
         resumed_epoch, got = _latest_weights(tmp_path / run)   # every worker holds the same weights
         assert resumed_epoch == 2
         for name in expected:

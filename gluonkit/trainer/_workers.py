@@ -3,26 +3,30 @@
 Before the gradients move, every worker sends one float64 vector and gets back its sum over
 the workers: the window's count, its micro-batches, whether the worker still has data
 (``step``) or is out of it (``flush``), whether it was asked to stop, and which parameters
-got a gradient. From the sums, every worker takes the same decisions: the update's count,
-which parameters every worker pushes (those with a gradient on any worker: a worker
-without one pushes zeros, so that no worker waits for a key another never sends), whether
-any worker still has data (a worker out of data takes part in the others' updates with a
-count of 0) and whether the job stops after this update.
+got a gradient. From the sums every worker takes the same decisions: the update's count,
+which parameters every worker pushes (those with a gradient on any worker: a worker without
+one pushes zeros, so that no worker waits for a key another never sends), whether any worker
+still has data (a worker out of data takes part in the others' updates with a count of 0)
+and whether the job stops after this update.
+
+The sums go through ``_reduce_over_workers(values, name)``, the one method an engine
+provides: here the kvstore's ``pushpull`` on keys after the parameters' (another engine, such
+as an all-reduce, overrides it).
 """
 import mxnet as mx
 import numpy as np
 
+from ._gradients import replicas
 from ._window import whole
 
-__all__ = ["Agreement", "Rounds"]
+__all__ = ["Agreement", "Workers"]
 
 _FIELDS = 4   # count, micro-batches, workers with data, stop requests; then one flag per parameter
 
 
 class Agreement:
-    """The sums of one round: ``count`` (a number), ``steps``, ``active`` (workers that sent a
-    window from ``step``, i.e. that still have data), ``stop`` (bool) and ``fresh`` (a bool per
-    parameter: it got a gradient on some worker)."""
+    """The sums of one round: ``count`` (a number), ``steps``, ``active`` (workers that still
+    have data), ``stop`` (bool) and ``fresh`` (a bool per parameter: a gradient on some worker)."""
 
     def __init__(self, sums):
         self.count = whole(float(sums[0]))
@@ -31,55 +35,72 @@ class Agreement:
         self.fresh = [bool(f > 0) for f in sums[_FIELDS:]]
 
 
-class Rounds:
-    """One worker's side of the rounds: its stop request and what the last round agreed.
+class Workers:
+    """The workers' side of ``gluonkit.Trainer`` (a mixin): rounds, stop requests, sums.
 
-    Parameters
-    ----------
-    key : int
-        The kvstore key of the round's vector (one past the parameters' keys).
-    size : int
-        Number of parameters.
+    Without a distributed kvstore (``_distributed`` False) there is one worker: a stop request
+    is agreed at once and sums are the values themselves.
     """
 
-    def __init__(self, key, size):
-        self.key, self.size = key, size
-        self.ready = False
-        self.stop_requested = False   # this worker asks the job to stop
-        self.stopping = False         # a round carried a stop request: every worker stops after it
-        self.others_active = False    # in the last round, another worker still had data
-        self._sum_keys = {}           # length -> kvstore key of sum_over_workers' vectors
+    def _init_workers(self):
+        self._stop_requested = False   # this worker asks the job to stop
+        self._stop_agreed = False      # a round carried a stop request: every worker stops after it
+        self._others_active = False    # in the last round, another worker still had data
+        self._reduce_keys = {}         # name -> kvstore key of the vectors summed under that name
 
-    def exchange(self, kvstore, count, arrays, steps, active, fresh):
-        """Send this worker's window to ``kvstore`` and read the sums (one wait, a small message).
+    def request_stop(self):
+        """Ask the job to stop: ``stopping`` becomes True on every worker after the next update.
 
-        ``count`` is the window's count given as numbers, ``arrays`` the NDArray counts,
-        ``steps`` its micro-batches, ``active`` whether it came from ``step`` (the worker
-        still has data), ``fresh`` a bool per parameter. Returns an :class:`Agreement`.
+        Without a distributed kvstore it becomes True at once. ``fit`` calls it on SIGINT or
+        SIGTERM, so that every worker stops after the same update.
         """
-        values = np.zeros(_FIELDS + self.size, dtype="float64")
-        values[:_FIELDS] = count, steps, float(active), float(self.stop_requested)
-        values[_FIELDS:] = fresh
-        vector = mx.nd.array(values, ctx=mx.cpu(), dtype="float64")
-        if arrays:
-            vector[0:1] += mx.nd.add_n(*(a.reshape((1,)).as_in_context(mx.cpu()).astype("float64", copy=False)
-                                         for a in arrays))
-        if not self.ready:
-            kvstore.init(self.key, mx.nd.zeros(values.shape, dtype="float64"))
-            self.ready = True
-        kvstore.pushpull(self.key, vector, out=vector)
-        agreed = Agreement(vector.asnumpy())
-        self.stopping = self.stopping or agreed.stop
-        self.others_active = agreed.active > int(active)
+        self._stop_requested = True
+        self._stop_agreed = self._stop_agreed or not self._distributed
+
+    @property
+    def stopping(self):
+        """bool: Whether a worker asked to stop (``request_stop``) and every worker agreed, at the
+        last update, to stop after it."""
+        return self._stop_agreed
+
+    @property
+    def workers_busy(self):
+        """bool: Whether, at the last update, another worker still had data (a flushing worker
+        then takes part in the next update too), and the job is not stopping."""
+        return self._others_active and not self._stop_agreed
+
+    def sum_over_workers(self, values):
+        """``values`` (numbers) summed over the workers, as a float64 NumPy array; ``values``
+        themselves without a distributed kvstore.
+
+        A collective: every worker calls it at the same point, with as many values (e.g. to
+        add up what each worker saw in an epoch).
+
+        Example::
+
+            total_samples, correct = trainer.sum_over_workers([samples, correct])
+        """
+        values = np.asarray(values, dtype="float64").reshape(-1)
+        return self._reduce_over_workers(values, f"sum{values.size}") if self._distributed else values
+
+    def _agree(self, count, steps, active):
+        """Send this worker's window (``count`` a number, ``steps`` micro-batches, ``active``:
+        it still has data) with its fresh-gradient flags; return the sums, an :class:`Agreement`."""
+        fresh = [p.grad_req != "null" and p._data is not None and any(a._fresh_grad for a in replicas(p))
+                 for p in self._params]
+        values = np.concatenate([[count, steps, float(active), float(self._stop_requested)],
+                                 np.asarray(fresh, dtype="float64")])
+        agreed = Agreement(self._reduce_over_workers(values, "round"))
+        self._stop_agreed = self._stop_agreed or agreed.stop
+        self._others_active = agreed.active > int(active)
         return agreed
 
-    def sum_over_workers(self, kvstore, values):
-        """``values`` (a 1-d float64 NumPy array) summed over the workers; every worker must call
-        it, in the same order, with the same length."""
-        key = self._sum_keys.get(values.size)
-        if key is None:
-            key = self._sum_keys[values.size] = self.key + 1 + len(self._sum_keys)
-            kvstore.init(key, mx.nd.zeros(values.size, dtype="float64"))
+    def _reduce_over_workers(self, values, name):
+        """``values`` (float64, 1-d) summed over the workers by the kvstore, on a key of ``name``'s own."""
+        key = self._reduce_keys.get(name)
+        if key is None:   # after the parameters' keys; every worker creates them in the same order
+            key = self._reduce_keys[name] = len(self._params) + len(self._reduce_keys)
+            self._kvstore.init(key, mx.nd.zeros(values.size, dtype="float64"))
         vector = mx.nd.array(values, ctx=mx.cpu(), dtype="float64")
-        kvstore.pushpull(key, vector, out=vector)
+        self._kvstore.pushpull(key, vector, out=vector)
         return vector.asnumpy()

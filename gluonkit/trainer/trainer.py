@@ -17,7 +17,7 @@ from .horovod import Horovod, is_horovod
 from ._loss_scaling import LossScaling
 from ._state import TrainerState
 from ._window import Window, whole
-from ._workers import Rounds
+from ._workers import Workers
 
 __all__ = ["Trainer"]
 
@@ -56,7 +56,7 @@ def _named(params):
     return params, {}
 
 
-class Trainer(TrainerState, LossScaling, gluon.Trainer):
+class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
     """A ``gluon.Trainer`` that accumulates gradients exactly and never applies stale ones.
 
     With ``accumulate=k``, ``step`` collects ``k`` micro-batches (of any sizes, shapes and
@@ -200,8 +200,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                 if param.grad_req != "null":
                     param.grad_req = "add"
             self._zero_grads(self._params)
-        self._rounds = Rounds(len(self._params), len(self._params)) if distributed else None
-        self._stop_requested = False
+        self._init_workers()
         if distributed:
             # every worker starts from worker 0's weights, before its first forward
             self._init_kvstore()
@@ -366,52 +365,13 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         bool
             False if nothing was pending (with a distributed kvstore: if no update was applied).
         """
-        if self._rounds is None:
+        if not self._distributed:
             return bool(self._window.steps) and self._apply(ignore_stale_grad)
         applied = False
         while True:
             applied = self._apply(ignore_stale_grad, active=False) or applied
             if not wait_for_workers or not self.workers_busy:
                 return applied
-
-    def request_stop(self):
-        """Ask the job to stop: ``stopping`` becomes True on every worker after the next update.
-
-        Without a distributed kvstore it becomes True at once. ``fit`` calls it on SIGINT or
-        SIGTERM, so that every worker stops after the same update.
-        """
-        if self._rounds is None:
-            self._stop_requested = True
-        else:
-            self._rounds.stop_requested = True
-
-    @property
-    def stopping(self):
-        """bool: Whether a worker asked to stop (``request_stop``) and every worker agreed, in the
-        last update, to stop after it."""
-        return self._stop_requested if self._rounds is None else self._rounds.stopping
-
-    def sum_over_workers(self, values):
-        """``values`` (numbers) summed over the workers, as a float64 NumPy array; ``values``
-        themselves without a distributed kvstore.
-
-        A collective: every worker calls it at the same point, with as many values (e.g. to
-        add up what each worker saw in an epoch).
-
-        Example::
-
-            total_samples, correct = trainer.sum_over_workers([samples, correct])
-        """
-        values = np.asarray(values, dtype="float64").reshape(-1)
-        if self._rounds is None:
-            return values
-        return self._rounds.sum_over_workers(self._kvstore, values)
-
-    @property
-    def workers_busy(self):
-        """bool: Whether, at the last update, another worker still had data (a flushing worker
-        then takes part in the next update too), and the job is not stopping."""
-        return self._rounds is not None and self._rounds.others_active and not self._rounds.stopping
 
     def _apply(self, ignore_stale_grad, active=True):
         """Apply the pending window as one update; False if it was dropped.
@@ -431,17 +391,18 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             self._init_params()
         if self._accumulate > 1:
             self._check_accumulating()
-        steps = self._window.steps
-        local_count, arrays = self._window.take()
         scaler = self._amp_loss_scaler
         decides = self._on_nonfinite != "ignore" or scaler is not None
-        if self._rounds is not None:   # the workers agree on the count and the parameters first
-            agreed = self._rounds.exchange(self._kvstore, local_count, arrays, steps, active, self._fresh_flags())
+        if self._distributed:   # the workers agree on the count and the parameters first
+            steps, local_count = self._window.total()   # NDArray counts read: the round is read anyway
+            self._window.take()
+            agreed = self._agree(local_count, steps, active)
             if not agreed.steps:   # every worker was out of data: nothing to update
                 self._selected = None
                 return False
             selected, count, lone = self._select(ignore_stale_grad, agreed.fresh), agreed.count, False
         else:
+            local_count, arrays = self._window.take()
             selected = self._select(ignore_stale_grad)
             # one NDArray count, nothing else to read: read as given, it waits only for what made it
             lone = not decides and len(arrays) == 1
@@ -497,11 +458,6 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             return count
         ctx = arrays[0].context
         return mx.nd.add_n(mx.nd.array([count], ctx=ctx, dtype="float64"), *(a.as_in_context(ctx) for a in arrays))
-
-    def _fresh_flags(self):
-        """Whether each parameter got a gradient since the last update, on any of its devices."""
-        return [p.grad_req != "null" and p._data is not None and any(a._fresh_grad for a in replicas(p))
-                for p in self._params]
 
     def _grads(self, selected, one_copy):
         return [g for i in selected for g in self._params[i].list_grad()[:1 if one_copy else None]]

@@ -149,7 +149,7 @@ class ModelCheckpoint(Callback):
     ``rank-r`` folder. Each holds the worker's own data position, generators, pending window
     and running sums (and the parameters, so that a file alone resumes). A resume takes, on
     every worker, the newest checkpoint that every rank saved (a worker lost while saving
-    leaves its set incomplete), by rank: the worker that has rank ``r`` now, and so reads
+    leaves its set incomplete, and the one before is taken: keep at least 2), by rank: the worker that has rank ``r`` now, and so reads
     shard ``r``, resumes rank ``r``'s state, whichever order the workers started in. The
     directory must be one every worker sees (a shared folder); otherwise copy every worker's
     folder to every host before resuming.

@@ -551,7 +551,11 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
 
     SIGINT (Ctrl-C) or SIGTERM finish the current step, run ``on_train_end`` (where
     ``ModelCheckpoint`` saves), then raise ``KeyboardInterrupt`` or ``SystemExit(143)``; a
-    second signal aborts at once. The handlers are installed only while ``fit`` runs (from
+    second signal aborts at once. With several workers (a distributed ``gluonkit.Trainer``)
+    the signal asks the job to stop (``trainer.request_stop()``) and every worker stops after
+    the same update, those that got no signal too (as if by SIGTERM). A worker out of data at
+    the end of an epoch takes part in the others' updates with a count of 0
+    (``trainer.flush``), ``on_batch_end`` running after each, so shards may differ in size. The handlers are installed only while ``fit`` runs (from
     the main thread) and the previous ones are restored.
 
     Parameters
@@ -603,7 +607,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         not once per update), each metric, 'val_loss' and
         'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
         gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
-        'samples_per_sec', 'time' (seconds, validation included); one entry per epoch in
+        'samples_per_sec' (every worker's samples, distributed), 'time' (seconds, validation included); one entry per epoch in
         every list, NaN for an epoch without that key (trained before a resume added
         val_data).
 

@@ -1,7 +1,9 @@
 """Jobs whose workers hold shards that make different numbers of updates (every role runs this).
 
 ``python resume_job.py OUT_DIR uneven`` steps a Trainer through micro-batches of the sizes in
-``MICRO_BATCHES[rank]`` (accumulate 2), then flushes, and saves ``worker{rank}.params``.
+``MICRO_BATCHES[rank]`` (accumulate 2), then flushes, and saves ``worker{rank}.params``;
+``uneven-first`` steps the first 3 only and saves a ``Checkpoint`` in mid-window into
+``OUT_DIR/rank-{rank}``, which ``uneven-rest`` loads (by rank) before stepping the rest.
 
 ``python resume_job.py OUT_DIR fit|fit-dropout [EPOCHS]`` trains with ``fit`` (dropout in the
 network with ``fit-dropout``) on shuffled shards of
@@ -23,7 +25,7 @@ import gluonkit
 from gluonkit.callbacks import Callback, ModelCheckpoint
 
 ACCUMULATE = 2
-MICRO_BATCHES = {0: [5, 3, 2, 7, 1, 4, 6], 1: [6, 1, 2]}   # rank 1 runs out of data in the second update
+MICRO_BATCHES = {0: [5, 3, 2, 7, 1, 4, 6], 1: [6, 1, 3]}   # rank 1 runs out of data in the second update
 SHARDS = (80, 40)      # 5 and 3 batches of 16 per epoch
 OPTIMIZER = ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01})
 
@@ -54,7 +56,7 @@ def rows(rank):
         begin += size
 
 
-def uneven(out_dir):
+def uneven(out_dir, part="all"):
     kv = mx.kv.create("dist_sync")
     mx.random.seed(1000 + kv.rank)   # different initial weights: worker 0's are broadcast
     net = make_net()
@@ -64,11 +66,18 @@ def uneven(out_dir):
     if kv.rank == 0:
         net.save_parameters(os.path.join(out_dir, "initial.params"))
     x, y = data(sum(map(sum, MICRO_BATCHES.values())))
-    for begin, end in rows(kv.rank):
+    checkpoint = gluonkit.Checkpoint(os.path.join(out_dir, f"rank-{kv.rank}"))
+    batches = {"all": slice(None), "first": slice(3), "rest": slice(3, None)}[part]
+    if part == "rest":
+        checkpoint.load(net, trainer)        # this rank's parameters, optimizer states and pending window
+    for begin, end in list(rows(kv.rank))[batches]:
         with autograd.record():
             loss = loss_fn(net(nd.array(x[begin:end])), nd.array(y[begin:end]))
         loss.backward()
         trainer.step(end - begin)
+    if part == "first":
+        checkpoint.save(net, trainer, epoch=0)   # one micro-batch pending on each worker
+        return
     trainer.flush()   # takes part in rank 0's updates until it is out of data too
     net.save_parameters(os.path.join(out_dir, f"worker{kv.rank}.params"))
 
@@ -81,7 +90,7 @@ class _Slowly(Callback):
 
     def on_batch_end(self, state):
         print(f"worker {self.rank} epoch {state.epoch} batch {state.batch}", flush=True)
-        time.sleep(0.2)
+        time.sleep(0.1)
 
 
 def fit(out_dir, epochs, dropout=0.0):
@@ -105,7 +114,7 @@ def fit(out_dir, epochs, dropout=0.0):
 
 
 if __name__ == "__main__":
-    if sys.argv[2] == "uneven":
-        uneven(sys.argv[1])
+    if sys.argv[2].startswith("uneven"):
+        uneven(sys.argv[1], sys.argv[2].partition("-")[2] or "all")
     else:
         fit(sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 3, 0.3 if sys.argv[2] == "fit-dropout" else 0.0)

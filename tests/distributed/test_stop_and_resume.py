@@ -44,22 +44,33 @@ def _one_process(job, out_dir):
     return {name: p.data().asnumpy() for name, p in select(net).items()}
 
 
-def test_shards_that_make_different_numbers_of_updates_train_like_one_process(tmp_path):
+def _weights(path):
+    return {name: array.asnumpy() for name, array in nd.load(str(path)).items()}
+
+
+def test_shards_of_different_numbers_of_updates_train_like_one_process_and_resume_mid_window(tmp_path):
     # rank 0: 7 micro-batches (4 updates, the last partial); rank 1: 3 (2 updates, the last partial)
-    result = subprocess.run(_command(tmp_path, "uneven", timeout=90), capture_output=True, text=True, timeout=150)
-    assert result.returncode == 0, result.stderr[-3000:]
-    expected = _one_process(load_job(RESUME_JOB), tmp_path)
-    initial = nd.load(str(tmp_path / "initial.params"))
+    never, stopped = tmp_path / "never", tmp_path / "stopped"
+    never.mkdir(), stopped.mkdir()
+    reference = Watched(_command(never, "uneven"), timeout=150)
+    code, output = Watched(_command(stopped, "uneven-first"), timeout=150).finish()
+    assert code == 0, output[-3000:]
+    code, output = Watched(_command(stopped, "uneven-rest"), timeout=150).finish()   # each loads its own window
+    assert code == 0, output[-3000:]
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]       # no worker waited for one out of data
+    expected = _one_process(load_job(RESUME_JOB), never)
+    initial = nd.load(str(never / "initial.params"))
     for rank in (0, 1):
-        got = nd.load(str(tmp_path / f"worker{rank}.params"))
+        got = nd.load(str(never / f"worker{rank}.params"))
         assert set(got) == set(expected)
         for name, value in expected.items():
             assert_allclose(got[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"worker {rank} {name}")
             assert not np.allclose(value, initial[name].asnumpy())
-
-
-def _weights(path):
-    return {name: array.asnumpy() for name, array in nd.load(str(path)).items()}
+    for rank in (0, 1):   # stopped in mid-window and resumed: bit for bit
+        expected, got = _weights(never / f"worker{rank}.params"), _weights(stopped / f"worker{rank}.params")
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (rank, name)
 
 
 def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped(tmp_path):

@@ -607,7 +607,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         not once per update), each metric, 'val_loss' and
         'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
         gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
-        'samples_per_sec' (every worker's samples, distributed), 'time' (seconds, validation included); one entry per epoch in
+        'samples_per_sec' (every worker's samples, distributed), 'time' (seconds, validation
+        included); one entry per epoch in
         every list, NaN for an epoch without that key (trained before a resume added
         val_data).
 

@@ -429,7 +429,10 @@ def check_output_options(parser, args):
                      "continues the one in --out: pass one of them.")
     check_out(parser, args.out)
     launched = os.environ.get("DMLC_ROLE") == "worker"
-    kvstore = getattr(args, "kvstore", "")
+    kvstore = getattr(args, "kvstore", None)
+    if launched and kvstore is None:
+        parser.error(f"{parser.prog} does not train across workers, but runs in a worker of gluonkit-launch "
+                     "(DMLC_ROLE=worker); run it without the launcher.")
     if launched and not kvstore.startswith("dist"):
         parser.error(f"--kvstore {kvstore} in a worker of gluonkit-launch (DMLC_ROLE=worker): every worker would "
                      "train a copy of its own and write into --out; pass --kvstore dist_sync.")

@@ -32,3 +32,11 @@ def test_a_restart_attempt_continues_the_run_with_the_same_command_line(monkeypa
     monkeypatch.setenv("GLUONKIT_LAUNCH_ATTEMPT", "1")
     args = classify.parse_args(command)
     assert args.resume and not args.overwrite   # the first attempt's checkpoints are kept, and resumed
+
+
+def test_a_recipe_that_does_not_train_across_workers_is_refused_in_a_launched_worker(monkeypatch, tmp_path, capsys):
+    from gluonkit.recipes import multitask
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    with pytest.raises(SystemExit):
+        multitask.parse_args(["--out", str(tmp_path / "run")])
+    assert "does not train across workers, but runs in a worker of gluonkit-launch" in capsys.readouterr().err

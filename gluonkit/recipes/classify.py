@@ -23,7 +23,6 @@ the current step and save a checkpoint that --resume continues from exactly.
 import argparse
 import functools
 import logging
-import math
 import os
 import time
 

@@ -145,7 +145,7 @@ def test_classify_recipe_stopped_or_killed_resumes_like_the_run_never_stopped(tm
     code, output = run.finish()
     assert code == 143, output[-3000:]
     assert "training stopped by SIGTERM after 1 epoch(s)" in output
-    assert "Training cnn on digits (401 images split over 2 workers" in output
+    assert "images split over 2 workers, 10 classes" in output
     resumed = Watched(_classify(tmp_path / "stopped", "--resume"), timeout=300, cwd=tmp_path)
     killed = Watched(_classify(tmp_path / "killed", restarts=1), timeout=300, cwd=tmp_path)
     pid = int(killed.wait_for(r"worker 0 started \(pid (\d+)\)").group(1))

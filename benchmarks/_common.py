@@ -1,6 +1,7 @@
 """What the benchmark scripts share: options and --config files (gluonkit's command-line kit),
 thread settings, default outputs and writing them, the report templates."""
 import os
+import sys
 import time
 
 from gluonkit.recipes import common
@@ -59,11 +60,14 @@ def add_output_options(parser, name):
 
 def write_outputs(args, name, results, section):
     """Write ``results`` to ``--out`` and ``section`` into the ``name`` section of ``--readme``
-    (each only if set)."""
+    (each only if set), and say which files were written (outside ``--quick`` they default to
+    files of this clone)."""
     if args.out:
         write_json(args.out, results)
+        print(f"wrote {args.out}", file=sys.stderr)
     if args.readme:
         replace_section(args.readme, name, section)
+        print(f"rewrote the '{name}' section of {args.readme}", file=sys.stderr)
 
 
 def apply_defaults(args, defaults, name):

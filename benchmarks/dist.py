@@ -10,8 +10,9 @@ and under ``horovodrun --gloo -np 2`` (kvstore 'horovod', loopback), each worker
 shard with half the batch. Reports samples/s over all workers, the ratio to the single
 process on the same cores, the time per update spent communicating, and the time from the
 launch until the first step is done. The runs take turns, repeated; every process has a
-timeout. Results go to a JSON file and to the "dist" section of benchmarks/README.md. Every
-process of a job runs this file as ``dist.py job SPEC``: in the servers and the scheduler,
+timeout. Results go to a JSON file and to the "dist" section of a Markdown file: by default
+benchmarks/results/dist.json and benchmarks/README.md of this clone, which a full run rewrites
+(``--out FILE --readme FILE`` to write elsewhere). Every process of a job runs this file as ``dist.py job SPEC``: in the servers and the scheduler,
 importing MXNet serves the job and exits.
 """
 import os

@@ -25,17 +25,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..validate import choice, finite_real, positive_int
+from ..validate import choice, finite_real, is_int, positive_int
 from . import wrapper
 from .hosts import read_hostfile, remote_env, ssh_command, sync_dir
-from .output import forward, say
-from .ports import reserve_port
+from .output import forward, forward_stdout, say
+from .ports import PORTS, reserve_port
 
-__all__ = ["launch", "TIMEOUT_EXIT_CODE"]
+__all__ = ["launch", "TIMEOUT_EXIT_CODE", "STOP_SECONDS"]
 
 TIMEOUT_EXIT_CODE = 124
 _GRACE_SECONDS = 10.0     # for servers and the scheduler to finish after the last worker
 _END_SECONDS = 15.0       # for every role to report that its processes are gone
+STOP_SECONDS = 60.0       # for the workers to finish their step and write their checkpoints on a signal
 _ENV_ITEM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$", re.DOTALL)
 
 
@@ -56,7 +57,8 @@ class _Role:
         self.pid = self.code = self.problem = self.left = self.client_code = None
         self.failed_at = self.exited_at = None
         self.tail = collections.deque(maxlen=8)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
         try:  # the specification, environment included, travels on stdin: never on a command line
             self.proc.stdin.write(json.dumps(spec).encode() + b"\n")
             self.proc.stdin.flush()
@@ -64,10 +66,16 @@ class _Role:
             pass  # the wrapper (or ssh) is gone already: its exit code tells why
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._stdout_reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._stdout_reader.start()
 
     @property
     def where(self):
         return f" on {self.host}" if self.host else ""
+
+    def _read_stdout(self):
+        for raw in self.proc.stdout:   # line by line: lines of several roles never mix
+            forward_stdout(raw.decode(errors="replace"))
 
     def _read(self):
         for raw in self.proc.stderr:
@@ -115,9 +123,13 @@ class _Role:
             return f"{self.name}{self.where} exited {_GRACE_SECONDS:g} s before the workers finished"
         return None
 
-    def stop(self):
-        """Ask the wrapper to end the role (it ends the process group when its stdin closes)."""
+    def stop(self, grace=None):
+        """Ask the wrapper to end the role (it ends the process group when its stdin closes);
+        with ``grace``, the program first gets SIGTERM alone and that many seconds to end."""
         try:
+            if grace and not self.proc.stdin.closed:
+                self.proc.stdin.write(f"term {grace:g}\n".encode())
+                self.proc.stdin.flush()
             self.proc.stdin.close()
         except OSError:
             pass
@@ -135,6 +147,7 @@ class _Role:
                         pass
             self.proc.wait()
         self._reader.join(5.0)
+        self._stdout_reader.join(5.0)
 
 
 def _parse_env(items, what):
@@ -152,12 +165,17 @@ def _parse_env(items, what):
     return env
 
 
-def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config):
+def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config, port,
+           max_restarts):
     if not command or not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
         raise ValueError(f"No command to launch, or not a list of strings: {command!r}; put it after '--', "
                          "e.g. -- python train.py.")
     num_workers = positive_int(num_workers, "num_workers")
     num_servers = positive_int(num_servers, "num_servers")
+    if not (is_int(max_restarts) and max_restarts >= 0):
+        raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}.")
+    if port is not None and not (is_int(port) and 0 < port < 65536):
+        raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}.")
     choice(launcher, ("local", "ssh"), "launcher")
     if launcher == "ssh" and not (hostfile and os.path.isfile(hostfile)):
         raise ValueError(f"launcher={launcher!r} needs --hostfile naming an existing file of hosts, got {hostfile!r}.")
@@ -184,7 +202,8 @@ def _plan(num_workers, num_servers, hosts):
 
 
 def launch(command, num_workers, num_servers=None, launcher="local", hostfile=None, timeout=None, host_ip=None,
-           env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None):
+           env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None,
+           stop_seconds=STOP_SECONDS, port=None, max_restarts=0):
     """Run ``command`` as every role of a parameter-server job and wait for it.
 
     Parameters
@@ -212,6 +231,20 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         Copy the current directory there on every host (rsync) and run the roles in it.
     ssh_config : str, optional
         An ssh configuration file for the ssh client (``ssh -F``).
+    stop_seconds : float, default 60
+        When the launch is interrupted (KeyboardInterrupt, or SystemExit from a SIGTERM
+        handler), the workers are stopped first: each gets SIGTERM and this long to finish its
+        step and write its checkpoint (``fit`` does both); then the servers and the scheduler
+        are ended. A failure or a timeout ends every role at once.
+    port : int, optional
+        The scheduler's port (default: a free one of 9091-9999, the dmlc tracker's range).
+    max_restarts : int, default 0
+        When a role fails (a signal, a non-zero exit), every role is ended and the job is
+        started again, on a new scheduler port, up to this many times; the exit code is the
+        last attempt's. Every role finds its attempt in ``GLUONKIT_LAUNCH_ATTEMPT`` (0, then
+        1, 2, ...): the recipes then resume from the newest checkpoint every worker saved, as
+        ``fit`` does with ``ModelCheckpoint(resume=True)``. A timeout or an interruption ends
+        the job.
 
     Returns
     -------
@@ -231,7 +264,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     """
     num_servers = num_workers if num_servers is None else num_servers
     num_workers, num_servers = _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir,
-                                      sync_dst_dir, ssh_config)
+                                      sync_dst_dir, ssh_config, port, max_restarts)
     extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
              for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
     hosts = read_hostfile(hostfile) if launcher == "ssh" else None
@@ -244,32 +277,57 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     elif launcher == "local":
         workdir = os.path.abspath(workdir)
     started = time.monotonic()
-    port, port_lock = reserve_port()   # first: a refused lock directory leaves the hosts untouched
-    wake, roles = queue.Queue(), []
+    ports = PORTS if port is None else [port]
+    port, port_lock = reserve_port(ports)   # first: a refused lock directory leaves the hosts untouched
     try:
         if sync_dst_dir:
             _sync(hosts, sync_dst_dir, ssh_config, timeout)
-        say(f"scheduler at {host_ip}:{port}")
-        common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_WORKER": str(num_workers),
-                  "DMLC_NUM_SERVER": str(num_servers), "DMLC_JOB_CLUSTER": launcher}
-        if launcher == "local":
-            common["DMLC_INTERFACE"] = "lo"
-        source = inspect.getsource(wrapper)
         plan = [("scheduler", "scheduler", None, None)] + _plan(num_workers, num_servers, hosts)
-        for name, kind, task_id, host in plan:
-            role_env = dict(common, DMLC_ROLE=kind, DMLC_NODE_HOST=host.address if host else host_ip,
-                            **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra[kind])
-            spec = {"env": role_env, "workdir": workdir, "command": list(command)}
+        job = {"DMLC_NUM_WORKER": str(num_workers), "DMLC_NUM_SERVER": str(num_servers),
+               "DMLC_JOB_CLUSTER": launcher, **({"DMLC_INTERFACE": "lo"} if launcher == "local" else {})}
+        for attempt in range(max_restarts + 1):
+            if attempt:   # a new port: the last scheduler's may linger
+                port_lock.close()
+                port, port_lock = reserve_port(ports)
+            say(f"scheduler at {host_ip}:{port}" + (f" (restart {attempt} of {max_restarts})" if attempt else ""))
+            common = dict(job, DMLC_PS_ROOT_URI=host_ip, DMLC_PS_ROOT_PORT=str(port),
+                          GLUONKIT_LAUNCH_ATTEMPT=str(attempt))
+            specs = [(name, kind, host, {"env": _role_env(common, kind, task_id, host, host_ip, extra[kind]),
+                                         "workdir": workdir, "command": list(command)})
+                     for name, kind, task_id, host in plan]
+            code = _attempt(specs, ssh_config, num_workers, started, timeout, stop_seconds,
+                            restarts_left=max_restarts - attempt)
+            if code != 1 or attempt == max_restarts:
+                return code
+    finally:
+        port_lock.close()
+
+
+def _role_env(common, kind, task_id, host, host_ip, extra):
+    """The ``DMLC_*`` variables (and the ``--env`` ones) of one role."""
+    return dict(common, DMLC_ROLE=kind, DMLC_NODE_HOST=host.address if host else host_ip,
+                **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra)
+
+
+def _attempt(specs, ssh_config, num_workers, started, timeout, stop_seconds, restarts_left):
+    """Start every role of ``specs`` (name, kind, host, specification), supervise them, end them all;
+    return the exit code."""
+    wake, roles, grace = queue.Queue(), [], None
+    try:
+        source = inspect.getsource(wrapper)
+        for name, kind, host, spec in specs:
             if host:  # -I: the wrapper imports nothing from the directory it runs in (or lies in)
-                spec["env"] = {**remote_env(os.environ), **role_env}
+                spec["env"] = {**remote_env(os.environ), **spec["env"]}
                 argv = ssh_command(host, [sys.executable, "-I", "-c", source], ssh_config)
             else:
                 argv = [sys.executable, "-I", wrapper.__file__]
             roles.append(_Role(name, kind, host, argv, spec, wake))
-        return _supervise(roles, wake, num_workers, started, timeout)
+        return _supervise(roles, wake, num_workers, started, timeout, restarts_left)
+    except (KeyboardInterrupt, SystemExit):
+        grace = stop_seconds
+        raise
     finally:
-        _end(roles)
-        port_lock.close()
+        _end(roles, grace)
 
 
 def _tracker_host_ip():
@@ -286,7 +344,7 @@ def _sync(hosts, remote_dir, ssh_config, timeout):
             future.result()
 
 
-def _supervise(roles, wake, num_workers, started, timeout):
+def _supervise(roles, wake, num_workers, started, timeout, restarts_left=0):
     workers = [r for r in roles if r.kind == "worker"]
     finished_at = None
     while True:
@@ -299,7 +357,9 @@ def _supervise(roles, wake, num_workers, started, timeout):
         if failed:
             role = failed[0]
             tail = "".join(f"\n    {line}" for line in role.tail)
-            say(f"{role.failure(workers_done)}; ending the job."
+            then = (f"ending every role, then starting them all again ({restarts_left} restart(s) left)"
+                    if restarts_left else "ending the job")
+            say(f"{role.failure(workers_done)}; {then}."
                 + (" Its last lines on stderr:" + tail if tail else ""))   # one message: its lines stay together
             return 1
         if workers_done:
@@ -317,8 +377,25 @@ def _supervise(roles, wake, num_workers, started, timeout):
             pass
 
 
-def _end(roles):
-    """End every role on every host and say which could not be confirmed gone."""
+def _end(roles, grace=None):
+    """End every role on every host and say which could not be confirmed gone.
+
+    With ``grace`` (an interruption), the workers are stopped first and get that many
+    seconds after SIGTERM to write their checkpoints, while the servers and the scheduler
+    they need keep running; a second interruption ends everything at once.
+    """
+    workers = [r for r in roles if r.kind == "worker" and r.client_code is None]
+    if grace and workers:
+        say(f"stopping the workers first: each finishes its step and writes its checkpoint (up to {grace:g} s), "
+            "then the servers and the scheduler. Interrupt again to end every process now.")
+        try:
+            for role in workers:
+                role.stop(grace)
+            deadline = time.monotonic() + grace + _END_SECONDS
+            for role in workers:
+                role.wait_ended(deadline)
+        except (KeyboardInterrupt, SystemExit):
+            say("interrupted again: ending every process now.")
     for role in roles:
         role.stop()
     deadline = time.monotonic() + _END_SECONDS
@@ -327,4 +404,3 @@ def _end(roles):
     unsure = [f"{r.name}{r.where} (pid {r.pid})" for r in roles if r.pid is not None and r.left != 0]
     if unsure:
         say(f"could not confirm that every process ended: {', '.join(unsure)}; check those hosts.")
-

@@ -1,22 +1,24 @@
 """The launcher's output: its own messages and the lines its roles write, each whole.
 
-Several threads write to the launcher's stderr at once (one reader per role, and the
-supervisor). Each message or forwarded line is one ``write`` under one lock, so lines never
-share a line or break in the middle, whichever thread writes them.
+Several threads write to the launcher's stdout and stderr at once (two readers per role, and
+the supervisor). Each message or forwarded line is one ``write`` under one lock, so lines
+never share a line or break in the middle, whichever thread writes them: a role's stdout
+lines go to the launcher's stdout, its stderr lines and the launcher's messages to stderr.
 """
 import sys
 import threading
 
-__all__ = ["PREFIX", "say", "forward"]
+__all__ = ["PREFIX", "say", "forward", "forward_stdout"]
 
 PREFIX = "gluonkit.launch: "
 _LOCK = threading.Lock()
 
 
-def _write(text):
+def _write(text, stream=None):
     with _LOCK:
-        sys.stderr.write(text)
-        sys.stderr.flush()
+        stream = stream or sys.stderr
+        stream.write(text)
+        stream.flush()
 
 
 def say(message):
@@ -27,3 +29,8 @@ def say(message):
 def forward(line):
     """Write a line a role wrote to stderr, ending it with a newline if it had none."""
     _write(line if line.endswith("\n") else line + "\n")
+
+
+def forward_stdout(line):
+    """Write a line a role wrote to stdout to the launcher's stdout, whole."""
+    _write(line if line.endswith("\n") else line + "\n", sys.stdout)

@@ -7,7 +7,8 @@ directory private to the user (mode 0700): ``$XDG_RUNTIME_DIR/gluonkit-launch`` 
 names a directory of the user's, else ``gluonkit-launch-UID`` in the temporary directory
 (``TMPDIR``). Nobody else can place files or links there; a directory of that name that is
 not the user's own, private one is refused, naming it. Each file is opened without
-following a link.
+following a link, and removed by its holder before the lock drops (a launcher that then
+opens the old name locks a new file), so no lock file outlives its job.
 """
 import errno
 import fcntl
@@ -17,7 +18,7 @@ import socket
 import stat
 import tempfile
 
-__all__ = ["PORTS", "lock_directory", "reserve_port"]
+__all__ = ["PORTS", "PortLock", "lock_directory", "reserve_port"]
 
 PORTS = range(9091, 10000)  # the dmlc tracker's range
 
@@ -51,34 +52,62 @@ def lock_directory():
     return path
 
 
+class PortLock:
+    """The lock of a reserved port, held until ``close()``, which removes its file."""
+
+    def __init__(self, path, fd):
+        self.path, self._fd = path, fd
+
+    def close(self):
+        """Let the port go: remove the lock file (while still holding it), then unlock."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if _same_file(self.path, fd):
+                os.remove(self.path)
+        finally:
+            os.close(fd)
+
+
+def _same_file(path, fd):
+    try:
+        current, opened = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino)
+
+
 def _open_lock(directory, port):
-    """The lock file of ``port`` in ``directory``, opened without following a link; None if busy."""
+    """The lock of ``port`` in ``directory``, its file opened without following a link; None if busy."""
     path = os.path.join(directory, f"port-{port}.lock")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise RuntimeError(f"{path} is a link, not a lock file; remove it.") from None
-        raise
-    lock = os.fdopen(fd)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-        lock.close()
-        raise RuntimeError(f"{path} is not a regular file of yours; remove it.")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        lock.close()
-        if err.errno in (errno.EWOULDBLOCK, errno.EACCES):
-            return None
-        raise
-    return lock
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise RuntimeError(f"{path} is a link, not a lock file; remove it.") from None
+            raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            os.close(fd)
+            raise RuntimeError(f"{path} is not a regular file of yours; remove it.")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                return None
+            raise
+        if _same_file(path, fd):
+            return PortLock(path, fd)
+        os.close(fd)   # its holder removed it as it let go: lock the file now at the path
 
 
 def reserve_port(ports=PORTS):
-    """A free TCP port of ``ports`` for the scheduler, and the open lock file that reserves it.
+    """A free TCP port of ``ports`` for the scheduler, and the ``PortLock`` that reserves it.
 
-    Close the file when the job is over. The search starts at a random port of the range,
+    Close the lock when the job is over. The search starts at a random port of the range,
     which makes a clash with a launcher that does not lock (the dmlc tracker starts at 9091),
     or with another user's launches, unlikely too. ``RuntimeError`` if every port is taken.
     """
@@ -96,4 +125,6 @@ def reserve_port(ports=PORTS):
                 lock.close()
                 continue
         return port, lock
-    raise RuntimeError(f"No free port for the scheduler in {ports[0]}-{ports[-1]}.")
+    where = f"port {ports[0]}" if len(ports) == 1 else f"{ports[0]}-{ports[-1]}"
+    raise RuntimeError(f"No free port for the scheduler in {where}: each is in use or reserved by another "
+                       "launch. End other jobs, or choose a free port with --port.")

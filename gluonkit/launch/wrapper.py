@@ -11,7 +11,9 @@ The wrapper starts the command in its own process group and reports on stderr, o
 each, prefixed with :data:`MARK`: ``started PID``, ``exited CODE`` (negative: killed by that
 signal), ``cannot-start MESSAGE`` and ``ended LEFT`` (processes of the group still alive
 after the clean-up; 0 when none is left). When its stdin closes (the launcher asks it to
-stop, or the ssh connection broke) it ends the group: SIGTERM, then SIGKILL.
+stop, or the ssh connection broke) it ends the group: SIGTERM, then SIGKILL. A line
+``term SECONDS`` before that first gives the program alone SIGTERM and that many seconds
+to end by itself (a worker finishing its step and writing its checkpoint).
 
 An uncaught exception in a role's Python program makes the interpreter exit at once with
 code 1 after printing the traceback, through a ``sitecustomize`` placed first on
@@ -116,8 +118,18 @@ def _end_group(pgid):
     return _group_alive(pgid)
 
 
-def _stop(proc):
-    """End the program (SIGTERM, then SIGKILL) and return its exit status."""
+def _stop(proc, grace=0.0):
+    """End the program (SIGTERM, then SIGKILL) and return its exit status.
+
+    With ``grace``, the program alone first gets SIGTERM and that many seconds to end by itself
+    (its children, such as data loading processes, keep running meanwhile).
+    """
+    if grace:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            return proc.wait(grace)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
     for sig, seconds in ((signal.SIGTERM, _TERM_SECONDS), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
@@ -140,10 +152,27 @@ def read_spec():
     return json.loads(data[:data.index(b"\n")])
 
 
+class _Stop(threading.Event):
+    """Set when the role must end; ``grace``: the seconds the program gets after SIGTERM alone."""
+
+    grace = 0.0
+
+
 def _watch_stdin(stop):
+    data = b""
     try:  # the raw descriptor: a buffered reader left blocked would abort the interpreter's exit
-        while os.read(0, 4096):
-            pass
+        while True:
+            chunk = os.read(0, 4096)
+            if not chunk:
+                break
+            data = (data + chunk)[-256:]
+            words = data.split(b"\n")[0].split()
+            if b"\n" in data and len(words) == 2 and words[0] == b"term":
+                try:
+                    stop.grace = max(0.0, float(words[1]))
+                except ValueError:
+                    pass
+                break
     except OSError:
         pass
     stop.set()
@@ -168,7 +197,7 @@ def _start(spec, hook_dir):
 
 def run(spec):
     """Run the role described by ``spec``; return the wrapper's exit code."""
-    stop = threading.Event()
+    stop = _Stop()
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
     _become_subreaper()
     hook_dir = tempfile.mkdtemp(prefix="gluonkit-role-")
@@ -182,7 +211,7 @@ def run(spec):
         _report("started", proc.pid)
         while proc.poll() is None and not stop.wait(0.1):
             pass
-        code = _stop(proc) if proc.returncode is None else proc.returncode
+        code = _stop(proc, stop.grace) if proc.returncode is None else proc.returncode
         _report("exited", code)
         _report("ended", int(_end_group(proc.pid)))  # what the program left behind in its group
         return code if code >= 0 else 128 - code

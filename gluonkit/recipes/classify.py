@@ -23,7 +23,6 @@ the current step and save a checkpoint that --resume continues from exactly.
 import argparse
 import functools
 import logging
-import math
 import os
 import time
 
@@ -259,6 +258,7 @@ def _train(args, callbacks, folder):
                         max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
     kvstore = common.create_kvstore(args.kvstore)
     train_set = data.train
+    job_images = len(train_set)
     if not isinstance(kvstore, str):
         train_set = common.worker_shard(train_set, kvstore)
     train_loader, (val_loader, test_loader) = make_loaders(
@@ -289,7 +289,7 @@ def _train(args, callbacks, folder):
                       kvstore=kvstore, accumulate=args.accumulate)
     main_process = trainer.rank == 0
     schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
-                           math.ceil(len(train_loader) / args.accumulate))
+                                  common.updates_per_epoch(trainer, train_loader, args.accumulate))
     callbacks = ([schedule] if schedule else []) + list(callbacks)
     monitor = _MONITOR if data.val is not None else None
     if args.out:
@@ -298,8 +298,9 @@ def _train(args, callbacks, folder):
         callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation",
                                              args=args)
     if main_process:
-        log.info("Training %s on %s (%d images, %d classes) on %s; %s", args.model, args.dataset,
-                 len(train_set), classes, ctx,
+        shards = f" split over {trainer.num_workers} workers" if trainer.num_workers > 1 else ""
+        log.info("Training %s on %s (%d images%s, %d classes) on %s; %s", args.model, args.dataset,
+                 job_images, shards, classes, ctx,
                  common.splits_note(None if data.val is None else len(data.val), len(data.test), monitor,
                                     exported=bool(args.out)))
     loss = gluon.loss.SoftmaxCrossEntropyLoss()

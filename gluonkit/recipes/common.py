@@ -12,6 +12,7 @@ import argparse
 import difflib
 import json
 import logging
+import math
 import os
 import sys
 
@@ -26,7 +27,8 @@ from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
 from gluonkit.trainer import Horovod
 
-__all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "create_kvstore", "worker_shard",
+__all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "updates_per_epoch",
+           "create_kvstore", "worker_shard",
            "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "add_device_options", "add_output_options", "check_out",
@@ -444,9 +446,14 @@ def check_out(parser, out):
 def check_output_options(parser, args):
     """``parser.error`` if ``--resume`` or ``--export`` is given without an ``--out`` or with
     ``--overwrite``, if ``--out`` cannot be written (:func:`check_out`), or if it cannot be
-    taken now (:func:`runs.check_folder`: in use, or holding a run that would be overwritten).
+    taken now (:func:`runs.check_folder`: in use, or holding a run that would be overwritten);
+    in a worker of ``gluonkit-launch``, if ``--kvstore`` is not distributed. On a restart
+    attempt of ``gluonkit-launch --max-restarts`` (``GLUONKIT_LAUNCH_ATTEMPT`` above 0) the
+    run in ``--out`` is continued, as with ``--resume``.
     """
     export = getattr(args, "export", False)
+    if args.out and not export and os.environ.get("GLUONKIT_LAUNCH_ATTEMPT", "0") != "0":
+        args.resume, args.overwrite = True, False   # a restart of gluonkit-launch: continue the run
     if (args.resume or export) and not args.out:
         parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
                      "--out; pass --out DIR.")
@@ -454,6 +461,16 @@ def check_output_options(parser, args):
         parser.error(f"--overwrite starts a new run, --{'resume' if args.resume else 'export'} "
                      "continues the one in --out: pass one of them.")
     check_out(parser, args.out)
+    launched = os.environ.get("DMLC_ROLE") == "worker"
+    kvstore = getattr(args, "kvstore", None)
+    if launched and kvstore is None:
+        parser.error(f"{parser.prog} does not train across workers, but runs in a worker of gluonkit-launch "
+                     "(DMLC_ROLE=worker); run it without the launcher.")
+    if launched and not kvstore.startswith("dist"):
+        parser.error(f"--kvstore {kvstore} in a worker of gluonkit-launch (DMLC_ROLE=worker): every worker would "
+                     "train a copy of its own and write into --out; pass --kvstore dist_sync.")
+    if launched:
+        return   # its rank is not known yet: the worker of rank 0 takes the folder, the others only read it
     try:
         runs.check_folder(args.out, resume=args.resume or export, overwrite=args.overwrite)
     except RunFolderError as err:
@@ -580,6 +597,17 @@ def optimizer_params(optimizer, lr, momentum, wd):
     return params
 
 
+def updates_per_epoch(trainer, loader, accumulate):
+    """The updates of an epoch: ``ceil(batches / accumulate)`` of the worker with the most
+    batches under a distributed kvstore (the others take part in every update), so that a
+    schedule gives every worker the same rates."""
+    batches = [0] * trainer.num_workers
+    batches[trainer.rank] = len(loader)
+    if trainer.num_workers > 1:
+        batches = trainer.sum_over_workers(batches)
+    return math.ceil(int(max(batches)) / accumulate)
+
+
 def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
     """An ``LRSchedule`` callback (GluonCV schedulers after a linear warm-up), or None.
 
@@ -622,13 +650,10 @@ def create_kvstore(name):
 
 
 def worker_shard(dataset, kvstore):
-    """This worker's contiguous share of ``dataset`` under a distributed kvstore.
-
-    Shards have equal sizes (the last ``len % workers`` samples are left out), so every
-    worker runs the same number of steps per epoch, as synchronous training needs.
-    """
-    usable = len(dataset) - len(dataset) % kvstore.num_workers
-    return dataset.take(usable).shard(kvstore.num_workers, kvstore.rank)
+    """This worker's contiguous share of ``dataset`` under a distributed kvstore: every sample
+    in one shard, shard sizes differing by at most one (a worker out of data takes part in the
+    others' updates with a count of 0, see ``gluonkit.Trainer.flush``)."""
+    return dataset.shard(kvstore.num_workers, kvstore.rank)
 
 
 def _checkpoint_fix(err):

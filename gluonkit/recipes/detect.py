@@ -425,7 +425,7 @@ def _train(args, folder):
                       **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
     main_process = trainer.rank == 0
     callbacks = [common.lr_schedule("cosine", args.lr, args.epochs, args.warmup_epochs,
-                                    math.ceil(len(train_loader) / args.accumulate))]
+                                    common.updates_per_epoch(trainer, train_loader, args.accumulate))]
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.out:
         if main_process:

@@ -13,7 +13,7 @@ import os
 
 from ..atomic import atomic_text, atomic_write
 from ..validate import finite_real, non_negative_int, positive_int
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, CheckpointError
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
            "PlotCurves"]
@@ -144,6 +144,16 @@ class ModelCheckpoint(Callback):
     accumulation window and the data position are saved). With ``resume=True`` training
     continues from the latest checkpoint, if any, exactly where it stopped.
 
+    In distributed training every worker saves its own checkpoint at the same points: the
+    worker of rank 0 into ``checkpoint``'s directory, the worker of rank ``r`` into its
+    ``rank-r`` folder. Each holds the worker's own data position, generators, pending window
+    and running sums (and the parameters, so that a file alone resumes). A resume takes, on
+    every worker, the newest checkpoint that every rank saved (a worker lost while saving
+    leaves its set incomplete, and the one before is taken: keep at least 2), by rank: the worker that has rank ``r`` now, and so reads
+    shard ``r``, resumes rank ``r``'s state, whichever order the workers started in. The
+    directory must be one every worker sees (a shared folder); otherwise copy every worker's
+    folder to every host before resuming.
+
     Parameters
     ----------
     checkpoint : Checkpoint or str
@@ -181,6 +191,35 @@ class ModelCheckpoint(Callback):
         self.save_best_params = None if save_best_params is None else os.fspath(save_best_params)
         self.resume = resume
         self._saved_at = None
+        self._own = self.checkpoint   # this worker's: rank r > 0 saves into rank-r
+
+    def _of_rank(self, rank):
+        if rank == 0:
+            return self.checkpoint
+        return Checkpoint(os.path.join(self.checkpoint.directory, f"rank-{rank}"), keep=self.checkpoint.keep)
+
+    def _newest_complete(self, rank, workers):
+        """The path of this rank's part of the newest checkpoint every rank saved; None if no rank
+        saved any; CheckpointError if some did but no checkpoint is complete."""
+        saved = []
+        for r in range(workers):
+            by_position = {}
+            for path in self._of_rank(r).paths:    # oldest first: the newest file of a position wins
+                try:
+                    by_position[Checkpoint.saved_at(path)] = path
+                except CheckpointError:
+                    continue   # damaged: not part of a complete set
+            saved.append(by_position)
+        if not any(saved):
+            return None
+        common = set.intersection(*(set(positions) for positions in saved))
+        if not common:
+            missing = [r for r, positions in enumerate(saved) if not positions]
+            raise CheckpointError(
+                f"{self.checkpoint.directory} holds no checkpoint that all {workers} workers saved "
+                f"(none of rank(s) {missing or 'any'} matches rank 0's); resume with the number of workers "
+                "that saved them, or start without resuming.")
+        return saved[rank][max(common, key=lambda position: position[::-1])]
 
     @property
     def monitor(self):
@@ -193,34 +232,36 @@ class ModelCheckpoint(Callback):
             raise TypeError(f"ModelCheckpoint: trainer must be a gluonkit.Trainer (a drop-in for "
                             f"gluon.Trainer whose state_dict() a checkpoint stores), got "
                             f"{type(state.trainer).__name__}.")
-        if state.is_main_process:
-            _writable_directory(self.checkpoint.directory, "ModelCheckpoint")
-            if self.save_best_params:
-                _writable_file(self.save_best_params, "ModelCheckpoint")
+        rank, workers = getattr(state.trainer, "rank", 0), getattr(state.trainer, "num_workers", 1)
+        self._own = self._of_rank(rank)
+        _writable_directory(self.checkpoint.directory, "ModelCheckpoint")   # rank-r is made at its first save
+        if state.is_main_process and self.save_best_params:
+            _writable_file(self.save_best_params, "ModelCheckpoint")
         if self._monitor:
             self._monitor.best = None
         if not self.resume:
             return
-        if self.checkpoint.latest is None:
-            log.info("No checkpoint in %s: training from the start.", self.checkpoint.directory)
+        path = self._newest_complete(rank, workers) if workers > 1 else self.checkpoint.latest
+        if path is None:
+            if state.is_main_process:
+                log.info("No checkpoint in %s: training from the start.", self.checkpoint.directory)
             return
-        saved = self.checkpoint.load(state.net, state.trainer)
+        saved = self._own.load(state.net, state.trainer, path=path)
         state.restore(saved)
         self._saved_at = state.position
-        log.info("Resumed from %s: %d epoch(s) and %d batch(es) done.", self.checkpoint.latest,
-                 *state.position)
+        if state.is_main_process:
+            log.info("Resumed from %s: %d epoch(s) and %d batch(es) done.", path, *state.position)
 
     def _save(self, state, best=False):
-        if not state.is_main_process:
-            return  # every worker holds the same weights; one writes them
         position = state.position
-        path = self.checkpoint.save(state.net, state.trainer, position[0], best=best,
-                                    fit=state.snapshot())
+        best = best and state.is_main_process
+        path = self._own.save(state.net, state.trainer, position[0], best=best, fit=state.snapshot())
         self._saved_at = position
         if best and self.save_best_params:
             directory, name = os.path.split(os.path.abspath(self.save_best_params))
             atomic_write(directory, name, lambda f: state.net.save_parameters(f.name))
-        log.info("Saved checkpoint %s%s.", path, " (best)" if best else "")
+        if state.is_main_process:
+            log.info("Saved checkpoint %s%s.", path, " (best)" if best else "")
 
     def on_epoch_end(self, state):
         best = bool(self._monitor) and self._monitor.improved(state.logs)

@@ -222,6 +222,15 @@ class Checkpoint:
         os.replace(tmp, os.path.join(self.directory, _BEST))
         fsync_directory(self.directory)
 
+    @staticmethod
+    def saved_at(path):
+        """``(epoch, step)`` a checkpoint file was saved at: epochs completed and updates applied.
+
+        ``CheckpointError`` naming the file if it is damaged or not a checkpoint.
+        """
+        meta = Checkpoint._read(os.fspath(path), trusted=False)[0]
+        return meta["epoch"], meta["step"]
+
     def load(self, net, trainer=None, *, best=False, path=None, trusted=False):
         """Restore the latest checkpoint (or the best, or ``path``) into ``net`` and ``trainer``.
 

@@ -383,7 +383,8 @@ def _check_trainer(trainer, net):
 
 @contextlib.contextmanager
 def _stop_on_signals(run):
-    """While training, SIGINT and SIGTERM ask to stop after the current step; a second aborts."""
+    """While training, SIGINT and SIGTERM ask to stop after the current step (distributed: after
+    the next update, on every worker); a second aborts."""
     if threading.current_thread() is not threading.main_thread():
         yield   # signal handlers can only be installed from the main thread
         return
@@ -392,8 +393,13 @@ def _stop_on_signals(run):
         if run.interrupted is not None:
             raise KeyboardInterrupt
         run.interrupted = signal.Signals(signum)
-        log.warning("%s received: stopping after the current step (send it again to abort now).",
-                    run.interrupted.name)
+        if run.workers > 1:
+            run.trainer.request_stop()
+            log.warning("%s received: every worker stops after the next update and writes its checkpoint "
+                        "(send it again to abort now).", run.interrupted.name)
+        else:
+            log.warning("%s received: stopping after the current step (send it again to abort now).",
+                        run.interrupted.name)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -401,6 +407,34 @@ def _stop_on_signals(run):
     finally:
         for sig, old in previous.items():
             signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
+def _stopping(run):
+    """Whether to stop now: on a signal; distributed, once every worker agreed to (the workers
+    that got no signal stop as if they had got SIGTERM)."""
+    if run.workers == 1:
+        return run.interrupted is not None
+    if run.trainer.stopping and run.interrupted is None:
+        run.interrupted = signal.SIGTERM
+    return run.trainer.stopping
+
+
+def _finish_updates(run):
+    """Apply the partial window at the end of the epoch's data; distributed, take part in the
+    other workers' updates with a count of 0 until every worker is out of data (each such
+    update ends like a batch: ``on_batch_end`` runs, so a schedule sets the next rate)."""
+    if not getattr(run.trainer, "flush", None):
+        return
+    if run.workers == 1:
+        if run.trainer.flush():
+            _updated(run)
+        return
+    while True:
+        if run.trainer.flush(wait_for_workers=False):
+            _updated(run)
+        if not run.trainer.workers_busy:
+            return
+        _call(run, "on_batch_end")
 
 
 def _append_row(history, logs):
@@ -444,7 +478,7 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
                 next_settle = now + SETTLE_SECONDS
             bar.update(1)
             _call(run, "on_batch_end")
-            if run.interrupted is not None:
+            if _stopping(run):
                 return
         if not bar.disable:
             show_running(time.perf_counter())
@@ -454,8 +488,9 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
         raise ValueError(f"train_data yielded no batches in epoch {run.epoch + 1}; pass a "
                          "non-empty loader that can be iterated once per epoch (a generator is "
                          "exhausted after one pass: use a gluon.data.DataLoader).")
-    if getattr(run.trainer, "flush", None) and run.trainer.flush():
-        _updated(run)
+    _finish_updates(run)
+    if run.workers > 1 and _stopping(run):
+        return
     mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
     logs = {"epoch": run.epoch + 1, **run.tally.values()}
@@ -465,6 +500,8 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
         logs.update({f"val_{k}": v for k, v in val.items()})
     if getattr(run.trainer, "on_nonfinite", "ignore") == "skip":
         logs["nonfinite_skips"] = run.trainer.nonfinite_skips - skips_before
+    if run.workers > 1:   # the job's samples: every worker's
+        seen = float(run.trainer.sum_over_workers([seen])[0])
     logs.update(lr=run.trainer.learning_rate, samples_per_sec=seen / max(train_time, 1e-9),
                 time=time.perf_counter() - tic)
     _append_row(run.history, logs)
@@ -514,7 +551,11 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
 
     SIGINT (Ctrl-C) or SIGTERM finish the current step, run ``on_train_end`` (where
     ``ModelCheckpoint`` saves), then raise ``KeyboardInterrupt`` or ``SystemExit(143)``; a
-    second signal aborts at once. The handlers are installed only while ``fit`` runs (from
+    second signal aborts at once. With several workers (a distributed ``gluonkit.Trainer``)
+    the signal asks the job to stop (``trainer.request_stop()``) and every worker stops after
+    the same update, those that got no signal too (as if by SIGTERM). A worker out of data at
+    the end of an epoch takes part in the others' updates with a count of 0
+    (``trainer.flush``), ``on_batch_end`` running after each, so shards may differ in size. The handlers are installed only while ``fit`` runs (from
     the main thread) and the previous ones are restored.
 
     Parameters
@@ -566,7 +607,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         not once per update), each metric, 'val_loss' and
         'val_<metric>' (with val_data), 'nonfinite_skips' (updates dropped for NaN/Inf
         gradients, with a ``gluonkit.Trainer(on_nonfinite='skip')``), 'lr',
-        'samples_per_sec', 'time' (seconds, validation included); one entry per epoch in
+        'samples_per_sec' (every worker's samples, distributed), 'time' (seconds, validation
+        included); one entry per epoch in
         every list, NaN for an epoch without that key (trained before a resume added
         val_data).
 
@@ -603,7 +645,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         run.apply_callback_states()
         if run.resumed is not None:
             _call(run, "on_resume")
-        while run.epoch < epochs and not run.stop_training and run.interrupted is None:
+        while run.epoch < epochs and not run.stop_training and not _stopping(run):
             _run_epoch(run, train_data, val_data, val_metrics, progress)
         _call(run, "on_train_end")
     if run.interrupted is not None:

@@ -26,6 +26,8 @@ class Run:
         self.interrupted = None
         self.resumed = None           # the position a restore continued from
         self.is_main_process = getattr(trainer, "rank", 0) == 0
+        # several workers stop together, agreeing through the trainer's updates
+        self.workers = getattr(trainer, "num_workers", 1) if hasattr(trainer, "request_stop") else 1
         self.callbacks = callbacks
         self.tally = Tally(metrics, outputs_optional)
         self.phase = "idle"           # 'train' inside an epoch, 'end' at on_epoch_end

@@ -8,6 +8,8 @@ Which module holds what:
   dropped window returns to);
 - ``_state``: ``state_dict`` / ``load_state_dict`` and structural parameter names;
 - ``_args``: the constructor's argument checks;
+- ``_workers``: what the workers of a distributed job agree on at every update (count,
+  parameters, data left, stop requests), and their sums;
 - ``_gradients``: passes over gradient arrays (zeroing, the sum of squares, clipping);
 - ``_loss_scaling`` and ``amp``: mixed precision, attached with ``Trainer.attach_loss_scaler``;
 - ``horovod``: the Horovod engine, Horovod's all-reduce behind the kvstore interface

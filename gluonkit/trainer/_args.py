@@ -3,6 +3,7 @@ import math
 import numbers
 import os
 import sys
+import warnings
 
 import mxnet as mx
 import numpy as np
@@ -13,7 +14,7 @@ from ..names import first_names
 
 __all__ = ["check_clip", "check_clip_setting", "check_horovod", "check_kvstore", "check_launched",
            "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",
-           "is_distributed", "unique_params"]
+           "is_distributed", "unique_params", "warn_if_launched"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
 _KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async",
@@ -32,6 +33,15 @@ def check_kvstore(kvstore):
     if kvstore.lower() not in known:
         raise ValueError(f"kvstore={kvstore!r} is not a kvstore MXNet knows (it would silently use "
                          f"'local'); use one of {', '.join(map(repr, known))}, a KVStore or None.")
+
+
+def warn_if_launched(kvstore):
+    """Warn a worker of a launched job whose Trainer does not reduce across workers."""
+    workers = os.environ.get("DMLC_NUM_WORKER", "1")
+    if os.environ.get("DMLC_ROLE") == "worker" and workers != "1":
+        warnings.warn(f"This process is a worker of a job of {workers} workers (DMLC_ROLE=worker, set by the "
+                      f"launcher) but its Trainer's kvstore is {kvstore!r}: each worker trains a copy of its own. "
+                      "Pass kvstore='dist_sync' (or mx.kv.create('dist_sync')).", stacklevel=3)
 
 
 def check_launched(kvstore):

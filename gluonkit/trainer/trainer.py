@@ -4,18 +4,20 @@ import os
 import warnings
 
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
 from ..names import first_names, network_names, select
 from ..validate import check_count, is_int, positive_int
 from ._args import (check_clip, check_clip_setting, check_horovod, check_kvstore, check_launched,
-                    check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore, is_distributed,
-                    unique_params)
+                    check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore,
+                    is_distributed, unique_params, warn_if_launched)
 from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from .horovod import Horovod, is_horovod
 from ._loss_scaling import LossScaling
 from ._state import TrainerState
 from ._window import Window, whole
+from ._workers import Workers
 
 __all__ = ["Trainer"]
 
@@ -57,7 +59,7 @@ def _named(params):
     return params, {}
 
 
-class Trainer(TrainerState, LossScaling, gluon.Trainer):
+class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
     """A ``gluon.Trainer`` that accumulates gradients exactly and never applies stale ones.
 
     With ``accumulate=k``, ``step`` collects ``k`` micro-batches (of any sizes, shapes and
@@ -172,6 +174,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                                  "every worker applies the same update.")
             check_launched(kvstore)
             update_on_kvstore = False
+        else:
+            warn_if_launched(kvstore)
         super().__init__(params, optimizer, optimizer_params, kvstore=kvstore,
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
@@ -199,7 +203,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                 if param.grad_req != "null":
                     param.grad_req = "add"
             self._zero_grads(self._params)
-        self._window_key_ready = False
+        self._init_workers()
         if distributed:
             # every worker starts from worker 0's weights, before its first forward
             self._init_kvstore()
@@ -347,19 +351,36 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             return False
         return self._apply(ignore_stale_grad)
 
-    def flush(self, ignore_stale_grad=False):
+    def flush(self, ignore_stale_grad=False, wait_for_workers=True):
         """Apply a partial window now, normalized by the samples it holds.
+
+        With a distributed kvstore this worker is out of data: it takes part in the updates of
+        the workers that still have some with a count of 0 and zero gradients, until every
+        worker flushed (so shards that make different numbers of updates never leave a worker
+        waiting), or until the job agreed to stop (``stopping``).
+
+        Parameters
+        ----------
+        ignore_stale_grad : bool, default False
+            As for ``step``.
+        wait_for_workers : bool, default True
+            False takes part in one update only (distributed): call again while
+            ``workers_busy`` is True, e.g. to set the learning rate in between.
 
         Returns
         -------
         bool
-            False if nothing was pending.
+            False if nothing was pending (with a distributed kvstore: if no update was applied).
         """
-        if not self._window.steps:
-            return False
-        return self._apply(ignore_stale_grad)
+        if not self._distributed:
+            return bool(self._window.steps) and self._apply(ignore_stale_grad)
+        applied = False
+        while True:
+            applied = self._apply(ignore_stale_grad, active=False) or applied
+            if not wait_for_workers or not self.workers_busy:
+                return applied
 
-    def _apply(self, ignore_stale_grad):
+    def _apply(self, ignore_stale_grad, active=True):
         """Apply the pending window as one update; False if it was dropped.
 
         The host waits for the devices once, only where it decides something by a value on
@@ -377,13 +398,22 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             self._init_params()
         if self._accumulate > 1:
             self._check_accumulating()
-        local_count, arrays = self._window.take()
-        selected = self._select(ignore_stale_grad)
         scaler = self._amp_loss_scaler
         decides = self._on_nonfinite != "ignore" or scaler is not None
-        # one NDArray count, nothing else to read: read as given, it waits only for what made it
-        lone = not decides and not self._distributed and len(arrays) == 1
-        count = local_count if lone else self._sum_counts(local_count, arrays)
+        if self._distributed:   # the workers agree on the count and the parameters first
+            steps, local_count = self._window.total()   # NDArray counts read: the round is read anyway
+            self._window.take()
+            agreed = self._agree(local_count, steps, active)
+            if not agreed.steps:   # every worker was out of data: nothing to update
+                self._selected = None
+                return False
+            selected, count, lone = self._select(ignore_stale_grad, agreed.fresh), agreed.count, False
+        else:
+            local_count, arrays = self._window.take()
+            selected = self._select(ignore_stale_grad)
+            # one NDArray count, nothing else to read: read as given, it waits only for what made it
+            lone = not decides and len(arrays) == 1
+            count = local_count if lone else self._sum_counts(local_count, arrays)
         kvstore_updates = bool(self._kvstore and self._update_on_kvstore)
         if not kvstore_updates:
             self._allreduce_grads()   # first, so one device's copy holds the whole gradient
@@ -430,20 +460,11 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         return clip / norm if math.isfinite(norm) and norm > clip else 1.0
 
     def _sum_counts(self, count, arrays):
-        """The window's count over all workers: an int, or a one-element NDArray still to read."""
-        if not arrays and not self._distributed:
+        """The window's count: an int, or a one-element NDArray still to read."""
+        if not arrays:
             return count
-        ctx = arrays[0].context if arrays else mx.cpu()
-        total = mx.nd.array([count], ctx=ctx, dtype="float64")
-        if arrays:
-            total = mx.nd.add_n(total, *(a.as_in_context(ctx) for a in arrays))
-        if self._distributed:
-            key = len(self._params)  # one past the parameters' keys
-            if not self._window_key_ready:
-                self._kvstore.init(key, mx.nd.zeros(1, dtype="float64"))
-                self._window_key_ready = True
-            self._kvstore.pushpull(key, total, out=total)
-        return total
+        ctx = arrays[0].context
+        return mx.nd.add_n(mx.nd.array([count], ctx=ctx, dtype="float64"), *(a.as_in_context(ctx) for a in arrays))
 
     def _grads(self, selected, one_copy):
         return [g for i in selected for g in self._params[i].list_grad()[:1 if one_copy else None]]
@@ -526,8 +547,12 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                 return True
         return not trainable
 
-    def _select(self, ignore_stale_grad=False):
-        """Indices of the parameters to update; zero the contexts that got no gradient."""
+    def _select(self, ignore_stale_grad=False, elsewhere=None):
+        """Indices of the parameters to update; zero the contexts that got no gradient.
+
+        ``elsewhere`` (distributed): a bool per parameter, whether it got a gradient on some
+        worker; such a parameter is updated here too, from zero gradients if none came here.
+        """
         selected, skipped = [], []
         for i, param in enumerate(self._params):
             if param.grad_req == "null":
@@ -536,7 +561,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
                 skipped.append(self._name_of(param))
                 continue
             fresh = [bool(arr._fresh_grad) for arr in replicas(param)]
-            if not any(fresh):
+            if not any(fresh) and not (elsewhere and elsewhere[i]):
                 skipped.append(self._name_of(param))
                 continue
             if not all(fresh):

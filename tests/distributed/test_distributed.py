@@ -80,7 +80,7 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "0", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "num_workers must be a positive integer, got 0" in result.stderr
+    assert "-n/--num-workers must be at least 1, got 0" in result.stderr
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--launcher", "ssh", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "needs --hostfile" in result.stderr
@@ -93,6 +93,7 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     ({"sync_dst_dir": "copy"}, ValueError, "sync_dst_dir='copy' needs launcher='ssh'"),
     ({"launcher": "ssh", "hostfile": "{hosts}"}, ValueError, "line 2: 'node:port' is not a host"),
     ({"timeout": 0}, ValueError, "timeout must be a positive number of seconds, got 0"),
+    ({"port": 0}, ValueError, "port must be a TCP port number (1-65535), got 0"),
     ({"timeout": True}, TypeError, "timeout (seconds) must be a finite number, got True"),
 ])
 def test_bad_environment_options_and_host_files_are_refused_before_starting_anything(tmp_path, options, error,
@@ -115,7 +116,7 @@ def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert output.count("test accuracy:") == 1
-    assert output.count("Training cnn on digits (200 images") == 1   # each worker holds half
+    assert output.count("images split over 2 workers, 10 classes") == 1   # the job's images, logged once
     assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv",
                                        "model-0000.params", "model-symbol.json", "model.json"]
     with open(out / "history.csv") as f:

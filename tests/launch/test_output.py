@@ -36,3 +36,23 @@ def test_messages_from_many_threads_keep_every_line_whole_and_together():
     for before, match in zip(matches, matches[1:]):
         if match.group(3):                        # a message's second line follows its first
             assert before.group(1, 2) == match.group(3, 4)
+
+
+LINES = 20000
+PRINTER = f"""\
+import os
+if os.environ["DMLC_ROLE"] == "worker":
+    for i in range({LINES}):
+        print(f"worker {{os.environ['DMLC_TASK_ID']}} line {{i:06d}} " + "x" * 50)
+"""
+
+
+def test_the_workers_stdout_lines_reach_the_launchers_stdout_whole(tmp_path):
+    # unbuffered: each print is two writes (the text, then the newline), from two workers at once
+    result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "100",
+                             "--env", "PYTHONUNBUFFERED=1", "--", sys.executable, "-c", PRINTER],
+                            capture_output=True, text=True, timeout=150, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    malformed = [line for line in lines if not re.fullmatch(r"worker [01] line \d{6} x{50}", line)]
+    assert malformed == [] and len(lines) == 2 * LINES

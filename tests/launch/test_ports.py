@@ -1,5 +1,6 @@
 """The scheduler's port reservation: distinct ports while held, lock files only in a private directory."""
 import os
+import socket
 import stat
 import tempfile
 
@@ -95,6 +96,24 @@ def test_locks_go_to_the_users_runtime_directory_where_there_is_one(temp_dir, tm
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     port, lock = reserve_port()
-    lock.close()
     assert os.listdir(runtime / "gluonkit-launch") == [f"port-{port}.lock"] and os.listdir(temp_dir) == []
+    lock.close()
+    assert os.listdir(runtime / "gluonkit-launch") == []
     assert stat.S_IMODE(os.stat(runtime / "gluonkit-launch").st_mode) == 0o700
+
+
+def test_no_lock_file_outlives_its_launch_even_when_every_port_is_busy(temp_dir):
+    busy = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(2)]
+    for sock in busy:
+        sock.bind(("", 0))   # ports the system chose, in use until closed
+    ports = [sock.getsockname()[1] for sock in busy]
+    try:
+        with pytest.raises(RuntimeError, match=r"No free port for the scheduler in \d+-\d+: .*--port"):
+            reserve_port(ports)
+    finally:
+        for sock in busy:
+            sock.close()
+    port, lock = reserve_port(ports[:1])
+    lock.close()
+    lock.close()   # twice: nothing more happens
+    assert os.listdir(lock_directory()) == []

@@ -1,0 +1,42 @@
+"""What a worker started by the launcher checks before training: the environment the launcher
+sets (DMLC_ROLE, DMLC_NUM_WORKER, GLUONKIT_LAUNCH_ATTEMPT) without a job around it."""
+import pytest
+from mxnet import gluon
+
+import gluonkit
+from gluonkit.recipes import classify
+
+
+def test_a_trainer_without_a_distributed_kvstore_in_a_launched_worker_warns(monkeypatch):
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    monkeypatch.setenv("DMLC_NUM_WORKER", "2")
+    net = gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    with pytest.warns(UserWarning, match=r"worker of a job of 2 workers .* kvstore is 'device': each worker trains "
+                                         r"a copy of its own. Pass kvstore='dist_sync'"):
+        gluonkit.Trainer(net.collect_params(), "sgd", kvstore="device")
+
+
+def test_the_recipe_in_a_launched_worker_without_a_distributed_kvstore_is_refused(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    with pytest.raises(SystemExit) as info:
+        classify.parse_args(["--out", str(tmp_path / "run")])
+    assert info.value.code == 2
+    assert "--kvstore device in a worker of gluonkit-launch (DMLC_ROLE=worker)" in capsys.readouterr().err
+    assert classify.parse_args(["--kvstore", "dist_sync", "--out", str(tmp_path / "run")]).kvstore == "dist_sync"
+
+
+def test_a_restart_attempt_continues_the_run_with_the_same_command_line(monkeypatch, tmp_path):
+    command = ["--out", str(tmp_path / "run"), "--overwrite"]
+    assert not classify.parse_args(command).resume
+    monkeypatch.setenv("GLUONKIT_LAUNCH_ATTEMPT", "1")
+    args = classify.parse_args(command)
+    assert args.resume and not args.overwrite   # the first attempt's checkpoints are kept, and resumed
+
+
+def test_a_recipe_that_does_not_train_across_workers_is_refused_in_a_launched_worker(monkeypatch, tmp_path, capsys):
+    from gluonkit.recipes import multitask
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    with pytest.raises(SystemExit):
+        multitask.parse_args(["--out", str(tmp_path / "run")])
+    assert "does not train across workers, but runs in a worker of gluonkit-launch" in capsys.readouterr().err

@@ -1,0 +1,165 @@
+"""Distributed jobs over loopback that stop, resume, and hold shards making different numbers of
+updates: real launcher, scheduler, server and 2 workers."""
+import os
+import signal
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon, nd
+from numpy.testing import assert_allclose
+
+from gluonkit.params import select
+from job_check import load_job
+from watch import Watched, no_process_left
+
+RESUME_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
+
+
+def _command(*args, timeout=120, restarts=0):
+    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", str(timeout),
+            "--max-restarts", str(restarts), "--", sys.executable, RESUME_JOB, *map(str, args)]
+
+
+def _windows(sizes, accumulate):
+    """The micro-batches (begin, end) of each update of one worker."""
+    return [sizes[i:i + accumulate] for i in range(0, len(sizes), accumulate)]
+
+
+def _one_process(job, out_dir):
+    """Plain gluon.Trainer in one process: update u on every worker's window u, all samples at once."""
+    net = job.make_net()
+    net.load_parameters(os.path.join(out_dir, "initial.params"), ctx=mx.cpu())
+    trainer = gluon.Trainer(net.collect_params(), job.OPTIMIZER[0], dict(job.OPTIMIZER[1]))
+    x, y = job.data(sum(map(sum, job.MICRO_BATCHES.values())))
+    windows = [_windows(list(job.rows(rank)), job.ACCUMULATE) for rank in job.MICRO_BATCHES]
+    for update in range(max(map(len, windows))):
+        rows = [i for per_rank in windows if update < len(per_rank) for begin, end in per_rank[update]
+                for i in range(begin, end)]
+        with autograd.record():
+            loss = job.loss_fn(net(nd.array(x[rows])), nd.array(y[rows]))
+        loss.backward()
+        trainer.step(len(rows))
+    return {name: p.data().asnumpy() for name, p in select(net).items()}
+
+
+def _weights(path):
+    return {name: array.asnumpy() for name, array in nd.load(str(path)).items()}
+
+
+def test_shards_of_different_numbers_of_updates_train_like_one_process_and_resume_mid_window(tmp_path):
+    # rank 0: 7 micro-batches (4 updates, the last partial); rank 1: 3 (2 updates, the last partial)
+    never, stopped = tmp_path / "never", tmp_path / "stopped"
+    never.mkdir(), stopped.mkdir()
+    reference = Watched(_command(never, "uneven"), timeout=150)
+    code, output = Watched(_command(stopped, "uneven-first"), timeout=150).finish()
+    assert code == 0, output[-3000:]
+    code, output = Watched(_command(stopped, "uneven-rest"), timeout=150).finish()   # each loads its own window
+    assert code == 0, output[-3000:]
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]       # no worker waited for one out of data
+    expected = _one_process(load_job(RESUME_JOB), never)
+    initial = nd.load(str(never / "initial.params"))
+    for rank in (0, 1):
+        got = nd.load(str(never / f"worker{rank}.params"))
+        assert set(got) == set(expected)
+        for name, value in expected.items():
+            assert_allclose(got[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"worker {rank} {name}")
+            assert not np.allclose(value, initial[name].asnumpy())
+    for rank in (0, 1):   # stopped in mid-window and resumed: bit for bit
+        expected, got = _weights(never / f"worker{rank}.params"), _weights(stopped / f"worker{rank}.params")
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (rank, name)
+
+
+def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped(tmp_path):
+    never, stopped = tmp_path / "never", tmp_path / "stopped"
+    never.mkdir(), stopped.mkdir()
+    reference = Watched(_command(never, "fit", 3), timeout=240)
+    run = Watched(_command(stopped, "fit", 3), timeout=240)
+    run.wait_for(r"worker 0 epoch 1 batch 1\b")    # inside epoch 2, inside an accumulation window
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == 143, output[-3000:]
+    assert "SIGTERM received" in output and "stopping the workers first" in output
+    assert "training stopped by SIGTERM after 1 epoch(s)" in output
+    assert not (stopped / "final0.params").exists()
+    assert os.listdir(stopped / "checkpoints" / "rank-1")       # each worker wrote its own checkpoint
+    assert no_process_left(run.pids()) == []
+
+    code, output = Watched(_command(stopped, "fit", 3), timeout=240).finish()
+    assert code == 0, output[-3000:]
+    assert output.count("Resumed from") == 1                    # logged by rank 0 only
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]
+    for rank in (0, 1):
+        expected, got = _weights(never / f"final{rank}.params"), _weights(stopped / f"final{rank}.params")
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (rank, name)
+
+
+def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_like_one_never_stopped(tmp_path):
+    never, killed = tmp_path / "never", tmp_path / "killed"
+    never.mkdir(), killed.mkdir()
+    reference = Watched(_command(never, "fit-dropout", 3), timeout=240)    # shuffled shards, dropout
+    run = Watched(_command(killed, "fit-dropout", 3, restarts=1), timeout=240)
+    pid = int(run.wait_for(r"worker 1 started \(pid (\d+)\)").group(1))
+    run.wait_for(r"worker 1 epoch 1 batch 2\b")
+    os.kill(pid, signal.SIGKILL)
+    code, output = run.finish()
+    assert code == 0, output[-3000:]
+    assert "worker 1 was killed by SIGKILL; ending every role, then starting them all again (1 restart(s) left)" \
+        in output
+    assert "(restart 1 of 1)" in output and output.count("Resumed from") == 1
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]
+    for rank in (0, 1):
+        expected, got = _weights(never / f"final{rank}.params"), _weights(killed / f"final{rank}.params")
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (rank, name)
+
+
+def _classify(out, *extra, restarts=0):
+    recipe = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "recipes", "classify.py")
+    return [sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "200", "--max-restarts",
+            str(restarts), "--", sys.executable, recipe, "--kvstore", "dist_sync", "--epochs", "2", "--limit", "401",
+            "--batch-size", "4", "--accumulate", "2", "--no-progress", "--out", str(out), *extra]
+
+
+def _latest_weights(folder):
+    from gluonkit import Checkpoint
+    from gluonkit.recipes.models import build_model
+    net = build_model("cnn", 10)
+    state = Checkpoint(folder).load(net)
+    return state["epoch"], {name: p.data().asnumpy() for name, p in select(net).items()
+                            if p.grad_req != "null"}   # the weights (each worker has its own running statistics)
+
+
+def test_classify_recipe_stopped_or_killed_resumes_like_the_run_never_stopped(tmp_path):
+    # 401 images: shards of 201 and 200, 51 and 50 batches of 4 per epoch
+    reference = Watched(_classify(tmp_path / "never"), timeout=300, cwd=tmp_path)
+    run = Watched(_classify(tmp_path / "stopped"), timeout=300, cwd=tmp_path)
+    run.wait_for(r"Saved checkpoint")            # the first epoch's; SIGTERM in the second
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == 143, output[-3000:]
+    assert "training stopped by SIGTERM after 1 epoch(s)" in output
+    assert "images split over 2 workers, 10 classes" in output
+    resumed = Watched(_classify(tmp_path / "stopped", "--resume"), timeout=300, cwd=tmp_path)
+    killed = Watched(_classify(tmp_path / "killed", restarts=1), timeout=300, cwd=tmp_path)
+    pid = int(killed.wait_for(r"worker 0 started \(pid (\d+)\)").group(1))
+    killed.wait_for(r"Saved checkpoint")         # killed from outside after its first epoch
+    os.kill(pid, signal.SIGKILL)
+    for job, resumes in ((resumed, "Resumed from"), (killed, "(restart 1 of 1)"), (reference, "test accuracy:")):
+        code, output = job.finish()
+        assert code == 0, output[-3000:]
+        assert output.count(resumes) == 1 and output.count("test accuracy:") == 1
+    epoch, expected = _latest_weights(tmp_path / "never" / "checkpoints")
+    assert epoch == 2
+    for run in ("never/checkpoints/rank-1", "stopped/checkpoints", "stopped/checkpoints/rank-1",
+                "killed/checkpoints", "killed/checkpoints/rank-1"):
+        resumed_epoch, got = _latest_weights(tmp_path / run)   # every worker holds the same weights
+        assert resumed_epoch == 2
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (run, name)

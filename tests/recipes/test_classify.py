@@ -117,19 +117,20 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
         assert resumed["history"][key] == straight["history"][key], key
 
 
-def test_a_mid_epoch_resume_under_another_batch_size_says_which_to_pass(tmp_path):
+def test_a_mid_epoch_resume_under_another_batch_size_says_which_to_pass(tmp_path, capsys):
     tiny = ["--no-progress", "--out", str(tmp_path), "--limit", "200", "--epochs", "2"]
     with pytest.raises(KeyboardInterrupt):       # Ctrl-C after 3 batches of 32
         recipe.train(recipe.parse_args([*tiny, "--batch-size", "32"]), callbacks=[StopAt(0, 3)])
     saved = Checkpoint(tmp_path / "checkpoints").paths
+    args_json = (tmp_path / "args.json").read_text()
+    capsys.readouterr()
     with pytest.raises(SystemExit) as refused:
         recipe.main([*tiny, "--resume", "--batch-size", "64"])
-    assert refused.value.code == (
-        "gluonkit-classify: the checkpoint was saved after 3 batches of 32 samples (96 in all), "
-        "but the batches of train_data hold 64 (192 in its first 3); resume with batches of 32 "
-        "samples, the interrupted run's batch size (it may change at an epoch's end): pass "
-        "--batch-size 32.")
+    assert refused.value.code == 2
+    assert (f"--batch-size 64 differs from the run in {tmp_path}, trained with 32 (its args.json); "
+            "a resumed run goes on as it was trained: drop --batch-size") in capsys.readouterr().err
     assert Checkpoint(tmp_path / "checkpoints").paths == saved
+    assert (tmp_path / "args.json").read_text() == args_json
     recipe.main([*tiny, "--resume", "--batch-size", "32"])
     assert [int(row["epoch"]) for row in history_csv(tmp_path / "history.csv")] == [1, 2]
 

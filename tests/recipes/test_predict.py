@@ -83,7 +83,9 @@ def test_command_prints_text_and_json(trained, capsys):
     assert lines == [f"{r['image']}: " + ", ".join(f"{t['class']} ({t['probability']:.3f})"
                                                    for t in r["top"]) for r in expected]
     predict_cmd.main(["--model", str(out / "model"), str(images / "0.png"), "--json"])
-    assert json.loads(capsys.readouterr().out)[0]["top"][0] == expected[0]["top"][0]
+    top = json.loads(capsys.readouterr().out)[0]["top"][0]      # one image alone: float32 rounding
+    assert top["class"] == expected[0]["top"][0]["class"]
+    assert top["probability"] == pytest.approx(expected[0]["top"][0]["probability"], abs=1e-6)
 
 
 def test_command_errors_are_one_line(trained, tmp_path):

@@ -264,9 +264,8 @@ def test_a_state_of_a_network_of_other_shapes_is_refused_at_a_window_boundary():
     train(net, trainer, data, ctx)
     assert trainer.pending == (0, 0)
     _, other_trainer = wide(6)
-    with pytest.raises(ValueError, match=r"optimizer state of 0.bias is laid out as \(\(\(8,\), 'float32'\), \(\(8,\), "
-                                         r"'float32'\)\) \(array shapes, dtypes\) where Adam keeps \(\(\(6,\), "
-                                         r"'float32'\), \(\(6,\), 'float32'\)\) .*load a state of this network"):
+    with pytest.raises(ValueError, match=r"a trainer whose 0\.(weight|bias) has shape \(8[,)].* but this "
+                                         r"trainer's has shape \(6[,)].*load a state of the same network"):
         other_trainer.load_state_dict(trainer.state_dict())
 
 

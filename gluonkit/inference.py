@@ -14,8 +14,10 @@ from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
 from .validate import finite_real, positive_int
-from .data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, check_limits, check_resize, read_image
-from .export import ExportError, model_files, read_metadata
+from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
+from .metadata import ExportError, model_files, read_metadata
+from .preprocessing import Plan, plan
+from .results import classified, detected, image_files
 
 __all__ = ["Model", "load_model", "predict", "iter_predict", "preprocess", "shrink_to",
            "image_files"]
@@ -98,27 +100,12 @@ def _pixels(image, channels, name):
 
 
 class _Prepared:
-    """One image made ready for the network: ``name``, ``size`` (its own (width, height)),
-    ``tensor`` (CHW float32) and the map from input pixels back to the image's: an input
-    x is the image's ``(x + offset[0]) / scale[0]`` (y likewise)."""
+    """One image made ready for the network: ``name``, ``tensor`` (CHW float32) and ``plan``
+    (a :class:`gluonkit.preprocessing.Plan`: its size, and the map from input pixels back to
+    the image's)."""
 
-    def __init__(self, name, size, image=None, tensor=None):
-        self.name, self.size, self.image, self.tensor = name, tuple(size), image, tensor
-        self.scale, self.offset = np.ones(2), np.zeros(2)
-
-    def resize(self, width, height, max_pixels, interp):
-        """Resize to ``width`` x ``height``, checked first."""
-        old = np.array(self.image.shape[1::-1], dtype=np.float64)
-        check_resize(self.name, self.size, (width, height), max_pixels)
-        if (width, height) != tuple(old):
-            self.image = mx.image.imresize(self.image, width, height, interp=interp)
-            ratio = np.array([width, height]) / old
-            self.scale, self.offset = self.scale * ratio, self.offset * ratio
-
-    def to_image(self, boxes):
-        """``boxes`` (N, 4) in input pixels as the image's own, clipped to it."""
-        corners = (boxes.reshape(-1, 2, 2) + self.offset) / self.scale
-        return np.clip(corners, 0, self.size).reshape(-1, 4)
+    def __init__(self, name, plan, tensor):
+        self.name, self.plan, self.tensor = name, plan, tensor
 
 
 def _prepare(image, preprocessing, name, max_pixels, max_aspect):
@@ -129,32 +116,14 @@ def _prepare(image, preprocessing, name, max_pixels, max_aspect):
         image = read_image(image, channels, max_pixels=max_pixels, max_aspect=max_aspect)
     else:
         image = _pixels(image, channels, name)
-    item = _Prepared(name, image.shape[1::-1], image)
-    if preprocessing.get("resize"):
-        height, width = preprocessing["resize"]
-        item.resize(width, height, max_pixels, interp=1)
-    if preprocessing.get("resize_short"):       # as mx.image.resize_short
-        size, (width, height) = preprocessing["resize_short"], item.image.shape[1::-1]
-        item.resize(*((size, size * height // width) if height > width
-                      else (size * width // height, size)), max_pixels, interp=2)
-    if preprocessing.get("crop"):               # as mx.image.center_crop
-        width, height = item.image.shape[1::-1]
-        crop_height, crop_width = preprocessing["crop"]
-        new_width, new_height = mx.image.scale_down((width, height), (crop_width, crop_height))
-        x0, y0 = int((width - new_width) / 2), int((height - new_height) / 2)
-        item.image = mx.image.fixed_crop(item.image, x0, y0, int(new_width), int(new_height))
-        item.offset = item.offset + (x0, y0)
-        item.resize(crop_width, crop_height, max_pixels, interp=2)
-    if preprocessing.get("max_size") and max(item.image.shape[:2]) > preprocessing["max_size"]:
-        width, height = item.image.shape[1::-1]    # as shrink_to
-        scale = preprocessing["max_size"] / max(height, width)
-        item.resize(max(1, round(width * scale)), max(1, round(height * scale)), max_pixels,
-                    interp=1)
-    steps = transforms.Compose([transforms.ToTensor(),
-                                transforms.Normalize(preprocessing.get("mean", [0.0] * channels),
-                                                     preprocessing.get("std", [1.0] * channels))])
-    item.tensor, item.image = steps(item.image), None
-    return item
+    steps = plan(image.shape[1::-1], preprocessing, name, max_pixels)
+    for kind, *args in steps.steps:
+        image = (mx.image.imresize(image, *args[:2], interp=args[2]) if kind == "resize"
+                 else mx.image.fixed_crop(image, *args))
+    to_tensor = transforms.Compose([
+        transforms.ToTensor(), transforms.Normalize(preprocessing.get("mean", [0.0] * channels),
+                                                    preprocessing.get("std", [1.0] * channels))])
+    return _Prepared(name, steps, to_tensor(image))
 
 
 def preprocess(image, preprocessing, *, name="array", max_pixels=MAX_PIXELS,
@@ -171,47 +140,14 @@ def preprocess(image, preprocessing, *, name="array", max_pixels=MAX_PIXELS,
                     max_pixels, max_aspect).tensor
 
 
-def image_files(paths):
-    """The image files among ``paths``: files as given, directories walked (sorted)."""
-    found = []
-    for path in paths:
-        if os.path.isdir(path):
-            for root, dirs, names in os.walk(path):
-                dirs.sort()
-                found += [os.path.join(root, n) for n in sorted(names)
-                          if n.lower().endswith(SUFFIXES)]
-        elif os.path.isfile(path):
-            found.append(path)
-        else:
-            raise FileNotFoundError(f"{path}: no such image file or directory.")
-    if not found:
-        raise FileNotFoundError(f"no image files ({', '.join(SUFFIXES)}) in {list(paths)}.")
-    return found
-
-
-def _top(probabilities, classes, k):
-    order = np.argsort(-probabilities, kind="stable")[:k]
-    return [{"class": classes[i] if classes else int(i), "probability": float(probabilities[i])}
-            for i in order]
-
-
 def _classified(model, item, outputs, top_k):
-    per_output = {spec["name"]: _top(mx.nd.softmax(out).asnumpy(), spec["classes"], top_k)
-                  for spec, out in zip(model.outputs, outputs)}
-    return {"image": item.name, "top": per_output[model.outputs[0]["name"]],
-            "outputs": per_output}
+    return classified(item.name, model.outputs, [mx.nd.softmax(out).asnumpy() for out in outputs],
+                      top_k)
 
 
 def _detected(model, item, outputs, threshold):
-    ids, scores, boxes = (o.asnumpy() for o in outputs)
-    ids, scores = ids.reshape(-1), scores.reshape(-1)
-    kept = np.flatnonzero((ids >= 0) & (scores >= threshold) & np.isfinite(boxes).all(axis=1))
-    kept = kept[np.argsort(-scores[kept], kind="stable")]
-    classes = model.outputs[0]["classes"]
-    return {"image": item.name, "width": item.size[0], "height": item.size[1],
-            "boxes": [{"class": classes[int(ids[i])] if classes and ids[i] < len(classes)
-                       else int(ids[i]), "score": float(scores[i]), "box": [float(v) for v in box]}
-                      for i, box in zip(kept, item.to_image(boxes[kept]))]}
+    return detected(item.name, item.plan, model.outputs[0]["classes"],
+                    [o.asnumpy() for o in outputs], threshold)
 
 
 def _as_input(array, shape, name):
@@ -220,7 +156,7 @@ def _as_input(array, shape, name):
     if tuple(values.shape) != tuple(shape):
         raise ValueError(f"image {name}: the model was exported without preprocessing, so it "
                          f"takes arrays of its input's shape {tuple(shape)}, got {values.shape}.")
-    return _Prepared(name, values.shape[:0:-1][:2], tensor=values.astype("float32"))
+    return _Prepared(name, Plan(values.shape[:0:-1][:2]), values.astype("float32"))
 
 
 def _results(model, batch, top_k, threshold):

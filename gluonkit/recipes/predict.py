@@ -17,6 +17,7 @@ import sys
 
 from gluonkit.inference import iter_predict, load_model
 from gluonkit.recipes import common
+from gluonkit.results import format_results, print_stream
 
 __all__ = ["parse_args", "main", "format_results"]
 
@@ -42,43 +43,6 @@ def parse_args(argv=None):
     return common.parse_with_config(parser, argv)
 
 
-def _format_boxes(result):
-    if not result["boxes"]:
-        return "no boxes"
-    return "; ".join(f"{b['class']} ({b['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in b["box"])
-                     for b in result["boxes"])
-
-
-def _format_classes(result):
-    parts = [", ".join(f"{t['class']} ({t['probability']:.3f})" for t in top)
-             for top in result["outputs"].values()]
-    if len(parts) > 1:
-        parts = [f"{name}: {part}" for name, part in zip(result["outputs"], parts)]
-    return " | ".join(parts)
-
-
-def format_results(results):
-    """Lines of text, one per image: ``IMAGE: CLASS (PROBABILITY), ...`` (per output for
-    several outputs), or for a detector ``IMAGE: CLASS (SCORE) at XMIN,YMIN,XMAX,YMAX; ...``."""
-    return [f"{r['image']}: " + (_format_boxes(r) if "boxes" in r else _format_classes(r))
-            for r in results]
-
-
-def _print_stream(results, as_json):
-    """Print each result as it comes: a text line, or an element of one JSON list (closed also
-    when an image fails, so the output stays valid JSON)."""
-    if not as_json:
-        for result in results:
-            print(format_results([result])[0], flush=True)
-        return
-    print("[")
-    try:
-        for count, result in enumerate(results):
-            print(("" if count == 0 else ",\n") + json.dumps(result, indent=1), end="", flush=True)
-    finally:
-        print("\n]", flush=True)
-
-
 def main(argv=None):
     """The ``gluonkit-predict`` command."""
     if argv is None:
@@ -89,7 +53,7 @@ def main(argv=None):
         results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
                                score_threshold=args.score_threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
-        _print_stream(results, args.json)
+        print_stream(results, args.json)
     except (OSError, ValueError) as err:   # a file not there or unreadable; ImageError, ExportError
         sys.stdout.flush()
         sys.exit(f"gluonkit-predict: {err}")

@@ -16,6 +16,7 @@ Every refusal is an :class:`ImageError` (a ``ValueError``) naming the file. Resi
 before they run (:func:`check_resize`): no image is resized to more than ``max_pixels``.
 This module imports neither mxnet nor numpy.
 """
+import argparse
 import os
 import struct
 import warnings
@@ -27,7 +28,7 @@ from .validate import finite_real, positive_int
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
            "check_limits", "check_header", "read_checked", "check_whole", "check_decoded",
-           "check_resize"]
+           "check_resize", "add_limit_options"]
 
 #: Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``): a 1 GB RGBA image.
 MAX_PIXELS = 89_478_485
@@ -214,3 +215,25 @@ def check_resize(name, size, new_size, max_pixels=MAX_PIXELS):
         raise ImageError(f"{name} ({width}x{height} pixels) would be resized to "
                          f"{new_width}x{new_height}, outside 1 to {max_pixels:,} pixels; crop "
                          f"it to a more usual shape, or {_RAISE}.")
+
+
+def add_limit_options(group):
+    """``--max-image-pixels`` and ``--max-aspect-ratio``: the limits on the image files a
+    command reads, added to the argument ``group`` (an argparse parser or group)."""
+    def limit(index, convert):
+        def parse(text):
+            try:
+                values = [MAX_PIXELS, MAX_ASPECT]
+                values[index] = convert(text)
+                return check_limits(*values)[index]
+            except (TypeError, ValueError) as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+        parse.__name__ = "limit"
+        return parse
+
+    group.add_argument("--max-image-pixels", type=limit(0, int), default=MAX_PIXELS, metavar="N",
+                       help="refuse image files of more pixels (Pillow's decompression-bomb "
+                            "limit; at most 2^30, MXNet's decoder's)")
+    group.add_argument("--max-aspect-ratio", type=limit(1, float), default=MAX_ASPECT, metavar="R",
+                       help="refuse image files whose longer side is more than R times the other")
+    return group

@@ -8,7 +8,8 @@ gradients), :mod:`gluonkit.train` (the fit wing: ``fit``, ``evaluate``, checkpoi
 callbacks, metrics), :mod:`gluonkit.data`, :mod:`gluonkit.nn`, :mod:`gluonkit.autograd`,
 :mod:`gluonkit.launch` (distributed jobs), :mod:`gluonkit.recipes` (the commands), and the
 single modules ``split``, ``params``, ``names``, ``ops``, ``export``, ``onnx_export``,
-``inference``, ``validate`` (argument checks) and ``atomic`` (atomic file writes).
+``inference``, ``validate`` (argument checks), ``versions`` (the mxnet and numpy check) and
+``atomic`` (atomic file writes).
 :mod:`gluonkit.serve` predicts with ``model.onnx`` where MXNet is not installed.
 
 The public names load on first use (``gluonkit.Trainer``, ``from gluonkit import fit``), and
@@ -36,7 +37,7 @@ def __getattr__(name):
     """Import a public name on first use, after the version check (PEP 562)."""
     if name not in _PUBLIC:
         raise AttributeError(f"module 'gluonkit' has no attribute {name!r}")
-    from ._check import check_at_import
+    from .versions import check_at_import
 
     check_at_import()
     module = importlib.import_module(_PUBLIC[name] or f".{name}", __name__)

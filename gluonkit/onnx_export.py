@@ -11,8 +11,8 @@ file right for onnxruntime and self-describing:
 - the input is ``data`` with a free batch axis (and free height and width where the
   preprocessing gives images their own sizes); the outputs carry the metadata's names
   (``class``, each head of a multi-task network, ``ids``/``scores``/``bboxes``);
-- detectors' post-processing is rebuilt where the converter's is wrong
-  (:mod:`gluonkit.onnx_detection`);
+- detectors' ``box_nms`` is translated as MXNet computes it (:mod:`gluonkit.onnx_detection`),
+  not as the converter does;
 - the metadata (kind, input, outputs with class names, preprocessing) travels inside the file,
   as the JSON string ``gluonkit`` of its metadata properties: ``model.onnx`` alone is enough
   to predict (:mod:`gluonkit.serve`).
@@ -28,6 +28,7 @@ import numpy as np
 
 from .atomic import atomic_replace
 from .metadata import file_sha256, model_files, read_metadata
+from .onnx_detection import box_nms_translation
 
 __all__ = ["onnx_model", "export_onnx", "OPSET", "METADATA_KEY"]
 
@@ -71,6 +72,17 @@ def _rename(graph, old, new):
             value.name = new
 
 
+def _onnx_name(output, produced):
+    """The converter's name for the symbol's output ``output`` (``NODE_output`` is ``NODE``,
+    the ``i``-th output of a node of several ``NODEi``), among the graph's outputs."""
+    node, _, index = output.rpartition("_output")
+    for name in (node, node + (index or "0")):
+        if name in produced:
+            return name
+    raise ValueError(f"MXNet's ONNX converter gave no output for {output!r} (its outputs: "
+                     f"{sorted(produced)}); export with onnx=False.")
+
+
 def _converted(symbol, arrays, metadata):
     """MXNet's converter's ONNX model of ``symbol`` with ``arrays`` ('arg:NAME' / 'aux:NAME')."""
     onnx = _import_onnx()
@@ -79,7 +91,8 @@ def _converted(symbol, arrays, metadata):
     params = {name.split(":", 1)[1]: value for name, value in arrays.items()}
     shape = _input_shape(metadata)
     sample = (1,) + tuple(metadata["input"]["shape"])
-    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings(), \
+            box_nms_translation():
         warnings.simplefilter("ignore")          # the converter's notes on operators it adapts
         path = os.path.join(folder, "model.onnx")
         logger = logging.getLogger()
@@ -121,13 +134,11 @@ def onnx_model(symbol, arrays, metadata):
     inputs = [value for value in graph.input if value.name not in constants]
     del graph.input[:]
     graph.input.extend(inputs)
-    if metadata["kind"] == "detector":
-        from .onnx_detection import fix_postprocessing
-
-        fix_postprocessing(model, symbol)
-    for value, spec in zip(list(graph.output), metadata["outputs"]):
-        if value.name != spec["name"]:
-            _rename(graph, value.name, spec["name"])
+    produced = {value.name for value in graph.output}
+    for output, spec in zip(symbol.list_outputs(), metadata["outputs"]):
+        name = _onnx_name(output, produced)
+        if name != spec["name"]:
+            _rename(graph, name, spec["name"])
     description = {k: v for k, v in metadata.items() if k not in ("files", "sha256")}
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(description)})
     model.producer_name, model.producer_version = "gluonkit", mx.__version__

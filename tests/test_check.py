@@ -8,7 +8,7 @@ import numpy
 import pytest
 
 import gluonkit
-from gluonkit._check import check_versions
+from gluonkit.versions import check_versions
 
 
 def test_supported_versions_pass():

@@ -4,7 +4,7 @@
 (``gluonkit-multitask``) a multi-head network, ``detect`` (``gluonkit-detect``) a GluonCV
 detector, and ``predict`` (``gluonkit-predict``) runs an exported model on image files.
 """
-from gluonkit._check import check_at_import
+from gluonkit.versions import check_at_import
 
 __all__ = []
 

@@ -9,9 +9,10 @@ puts in its place, while a graph is converted, this translation of what MXNet do
 1. a box is a candidate if its score is above ``valid_thresh`` and (with ``id_index``) its
    class is not ``background_id``;
 2. the ``topk`` candidates of highest score are kept (all with ``topk=-1``);
-3. ONNX ``NonMaxSuppression`` over per-class scores (a box scores only in its own class;
-   one class with ``force_suppress`` or without ``id_index``) suppresses boxes whose IoU with
-   a better one of its class is above ``overlap_thresh``;
+3. ONNX ``NonMaxSuppression`` over per-class scores (a box scores only in its own class,
+   whatever its id, -1 included where ``background_id`` is another; one class with
+   ``force_suppress`` or without ``id_index``) suppresses boxes whose IoU with a better one
+   of its class is above ``overlap_thresh``;
 4. the boxes kept come first, by score, then rows of -1 up to the input's number of boxes.
 """
 import contextlib
@@ -93,11 +94,10 @@ def _translate(node, **kwargs):
                  g.const([2], np.int64))
     if per_class:                                                        # (B, C, K)
         cand_ids = g.along(candidates, id_index, axis=2)
-        classes = g.op("Add", g.op("Cast", g.op("ReduceMax", cand_ids, keepdims=0), to=7),
-                       g.const(1, np.int64))
-        classes = g.op("Cast", g.op("Range", g.const(0, np.int64),
-                                    g.op("Max", classes, g.const(1, np.int64)),
-                                    g.const(1, np.int64)), to=1)
+        low = g.op("Cast", g.op("ReduceMin", cand_ids, keepdims=0), to=7)     # int64
+        high = g.op("Add", g.op("Cast", g.op("ReduceMax", cand_ids, keepdims=0), to=7),
+                    g.const(1, np.int64))
+        classes = g.op("Cast", g.op("Range", low, high, g.const(1, np.int64)), to=1)
         same = g.op("Equal", g.op("Unsqueeze", cand_ids, axis1),
                     g.op("Unsqueeze", classes, g.const([0, 2], np.int64)))
         class_scores = g.op("Where", same, g.op("Unsqueeze", cand_scores, axis1), lowest)

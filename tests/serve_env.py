@@ -60,3 +60,30 @@ def run_serve(python, *args, **kwargs):
     env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.run([python, "-m", "gluonkit.serve", *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=300, **kwargs)
+
+
+#: Run in the serving environment: compare what onnxruntime gives for ``model.onnx`` on the
+#: inputs saved in ``case.npz`` ('input', then the MXNet outputs 'expected0', ...) and write
+#: the outputs to ``got.npz``.
+RUN_ONNX = """
+import sys
+import numpy as np
+import onnxruntime
+folder = sys.argv[1]
+case = np.load(folder + "/case.npz")
+session = onnxruntime.InferenceSession(folder + "/model.onnx", providers=["CPUExecutionProvider"])
+outputs = session.run(None, {session.get_inputs()[0].name: case["input"]})
+np.savez(folder + "/got.npz", *outputs)
+"""
+
+
+def run_onnx(python, folder, inputs):
+    """The outputs of ``folder/model.onnx`` on ``inputs`` in onnxruntime (a list of arrays)."""
+    import numpy as np
+
+    np.savez(os.path.join(folder, "case.npz"), input=inputs)
+    result = subprocess.run([python, "-c", RUN_ONNX, str(folder)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    got = np.load(os.path.join(folder, "got.npz"))
+    return [got[f"arr_{i}"] for i in range(len(got.files))]

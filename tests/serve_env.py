@@ -1,51 +1,25 @@
-"""The serving environment of the tests of ``gluonkit.serve``: a virtual environment of its
-own with onnxruntime, numpy 2 and Pillow, and no mxnet, built once and reused (under
-~/.cache/gluonkit, or ``GLUONKIT_SERVE_ENV``).
+"""The serving environment of the tests of ``gluonkit.serve`` (:mod:`benchmarks.serving_env`:
+onnxruntime, numpy 2 and Pillow, no mxnet; built once and reused).
 
-Test modules import it with ``from serve_env import serve_python, run_serve``. Where it cannot be built (no network) the tests that need it skip,
-unless ``GLUONKIT_REQUIRE_SERVE_TESTS=1`` (CI) makes them fail."""
-import fcntl
-import hashlib
+Test modules import it with ``from serve_env import serve_python, run_serve``. Where it cannot
+be built (no network) the tests that need it skip, unless ``GLUONKIT_REQUIRE_SERVE_TESTS=1``
+(CI) makes them fail."""
 import os
 import subprocess
-import sys
 
 import pytest
 
+from benchmarks.serving_env import serving_python
 from conftest import ROOT
 
-#: What the serving environment holds: what ``gluonkit[serve]`` needs, numpy 2 to prove it.
-REQUIREMENTS = ["onnxruntime>=1.16", "numpy>=2", "pillow"]
 REQUIRE = "GLUONKIT_REQUIRE_SERVE_TESTS"
-
-
-def _folder():
-    key = hashlib.sha256(" ".join(REQUIREMENTS + [sys.version]).encode()).hexdigest()[:12]
-    default = os.path.join(os.path.expanduser("~"), ".cache", "gluonkit", f"serve-env-{key}")
-    return os.environ.get("GLUONKIT_SERVE_ENV", default)
-
-
-def _build(folder):
-    """Build the environment in ``folder`` (once: a lock keeps parallel runs apart)."""
-    python = os.path.join(folder, "bin", "python")
-    ready = os.path.join(folder, ".ready")
-    os.makedirs(os.path.dirname(folder), exist_ok=True)
-    with open(folder + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(ready):
-            subprocess.run([sys.executable, "-m", "venv", "--clear", folder], check=True,
-                           capture_output=True, timeout=300)
-            subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                            *REQUIREMENTS], check=True, capture_output=True, timeout=900)
-            open(ready, "w").close()
-    return python
 
 
 @pytest.fixture(scope="session")
 def serve_python():
     """The serving environment's Python."""
     try:
-        return _build(_folder())
+        return serving_python()
     except (subprocess.SubprocessError, OSError) as err:
         detail = getattr(err, "stderr", b"") or b""
         message = (f"the serving environment cannot be built ({err}; "

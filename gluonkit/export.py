@@ -180,6 +180,7 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise ValueError(f"the traced graph has inputs other than {_DATA!r} that are not "
                          f"parameters: {missing}; export a network that takes one input.")
 
+    onnx_text = _onnx_text(symbol, arrays, metadata, onnx)     # before anything is written
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     files = {"symbol": f"{prefix}-symbol.json", "params": f"{prefix}-{epoch:04d}.params",
              "metadata": f"{prefix}.json"}
@@ -195,7 +196,6 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     # predecessor: never a mix of two exports
     writers = {names["params"]: _saved(arrays, files["params"], digests),
                names["symbol"]: lambda f: f.write(symbol_text)}
-    onnx_text = _onnx_text(symbol, arrays, metadata, onnx)
     if onnx_text is not None:
         files["onnx"] = f"{prefix}.onnx"
         names["onnx"] = os.path.basename(files["onnx"])

@@ -4,6 +4,7 @@ onnxruntime, numpy 2 and Pillow, no mxnet; built once and reused).
 Test modules import it with ``from serve_env import serve_python, run_serve``. Where it cannot
 be built (no network) the tests that need it skip, unless ``GLUONKIT_REQUIRE_SERVE_TESTS=1``
 (CI) makes them fail."""
+import json
 import os
 import subprocess
 
@@ -61,3 +62,10 @@ def run_onnx(python, folder, inputs):
     assert result.returncode == 0, result.stderr
     got = np.load(os.path.join(folder, "got.npz"))
     return [got[f"arr_{i}"] for i in range(len(got.files))]
+
+
+def serve_json(python, model, *args):
+    """What ``gluonkit-serve MODEL ARGS --json`` prints, parsed; the command must succeed."""
+    result = run_serve(python, model, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)

@@ -11,7 +11,7 @@ import gluonkit
 from gluonkit.data import digits
 from gluonkit.recipes import classify, multitask
 from image_files import pixels
-from serve_env import run_serve, serve_python  # noqa: F401  (a fixture)
+from serve_env import run_serve, serve_json, serve_python  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +36,6 @@ def classifier(tmp_path_factory):
     classify.train(classify.parse_args(["--limit", "400", "--epochs", "2", "--batch-size", "32",
                                         "--out", str(out / "run"), "--no-progress"]))
     return out / "run" / "model", _digit_images(out / "images")
-
-
-def serve_json(python, model, *args):
-    result = run_serve(python, model, *args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def assert_same_top(served, expected, tolerance=1e-4):

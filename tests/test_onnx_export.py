@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 
 import mxnet as mx
 import numpy as np

@@ -12,7 +12,6 @@ programs. Results are printed batch by batch, as the images are read. A file tha
 used (a damaged model or image, an image beyond the limits) ends the command with one line
 naming it, and status 1.
 """
-import json
 import sys
 
 from gluonkit.inference import iter_predict, load_model

@@ -29,6 +29,12 @@ class OnnxModel:
         """``[{'name', 'classes'}, ...]``, one per network output."""
         return self.metadata["outputs"]
 
+    @property
+    def batches(self):
+        """Whether the network runs batches: one image per call where its input's height
+        and width vary (as Faster R-CNN's graph, which the converter fixed at one image)."""
+        return all(isinstance(n, int) for n in self.session.get_inputs()[0].shape[2:])
+
     def run(self, batch):
         """The network's outputs (NumPy arrays, in the metadata's order) for ``batch``
         (N, C, H, W float32)."""

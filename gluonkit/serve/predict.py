@@ -16,7 +16,9 @@ __all__ = ["predict", "iter_predict"]
 
 def _results(model, batch, top_k, threshold):
     """The results of ``batch`` (``(name, plan, tensor)``), one run per inputs of one shape."""
-    for _, run in itertools.groupby(batch, key=lambda item: item[2].shape):
+    runs = itertools.groupby(batch, key=lambda item: item[2].shape) if model.batches \
+        else ((None, [item]) for item in batch)
+    for _, run in runs:
         run = list(run)
         outputs = model.run(np.stack([tensor for _, _, tensor in run]))
         for i, (name, steps, _) in enumerate(run):

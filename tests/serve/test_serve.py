@@ -1,6 +1,5 @@
 """gluonkit-serve in its own environment (onnxruntime, numpy 2, Pillow, no mxnet) against
 gluonkit.predict in MXNet, on networks the recipes trained for a short run."""
-import json
 import os
 
 import cv2

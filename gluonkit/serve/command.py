@@ -22,13 +22,19 @@ from .predict import iter_predict
 __all__ = ["parse_args", "main"]
 
 
-def _typed(check):
-    def convert(text):
+def _typed(check, convert=int):
+    """An argparse type: ``text`` converted, then checked by ``check(value, 'value')``."""
+    def parse(text):
         try:
-            return check(float(text) if check is finite_real else int(text), "value")
+            return check(convert(text), "value")
         except (TypeError, ValueError) as err:
             raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
-    return convert
+    parse.__name__ = check.__name__
+    return parse
+
+
+def _score(value, name):
+    return finite_real(value, name, minimum=0.0)
 
 
 def parse_args(argv=None):
@@ -39,7 +45,7 @@ def parse_args(argv=None):
                         help="image files, or directories searched for them")
     parser.add_argument("--top-k", type=_typed(positive_int), default=5,
                         help="classes per image (classifiers)")
-    parser.add_argument("--score-threshold", type=_typed(finite_real), default=0.5, metavar="S",
+    parser.add_argument("--score-threshold", type=_typed(_score, float), default=0.5, metavar="S",
                         help="the lowest score of a box printed (detectors)")
     parser.add_argument("--batch-size", type=_typed(positive_int), default=32,
                         help="images read and run together")

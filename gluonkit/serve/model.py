@@ -70,9 +70,9 @@ def load(path, threads=None):
         options.intra_op_num_threads = threads
     try:
         session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    except Exception as err:   # onnxruntime's errors have no common public base class
-        raise ExportError(f"{path} does not load as an ONNX model ({type(err).__name__}: "
-                          f"{str(err).strip().splitlines()[0][:200]}); {_REDO}.") from None
+    except Exception:   # onnxruntime's errors have no common public base class
+        raise ExportError(f"{path} does not load as an ONNX model (it is empty, cut short, "
+                          f"damaged or another kind of file); {_REDO}.") from None
     text = session.get_modelmeta().custom_metadata_map.get(_KEY)
     if text is None:
         raise ExportError(f"{path} carries no gluonkit metadata (class names, preprocessing): "

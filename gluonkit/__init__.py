@@ -17,6 +17,7 @@ the first use checks that mxnet and numpy are versions gluonkit works with: impo
 ``gluonkit.serve`` never imports mxnet.
 """
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -33,15 +34,22 @@ _PUBLIC = {
 __all__ = ["__version__", *_PUBLIC]
 
 
-def __getattr__(name):
-    """Import a public name on first use, after the version check (PEP 562)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'gluonkit' has no attribute {name!r}")
-    from .versions import check_at_import
+#: The modules that import no MXNet (what gluonkit.serve needs): no version check for them.
+_WITHOUT_MXNET = {"serve", "metadata", "imagefiles", "preprocessing", "results", "validate",
+                  "atomic", "errors", "versions"}
 
-    check_at_import()
-    module = importlib.import_module(_PUBLIC[name] or f".{name}", __name__)
-    value = module if _PUBLIC[name] is None else getattr(module, name)
+
+def __getattr__(name):
+    """Import a public name or a submodule (``gluonkit.export``) on first use, after the
+    version check for those that need MXNet (PEP 562)."""
+    if name not in _PUBLIC and importlib.util.find_spec(f"{__name__}.{name}") is None:
+        raise AttributeError(f"module 'gluonkit' has no attribute {name!r}")
+    if name not in _WITHOUT_MXNET:
+        from .versions import check_at_import
+
+        check_at_import()
+    module = importlib.import_module(_PUBLIC.get(name) or f".{name}", __name__)
+    value = getattr(module, name) if _PUBLIC.get(name) else module
     globals()[name] = value
     return value
 

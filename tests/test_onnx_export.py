@@ -139,3 +139,11 @@ def test_numpy_resize_is_opencv_s_within_one_level(size, interp):
     assert got.shape == want.shape
     difference = np.abs(got.astype(int) - want)
     assert difference.max() <= 1 and difference.mean() < 0.2
+
+
+def test_the_lazy_package_still_gives_its_submodules_as_attributes():
+    code = ("import gluonkit; print(gluonkit.export.read_metadata.__name__, "
+            "gluonkit.split.split_and_load.__name__, gluonkit.Epochs.__name__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=os.path.dirname(os.path.dirname(gluonkit.__file__)))
+    assert result.stdout.split() == ["read_metadata", "split_and_load", "Epochs"], result.stderr

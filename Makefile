@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+HOROVOD_STAMP := $(VENV)/.horovod
 
-.PHONY: run test bench serve-env clean
+.PHONY: run test bench horovod serve-env clean
 
 # editable installs of a pyproject.toml project need pip >= 21.3 (Python 3.8/3.9 bring older ones)
 $(STAMP): setup.cfg pyproject.toml
@@ -13,6 +14,18 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=21.3'
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cpu,test]'
 	touch $(STAMP)
+
+# Horovod for MXNet, built from source against the installed mxnet (about a minute on 2 cores):
+# the variables choose MXNet and Gloo (no MPI, TensorFlow or PyTorch); no build isolation, so
+# that the build sees mxnet; no cache, since pip would reuse a wheel built with other variables
+$(HOROVOD_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check wheel setuptools cloudpickle psutil pyyaml packaging
+	HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+	HOROVOD_WITHOUT_PYTORCH=1 MAKEFLAGS=-j$$(nproc) $(PY) -m pip install --quiet --disable-pip-version-check \
+	    --no-cache-dir --no-build-isolation 'horovod==0.28.1'
+	touch $(HOROVOD_STAMP)
+
+horovod: $(HOROVOD_STAMP)
 
 run: $(STAMP)
 	$(PY) -m gluonkit.recipes.classify $(ARGS)

@@ -33,8 +33,9 @@ RUNS = {
     "classify": r"test accuracy: (?P<test_accuracy>[0-9.]+) on (?P<images>\d+) images "
                 r"(?:after the last epoch )?"
                 r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
-    "detect": r"VOC07 mAP: (?P<val_map>[0-9.]+) on (?P<images>\d+) images "
-              r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
+    "detect": r"VOC07 mAP: (?P<val_map>[0-9.]+) on (?P<images>\d+) images, boxes in their own "
+              r"pixels \([^;]*; (?P<transform_map>[0-9.]+) in the validation transform's pixels; "
+              r"(?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s",
     "multitask": r"test accuracy: digit (?P<digit_accuracy>[0-9.]+), parity "
                  r"(?P<parity_accuracy>[0-9.]+), aux (?P<aux_accuracy>[0-9.]+)",
     "tests": r"(?P<passed>\d+) passed",

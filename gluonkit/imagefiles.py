@@ -27,8 +27,8 @@ from .errors import DataFileError
 from .validate import finite_real, positive_int
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
-           "check_limits", "check_header", "read_checked", "check_whole", "check_decoded",
-           "check_resize", "add_limit_options"]
+           "check_limits", "check_header", "image_size", "read_checked", "check_whole",
+           "check_decoded", "check_resize", "add_limit_options"]
 
 #: Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``): a 1 GB RGBA image.
 MAX_PIXELS = 89_478_485
@@ -188,6 +188,19 @@ def read_checked(path, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
         raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
     check_whole(data, path, header)
     return data, header
+
+
+def image_size(path, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """``(width, height)`` of the image file ``path`` from its header alone (no pixels
+    decoded), checked as :func:`read_checked` checks it: a cheap look at every file of a
+    dataset before training reads them."""
+    max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            return check_header(f, path, max_pixels, max_aspect)[1:]
+    except OSError as err:
+        raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
 
 
 def check_whole(data, name, header):

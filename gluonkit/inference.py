@@ -16,11 +16,11 @@ from mxnet.gluon.data.vision import transforms
 from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
 from .metadata import ExportError, model_files, read_metadata
-from .preprocessing import Plan, plan
+from .preprocessing import Plan, plan, short_within
 from .results import classified, detected, image_files
 
-__all__ = ["Model", "load_model", "predict", "iter_predict", "preprocess", "shrink_to",
-           "image_files"]
+__all__ = ["Model", "load_model", "predict", "iter_predict", "preprocess", "short_within",
+           "shrink_to", "image_files"]
 
 
 class Model:
@@ -34,6 +34,12 @@ class Model:
     def kind(self):
         """``'classifier'`` or ``'detector'``."""
         return self.metadata["kind"]
+
+    @property
+    def score_threshold(self):
+        """A detector's default lowest score reported: the one its run recorded (the best F1
+        on its validation set), else 0.5."""
+        return self.metadata.get("score_threshold", 0.5)
 
     @property
     def outputs(self):
@@ -118,8 +124,15 @@ def _prepare(image, preprocessing, name, max_pixels, max_aspect):
         image = _pixels(image, channels, name)
     steps = plan(image.shape[1::-1], preprocessing, name, max_pixels)
     for kind, *args in steps.steps:
-        image = (mx.image.imresize(image, *args[:2], interp=args[2]) if kind == "resize"
-                 else mx.image.fixed_crop(image, *args))
+        if kind == "resize":
+            image = mx.image.imresize(image, *args[:2], interp=args[2])
+        elif kind == "crop":
+            image = mx.image.fixed_crop(image, *args)
+        else:                                   # pad: zeros at the bottom and right
+            width, height = args
+            padded = mx.nd.zeros((height, width, image.shape[2]), dtype=image.dtype)
+            padded[:image.shape[0], :image.shape[1]] = image
+            image = padded
     to_tensor = transforms.Compose([
         transforms.ToTensor(), transforms.Normalize(preprocessing.get("mean", [0.0] * channels),
                                                     preprocessing.get("std", [1.0] * channels))])
@@ -161,16 +174,23 @@ def _as_input(array, shape, name):
 
 def _results(model, batch, top_k, threshold):
     """The results of the :class:`_Prepared` ``batch``, one network call per run of inputs of
-    one shape."""
-    for _, run in itertools.groupby(batch, key=lambda item: item.tensor.shape):
-        run = list(run)
-        x = mx.nd.stack(*[item.tensor for item in run]).as_in_context(model.ctx)
-        outputs = model.net(x)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        for i, item in enumerate(run):
-            row = [out[i] for out in outputs]
-            yield (_detected(model, item, row, threshold) if model.kind == "detector"
-                   else _classified(model, item, row, top_k))
+    one shape (of at most the model's ``images_per_call``: Faster R-CNN's graph takes one)."""
+    most = model.metadata.get("images_per_call") or len(batch)
+    for _, same in itertools.groupby(batch, key=lambda item: item.tensor.shape):
+        same = list(same)
+        for run in (same[i:i + most] for i in range(0, len(same), most)):
+            yield from _run(model, run, top_k, threshold)
+
+
+def _run(model, run, top_k, threshold):
+    """The results of one network call on the :class:`_Prepared` inputs ``run``."""
+    x = mx.nd.stack(*[item.tensor for item in run]).as_in_context(model.ctx)
+    outputs = model.net(x)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    for i, item in enumerate(run):
+        row = [out[i] for out in outputs]
+        yield (_detected(model, item, row, threshold) if model.kind == "detector"
+               else _classified(model, item, row, top_k))
 
 
 def _stream(model, names, sources, batch_size, prepare, top_k, threshold):
@@ -180,23 +200,26 @@ def _stream(model, names, sources, batch_size, prepare, top_k, threshold):
         yield from _results(model, batch, top_k, threshold)
 
 
-def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=0.5,
+def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,
                  max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """Like :func:`predict`, one result at a time: the images are read, preprocessed and run
     ``batch_size`` at a time, so memory is bounded by the batch and the first results come
     before later files are read. Arguments are checked, and the model loaded, at the call.
     """
     top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
-    threshold = finite_real(score_threshold, "score_threshold")
+    threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold")
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     if not isinstance(model, Model):
         model = load_model(model, ctx)
+    if threshold is None:
+        threshold = model.score_threshold
     if isinstance(images, (str, os.PathLike, np.ndarray, mx.nd.NDArray)):
         images = [images]
     images = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in images]
     paths = [p for p in images if isinstance(p, str)]
     if paths and len(paths) != len(images):
-        raise TypeError("images must be all paths or all arrays, not a mix.")
+        raise TypeError(f"images must be all paths or all arrays, got {len(paths)} path(s) and "
+                        f"{len(images) - len(paths)} array(s); call predict once for each kind.")
     preprocessing = model.metadata["preprocessing"]
     if preprocessing is None:
         if paths:
@@ -213,7 +236,7 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
                                                  max_aspect), top_k, threshold)
 
 
-def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=0.5,
+def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,
             max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """The top classes of each image (a classifier), or its boxes (a detector).
 
@@ -229,8 +252,9 @@ def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=
         How many classes to report per image and output (classifiers).
     batch_size : int
         Images read and run together.
-    score_threshold : float
-        The lowest score of a box reported (detectors).
+    score_threshold : float, optional
+        The lowest score of a box reported (detectors); default: the model's
+        ``score_threshold`` (the best F1 its run found on its validation set), else 0.5.
     max_pixels, max_aspect
         Limits on the image files read (see :mod:`gluonkit.data.images`).
 

@@ -31,7 +31,8 @@ class ExportError(ValueError):
 
 
 _PREPROCESSING_KEYS = ("channels", "mean", "std", "resize", "resize_short", "crop", "max_size",
-                       "scale", "layout")
+                       "resize_short_within", "pad_to", "interp", "scale", "layout")
+_INTERPOLATIONS = (0, 1, 2, 3, 4, 9)      # OpenCV's, and 9: area to shrink, bicubic to enlarge
 _METADATA_BYTES = 16 << 20      # class names of a large classifier take well under 1 MB
 
 
@@ -80,6 +81,15 @@ def _preprocessing_problem(preprocessing):
             return (f"[{key!r}] must be None or " + ("a positive int" if count == 1 else
                                                      "[height, width] of positive ints")
                     + f", got {p[key]!r}")
+    if p.get("resize_short_within") is not None and not _is_size(p["resize_short_within"], 2):
+        return ("['resize_short_within'] must be None or [shorter side, longest side] of positive "
+                f"ints, got {p['resize_short_within']!r}")
+    buckets = p.get("pad_to")
+    if buckets is not None and not (isinstance(buckets, list) and buckets
+                                    and all(_is_size(b, 2) for b in buckets)):
+        return f"['pad_to'] must be None or a list of [height, width] of positive ints, got {buckets!r}"
+    if "interp" in p and not (is_int(p["interp"]) and p["interp"] in _INTERPOLATIONS):
+        return f"['interp'] must be one of {_INTERPOLATIONS}, got {p['interp']!r}"
     if "scale" in p and not (_is_real(p["scale"]) and abs(p["scale"] - 1 / 255) < 1e-9):
         return f"['scale'] must be 1/255 (pixels to [0, 1]), got {p['scale']!r}"
     if p.get("layout", "NCHW") != "NCHW":
@@ -92,7 +102,10 @@ def check_preprocessing(preprocessing):
     follow: ``channels`` (1 or 3), optional ``mean`` and ``std`` (one number per channel, by
     default 0 and 1), optional sizes
     ``resize`` / ``crop`` ([height, width]) and ``resize_short`` / ``max_size`` (ints),
-    ``scale`` (1/255) and ``layout`` ('NCHW')."""
+    ``resize_short_within`` ([shorter side, longest side], GluonCV's rule), ``pad_to`` (a list
+    of [height, width]: padded at the bottom and right to the smallest that holds the image),
+    ``interp`` (the resizes' interpolation, default 1: bilinear), ``scale`` (1/255) and
+    ``layout`` ('NCHW')."""
     problem = _preprocessing_problem(preprocessing)
     if problem:
         raise ValueError(f"preprocessing{problem if problem.startswith('[') else ' ' + problem}.")
@@ -126,6 +139,11 @@ def description_problem(m, files=True):
         return "'outputs' must be a list of {'name': str, 'classes': [str] or null}"
     if m["kind"] == "detector" and len(outputs) != 3:
         return f"a detector has 3 outputs (ids, scores, boxes), this names {len(outputs)}"
+    if m.get("images_per_call") is not None and not _is_size(m["images_per_call"], 1):
+        return f"'images_per_call' must be a positive int, got {m['images_per_call']!r}"
+    threshold = m.get("score_threshold")
+    if threshold is not None and not (_is_real(threshold) and 0 <= threshold <= 1):
+        return f"'score_threshold' must be a number from 0 to 1, got {threshold!r}"
     problem = _preprocessing_problem(m["preprocessing"])
     if problem:
         return "'preprocessing'" + (problem if problem.startswith("[") else " " + problem)

@@ -2,8 +2,9 @@
 ``gluonkit-predict``) and from onnxruntime (``gluonkit.serve``, ``gluonkit-serve``).
 
 A classifier's result is ``{'image', 'top', 'outputs'}`` (the top classes with their
-probabilities, per output); a detector's is ``{'image', 'width', 'height', 'boxes'}`` (class,
-score and corners in the image's own pixels). This module imports NumPy only.
+probabilities, per output); a detector's is ``{'image', 'width', 'height', 'score_threshold',
+'boxes'}`` (the lowest score reported; class, score and corners in the image's own pixels).
+This module imports NumPy only.
 """
 import json
 import os
@@ -63,7 +64,7 @@ def detected(name, plan, classes, outputs, threshold):
     kept = np.flatnonzero((ids >= 0) & (scores >= threshold) & np.isfinite(boxes).all(axis=1))
     kept = kept[np.argsort(-scores[kept], kind="stable")]
     width, height = plan.size
-    return {"image": name, "width": width, "height": height,
+    return {"image": name, "width": width, "height": height, "score_threshold": threshold,
             "boxes": [{"class": classes[int(ids[i])] if classes and ids[i] < len(classes)
                        else int(ids[i]), "score": float(scores[i]),
                        "box": [float(v) for v in plan.to_image(boxes[i])]} for i in kept]}
@@ -71,7 +72,7 @@ def detected(name, plan, classes, outputs, threshold):
 
 def _format_boxes(result):
     if not result["boxes"]:
-        return "no boxes"
+        return f"no boxes scoring {result['score_threshold']:g} or more"
     return "; ".join(f"{b['class']} ({b['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in b["box"])
                      for b in result["boxes"])
 

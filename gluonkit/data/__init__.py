@@ -1,6 +1,7 @@
 """Datasets and loaders: the embedded digits and shapes, bucketing by shape, multi-scale batches,
-and checked readers of VOC folders and RecordIO files."""
+and checked readers of VOC folders, COCO files and RecordIO files."""
 from ._sampling import DataLoader
+from .coco import COCOFile, coco_image_ids, load_coco
 from .buckets import BucketBatchify, BucketPad, Buckets, BucketSampler, bucket_loader
 from .digits import digits
 from .errors import DataFileError
@@ -12,4 +13,4 @@ from .voc import VOCFolder, load_voc, read_annotation
 __all__ = ["digits", "ShapesDetection", "Buckets", "BucketSampler", "BucketPad", "BucketBatchify",
            "bucket_loader", "DataLoader", "MultiScaleSampler", "MultiScaleDataset", "multiscale_loader",
            "resize_first", "DataFileError", "read_labels", "class_labels", "detection_labels", "VOCFolder",
-           "load_voc", "read_annotation"]
+           "load_voc", "read_annotation", "COCOFile", "load_coco", "coco_image_ids"]

@@ -1,40 +1,50 @@
-"""Image files decoded by MXNet one way for training, evaluation and prediction, within limits.
+"""Image files decoded one way for training, evaluation and prediction, within limits.
 
 Every image gluonkit reads from a file (an image folder, a RecordIO record, ``gluonkit.predict``)
 goes through :func:`decode_image` or :func:`read_image`: the checks of
-:mod:`gluonkit.imagefiles` first (header, limits, a whole file), then MXNet decodes it, and
-the decode is waited for inside the error handling, since MXNet decodes asynchronously and
-would otherwise fail later, elsewhere. Every refusal is an :class:`ImageError` naming the file.
+:mod:`gluonkit.imagefiles` first (header, limits, a whole file), then OpenCV decodes it at once,
+in the calling thread (the pixels MXNet's ``imdecode`` gives, since that calls OpenCV too,
+without a round trip through MXNet's asynchronous engine). Every refusal is an
+:class:`ImageError` naming the file.
 """
 import io
 import os
 
+import cv2
 import mxnet as mx
+import numpy as np
 from gluoncv.data import RecordFileDetection
 from mxnet import gluon
 
 from ..imagefiles import (DECODER_MAX_PIXELS, MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageError,
                           check_decoded, check_header, check_limits, check_resize, check_whole,
-                          read_checked)
+                          image_size, read_checked)
+from .records import detection_objects
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
-           "check_limits", "decode_image", "read_image", "check_resize", "ImageFolderDataset",
-           "ImageRecordDataset", "DetectionRecordDataset"]
+           "check_limits", "decode_image", "read_image", "image_size", "check_resize",
+           "ImageFolderDataset", "ImageRecordDataset", "DetectionRecordDataset"]
 
 
-def _decode(decode, data, name, header):
-    """The image that ``decode()`` has MXNet decode from ``data`` (whose checked ``header``
-    it is), refused unless whole, waited for, and of the header's size."""
+def _decode(data, name, header, channels):
+    """The image that ``data`` (whose checked ``header`` it is) encodes, as an (H, W,
+    ``channels``) uint8 NDArray, RGB: refused unless whole, and of the header's size.
+
+    OpenCV decodes it in this thread, as MXNet's ``imdecode`` would (the same pixels) but
+    without a trip through MXNet's engine and a wait for it; the NDArray holds OpenCV's buffer.
+    """
     fmt, width, height = header
     check_whole(data, name, header)
-    try:
-        image = decode()
-        image.wait_to_read()            # MXNet decodes asynchronously: its errors surface here
-    except mx.base.MXNetError:
+    flag = cv2.IMREAD_COLOR if channels == 3 else cv2.IMREAD_GRAYSCALE
+    pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
+    if pixels is None:
         raise ImageError(f"{name} cannot be decoded: its {fmt} data ({width}x{height} pixels) "
-                         "is damaged or cut short; copy the file again.") from None
-    check_decoded(image.shape, name, header)
-    return image
+                         "is damaged or cut short; copy the file again.")
+    check_decoded(pixels.shape, name, header)
+    if channels == 3:
+        cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB, dst=pixels)
+    # the NDArray takes over OpenCV's buffer (DLPack): no copy of the pixels
+    return mx.nd.from_numpy(pixels.reshape(height, width, channels), zero_copy=True)
 
 
 def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
@@ -58,8 +68,7 @@ def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MA
     """
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     header = check_header(io.BytesIO(data), name, max_pixels, max_aspect)
-    return _decode(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0), data, name,
-                   header)
+    return _decode(data, name, header, channels)
 
 
 def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
@@ -73,8 +82,7 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
     """
     data, header = read_checked(path, max_pixels, max_aspect)
     # the bytes checked are the bytes decoded: a file replaced meanwhile is not read again
-    return _decode(lambda: mx.image.imdecode(data, flag=1 if channels == 3 else 0), data,
-                   os.fspath(path), header)
+    return _decode(data, os.fspath(path), header, channels)
 
 
 class ImageFolderDataset(gluon.data.vision.ImageFolderDataset):
@@ -117,4 +125,16 @@ class ImageRecordDataset(gluon.data.vision.ImageRecordDataset):
 class DetectionRecordDataset(RecordFileDetection, ImageRecordDataset):
     """GluonCV's ``RecordFileDetection`` (a detection RecordIO file) whose images are decoded
     by :func:`decode_image`, as :class:`ImageRecordDataset` decodes them: within the limits,
-    errors naming the file and the record. Samples and labels are GluonCV's."""
+    errors naming the file and the record. Samples and labels are GluonCV's: an (objects, 5+)
+    array of xmin, ymin, xmax, ymax in pixels, class id, (more); an image without objects,
+    stored as a label header alone (which ``RecordFileDetection`` refuses), has none."""
+
+    def __init__(self, filename, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+        ImageRecordDataset.__init__(self, filename, max_pixels=max_pixels, max_aspect=max_aspect)
+
+    def __getitem__(self, idx):
+        image, label = super(RecordFileDetection, self).__getitem__(idx)   # decoded as above
+        objects = detection_objects(label, f"{self.filename} (record {idx})")
+        height, width = image.shape[:2]
+        boxes = objects[:, 1:5] * np.array([width, height, width, height], np.float32)
+        return image, np.concatenate([boxes, objects[:, :1], objects[:, 5:]], axis=1)

@@ -18,7 +18,8 @@ import numpy as np
 
 from .errors import DataFileError
 
-__all__ = ["index_of", "read_index", "read_labels", "class_labels", "detection_labels"]
+__all__ = ["index_of", "read_index", "read_labels", "class_labels", "detection_objects",
+           "detection_labels"]
 
 _MAGIC = 0xCED7230A                       # dmlc's RecordIO magic number, before every record
 _RECORD_HEAD = struct.Struct("<II")       # magic, then 3 flag bits and 29 length bits
@@ -161,13 +162,44 @@ def class_labels(path, classes=None, fix="relabel it"):
     return firsts.astype(np.int64)
 
 
+def detection_objects(label, where):
+    """The objects of one detection label as stored, an (objects, width) float32 array of
+    ``class id, xmin, ymin, xmax, ymax, (more)`` rows; none for an image without objects (a
+    label that is its header alone, as GluonCV's detection im2rec packs it).
+
+    ``label`` is ``[header length A >= 2, object width B >= 5, (A - 2 more header values),
+    objects of B values each]``; ``where`` names the record in the ``DataFileError`` raised for
+    a label of another layout, which says what does not fit.
+    """
+    label = np.asarray(label, np.float32).ravel()
+    shown = "[" + ", ".join(f"{v:g}" for v in label[:4]) + (", ...]" if label.size > 4 else "]")
+    fix = ("pack it with GluonCV's detection im2rec: [2, 5, class, xmin, ymin, xmax, ymax, ...] "
+           "for objects of 5 values, [2, 5] for an image without objects")
+    if label.size < 2 or not all(math.isfinite(v) and v == int(v) for v in label[:2]):
+        raise DataFileError(f"{where}: its labels {shown} do not start with a detection header "
+                            f"(header length, object width); {fix}.")
+    head, width = int(label[0]), int(label[1])
+    if head < 2 or head > label.size:
+        raise DataFileError(f"{where}: its labels {shown} give a header length of {head}, which "
+                            f"must be 2 or more and at most the {label.size} values stored; {fix}.")
+    if width < 5:
+        raise DataFileError(f"{where}: its labels {shown} give an object width of {width}, which "
+                            f"must be 5 or more (class, xmin, ymin, xmax, ymax); {fix}.")
+    if (label.size - head) % width:
+        raise DataFileError(f"{where}: its {label.size - head} values after the header of {head} "
+                            f"do not divide into objects of {width} values ({(label.size - head) % width} "
+                            f"left over); {fix}.")
+    return label[head:].reshape(-1, width)
+
+
 def detection_labels(path, classes=None, fix="relabel it"):
     """The class ids of the objects of every record of ``path``, a detection RecordIO file as
     GluonCV's ``RecordFileDetection`` reads it, with its label layout checked.
 
     A label is ``[header length A >= 2, object width B >= 5, (A - 2 more header values),
     class id, xmin, ymin, xmax, ymax, (B - 5 more values), ...]`` with the box in 0-1
-    coordinates of the image.
+    coordinates of the image (:func:`detection_objects`); an image without objects has the
+    header alone.
 
     Parameters
     ----------
@@ -191,13 +223,7 @@ def detection_labels(path, classes=None, fix="relabel it"):
     found = []
     for key, label in zip(*read_labels(path)):
         where = f"{path}, record {key}"
-        head, width = (int(v) if math.isfinite(v) else 0 for v in label[:2]) if label.size >= 2 else (0, 0)
-        if head < 2 or width < 5 or label.size < head + width or (label.size - head) % width:
-            shown = ", ".join(f"{v:g}" for v in label[:4]) + (", ..." if label.size > 4 else "")
-            raise DataFileError(f"{where}: its labels [{shown}] are not a "
-                                "detection label ([2, 5, class, xmin, ymin, xmax, ymax, ...] for "
-                                "5-value objects); pack it with GluonCV's detection im2rec.")
-        objects = label[head:].reshape(-1, width)
+        objects = detection_objects(label, where)
         for number, (cls, x0, y0, x1, y1) in enumerate(objects[:, :5].astype(np.float64)):
             _check_class(cls, f"{where}, object {number}", classes, fix)
             if not (0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1):

@@ -16,7 +16,7 @@ from defusedxml import DefusedXmlException
 from mxnet import gluon
 
 from .errors import DataFileError
-from .images import read_image
+from .images import MAX_ASPECT, MAX_PIXELS, image_size, read_image
 
 __all__ = ["read_annotation", "VOCFolder", "load_voc"]
 
@@ -108,16 +108,19 @@ class VOCFolder(gluon.data.Dataset):
         Image file paths.
     labels : list of numpy.ndarray
         One (objects, 6) label per image.
+    max_pixels, max_aspect
+        The limits on the images read (see :mod:`gluonkit.data.images`).
     """
 
-    def __init__(self, images, labels):
+    def __init__(self, images, labels, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
         self.images, self.labels = list(images), list(labels)
+        self.limits = {"max_pixels": max_pixels, "max_aspect": max_aspect}
 
     def __len__(self):
         return len(self.images)
 
     def __getitem__(self, idx):
-        return read_image(self.images[idx]), self.labels[idx].copy()
+        return read_image(self.images[idx], **self.limits), self.labels[idx].copy()
 
 
 def _listed(root, split):
@@ -152,7 +155,8 @@ def _annotated(root, split):
     return images, annotations
 
 
-def load_voc(root, splits=("train", "val"), classes=None):
+def load_voc(root, splits=("train", "val"), classes=None, *, max_pixels=MAX_PIXELS,
+             max_aspect=MAX_ASPECT):
     """One :class:`VOCFolder` per list ``ImageSets/Main/<split>.txt`` of the VOC folder ``root``.
 
     Parameters
@@ -163,6 +167,9 @@ def load_voc(root, splits=("train", "val"), classes=None):
     classes : sequence of str, optional
         The class names in label order (lower case, as names are compared lower-cased).
         Default: the names in the first split's annotations, sorted.
+    max_pixels, max_aspect
+        The limits on the images (see :mod:`gluonkit.data.images`). Every listed image's
+        header is read and checked here, before training reads a pixel.
 
     Returns
     -------
@@ -177,6 +184,8 @@ def load_voc(root, splits=("train", "val"), classes=None):
         first split never shows, which training could not learn).
     FileNotFoundError
         A list, or a listed annotation or image, that is missing.
+    gluonkit.data.images.ImageError
+        A listed image that is empty, not an image, damaged or beyond the limits.
     """
     read = [_annotated(root, split) for split in splits]
     if classes is None:
@@ -197,5 +206,7 @@ def load_voc(root, splits=("train", "val"), classes=None):
                                         "on images of it (or name it with --classes).")
             labels.append(np.array([box + [index[name], difficult] for name, box, difficult
                                     in objects], dtype=np.float64).reshape(-1, 6))
-        datasets.append(VOCFolder(images, labels))
+        for image in images:
+            image_size(image, max_pixels=max_pixels, max_aspect=max_aspect)
+        datasets.append(VOCFolder(images, labels, max_pixels=max_pixels, max_aspect=max_aspect))
     return datasets, list(classes)

@@ -219,7 +219,7 @@ def _train(args, folder):
     train_set, test_set, class_names, preprocessing = load_dataset(
         args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed,
         max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
-    kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
+    kvstore = common.create_kvstore(args.kvstore)
     if not isinstance(kvstore, str):
         train_set = common.worker_shard(train_set, kvstore)
     train_loader, test_loader = make_loaders(train_set, test_set, args.batch_size, args.multiscale,

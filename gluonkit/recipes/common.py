@@ -15,21 +15,26 @@ import logging
 import os
 import sys
 
+import mxnet as mx
+
 from gluonkit import validate
 from gluonkit.data import DataFileError
 from gluonkit.train.checkpoint import CheckpointError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
+from gluonkit.trainer import Horovod
 
-__all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "worker_shard",
+__all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "create_kvstore", "worker_shard",
            "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
            "export_summary", "run_command", "add_image_limits"]
 
-_THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
+_WAIT_POLICY = "PASSIVE"
 _REEXEC = "GLUONKIT_THREADS_SET"
+# the kvstores a recipe can train with (asynchronous ones cannot normalize by the global count)
+_KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "horovod")
 _CONFIG_BYTES = 1 << 20     # a config is a page of options: anything larger is not one
 
 
@@ -62,6 +67,17 @@ def check_positive_int(value, name, meaning=None):
     """``value`` as an int >= 1, else the ``TypeError`` or ``ValueError`` that names ``name``: the
     check of a recipe's own arguments (``HeadSchedule(every=...)``), worded as gluonkit's."""
     return validate.positive_int(value, name, meaning)
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in --help, once: not for options whose help gives its own default,
+    for switches (``--no-progress`` would say 'default: True') or for options without one."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, True, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
 
 
 def build_parser(description, **kwargs):
@@ -280,15 +296,25 @@ def sizes_type(text):
     return sizes
 
 
+def _threads_per_process():
+    """The cores of this machine shared by the Horovod ranks started on it (all of them for one)."""
+    local = os.environ.get("HOROVOD_LOCAL_SIZE", "1")
+    ranks = int(local) if local.isdigit() and int(local) > 0 else 1
+    return max(1, (os.cpu_count() or 1) // ranks)
+
+
 def apply_threads(module=None, argv=None):
     """Give MXNet one OpenMP thread per core and passive waiting, unless the user set them.
+
+    Under ``horovodrun`` the ranks on one machine share its cores (``HOROVOD_LOCAL_SIZE``).
 
     MXNet's thread count is left at half the cores by default, and spinning OpenMP threads
     slowed training 15-35x whenever other processes kept the cores busy. Both variables are
     read when MXNet loads, so when MXNet is already imported and ``module`` is given, the
     command restarts once as ``python -m module argv`` with them set.
     """
-    unset = {name: value for name, value in _THREADS.items() if name not in os.environ}
+    settings = {"OMP_NUM_THREADS": str(_threads_per_process()), "OMP_WAIT_POLICY": _WAIT_POLICY}
+    unset = {name: value for name, value in settings.items() if name not in os.environ}
     os.environ.update(unset)
     if unset and module and "mxnet" in sys.modules and _REEXEC not in os.environ:
         os.environ[_REEXEC] = "1"
@@ -304,8 +330,8 @@ def add_device_options(parser):
     devices.add_argument("--ctx", type=ctx_type, default="cpu:0",
                          help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
     devices.add_argument("--kvstore", default="device",
-                         help="how gradients are reduced: device, local, or dist_sync under "
-                              "gluonkit-launch")
+                         help="how gradients are reduced: device, local, dist_sync under "
+                              "gluonkit-launch, or horovod under horovodrun")
     return devices
 
 
@@ -457,6 +483,25 @@ def lr_schedule(kind, lr, epochs, warmup_epochs, updates_per_epoch):
     # LRSchedule counts updates from 1, as optimizers do: offset=1 starts the curve at its base
     return LRSchedule(LRScheduler(kind, base_lr=lr, target_lr=0.0, niters=steps, offset=1, **options),
                       warmup_steps=warmup)
+
+
+def create_kvstore(name):
+    """The kvstore ``--kvstore`` names, as the Trainer takes it: a distributed one is created
+    now (its rank and worker count shard the data), a local one stays a name.
+
+    'horovod' gives ``gluonkit.trainer.Horovod`` (the process must run under ``horovodrun``),
+    'dist_*' an MXNet kvstore (under ``gluonkit-launch``).
+    """
+    if name.lower() not in _KVSTORES:
+        close = difflib.get_close_matches(name.lower(), _KVSTORES, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise OptionError(f"--kvstore {name} is not a kvstore{hint}; use one of {', '.join(_KVSTORES)}.")
+    if name.lower() == "horovod":
+        try:
+            return Horovod()
+        except (ImportError, RuntimeError) as err:   # not installed, or not under horovodrun
+            raise OptionError(f"--kvstore horovod: {err}") from None
+    return mx.kv.create(name) if name.startswith("dist") else name
 
 
 def worker_shard(dataset, kvstore):

@@ -9,15 +9,18 @@ the embedded shapes.
     gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
     gluonkit-detect --model ssd_300_mobilenet0.25_custom --dataset voc:DIR --image-size 300
     gluonkit-detect --dataset rec:train.rec,val.rec --classes cat,dog   # GluonCV's im2rec files
+    gluonkit-detect --dataset coco:annotations/train.json,annotations/val.json   # COCO JSON
     gluonkit-detect --out runs/detect --resume       # continue after a stop (its own options)
 
 Outputs in --out, a run folder as for ``gluonkit-classify``: checkpoints/, history.csv (loss,
-VOC07 AP of every class and mAP per epoch), curves.png (loss, mAP and per-class AP, lr),
+VOC07 AP of every class and mAP, COCO's AP figures per epoch), curves.png (loss, mAP, COCO AP
+and per-class AP, lr),
 args.json, the best model exported as model-symbol.json, model-0000.params and model.json,
 and predictions.png (validation images with the ground truth and the detections over the
 score threshold of the best F1).
 Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume continues from.
 """
+import argparse
 import logging
 import math
 import os
@@ -28,11 +31,15 @@ import numpy as np
 
 from gluonkit.recipes import common
 from gluonkit.recipes import detection as det
+from gluonkit.recipes import detection_serving as serving
 from gluonkit.recipes import rcnn
-from gluonkit.recipes.detection_plots import DetectionCurves, best_threshold, draw_predictions
+from gluonkit.recipes.coco_metric import COCOBatchMetric, COCOMetric, coco_ground_truth
+from gluonkit.recipes.detection_plots import (DetectionCurves, best_f1_threshold, draw_detections,
+                                              draw_predictions)
 from gluonkit.recipes.runs import RunFolder
-from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_voc
-from gluonkit.data.images import DetectionRecordDataset
+from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_coco, \
+    load_voc
+from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, DetectionRecordDataset
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.resume import seed_all
@@ -45,21 +52,43 @@ log = logging.getLogger("gluonkit")
 _MODULE = "gluonkit.recipes.detect"
 #: Options that build the network or choose the data: a resumed run must keep them.
 _FIXED = ("dataset", "classes", "image_size", "max_size", "buckets", "multiscale",
-          "multiscale_interval", "limit", "model", "pretrained_base", "batchnorm", "seed")
+          "multiscale_interval", "limit", "model", "pretrained_base", "batchnorm", "seed", "metric")
+
+
+def _class_names(text):
+    """``--classes``: 'a,b,c', or a text file with one class name per line (names may then hold
+    commas)."""
+    if not os.path.isfile(text):
+        if text.lower().endswith((".txt", ".names", ".csv")):
+            raise argparse.ArgumentTypeError(f"{text}: no such file (a text file of one class "
+                                             "name per line, or pass the names as a,b,c).")
+        return text.split(",")
+    with open(text, encoding="utf-8") as f:
+        names = [line.strip() for line in f if line.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text} names no class (one per line).")
+    return names
 
 
 def _build_parser():
     parser = common.build_parser("Train a GluonCV detector with gluonkit (embedded shapes by default).",
                                prog="gluonkit-detect",
-                               formatter_class=__import__("argparse").ArgumentDefaultsHelpFormatter)
+                               formatter_class=common.DefaultsHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default="shapes",
                       help="shapes (embedded, no download) | voc:DIR (Pascal VOC layout: DIR/"
                            "Annotations, DIR/JPEGImages, DIR/ImageSets/Main/{train,val}.txt) | "
-                           "rec:TRAIN.rec,VAL.rec (GluonCV detection RecordIO, each with its .idx)")
-    data.add_argument("--classes", type=lambda text: text.split(","), metavar="NAMES",
-                      help="class names in label order (default: rec: the ids; voc: the names "
-                           "in the training annotations, sorted)")
+                           "rec:TRAIN.rec,VAL.rec (GluonCV detection RecordIO, each with its .idx) | "
+                           "coco:TRAIN.json,VAL.json (COCO JSON as CVAT, Label Studio, Roboflow or "
+                           "FiftyOne export it)")
+    data.add_argument("--images", metavar="DIR",
+                      help="coco: the folder that the files' file_name entries are relative to "
+                           "(default: each JSON file's folder, then an images/ folder in it or "
+                           "beside it)")
+    data.add_argument("--classes", type=_class_names, metavar="NAMES",
+                      help="class names in label order, comma-separated or a text file of one "
+                           "per line (default: rec: the ids; voc: the names in the training "
+                           "annotations, sorted; coco: always the categories' names in id order)")
     data.add_argument("--image-size", type=common.non_negative_int, default=96,
                       help="train and test at this square size; 0 keeps the images' own sizes, "
                            "padded (bottom and right, boxes unchanged) to --buckets shapes; "
@@ -79,6 +108,7 @@ def _build_parser():
                       help="use only the first N training and N validation images")
     data.add_argument("--num-workers", type=common.non_negative_int, default=0,
                       help="data loading processes")
+    common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="yolo3_mobilenet0.25_custom",
                        help="a GluonCV YOLOv3 or SSD model-zoo name, e.g. yolo3_mobilenet1.0_custom, "
@@ -111,6 +141,10 @@ def _build_parser():
                        help="linear learning-rate warm-up, then a cosine decay to 0")
     train.add_argument("--clip-global-norm", type=float, metavar="NORM",
                        help="clip the update's whole gradient to this norm")
+    train.add_argument("--metric", type=common.one_of("voc", "coco"),
+                       help="the validation figure that chooses the exported checkpoint: voc "
+                            "(VOC07 mAP at IoU 0.5) or coco (COCO's AP over IoU 0.50:0.95); "
+                            "default coco for --dataset coco:, else voc")
     train.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy and MXNet")
     train.add_argument("--amp", action="store_true",
                        help="mixed precision (float16) with dynamic loss scaling; GPUs only")
@@ -164,6 +198,10 @@ def parse_args(argv=None):
         args.batch_size = args.per_device * len(ctx)
     elif args.batch_size is None:
         args.batch_size = 8
+    if args.images and not args.dataset.startswith("coco:"):
+        parser.error(f"--images applies to --dataset coco:TRAIN.json,VAL.json, not to --dataset "
+                     f"{args.dataset}; leave it out.")
+    args.metric = _metric(args)        # recorded resolved, so a resume compares like with like
     return args
 
 
@@ -174,7 +212,7 @@ def _with_difficult(image, label):
     return image, label
 
 
-def _load_rec(where, names=None):
+def _load_rec(where, names=None, limits=None):
     """``(train, val, classes)`` of 'TRAIN.rec,VAL.rec' (GluonCV's RecordFileDetection)."""
     files = where.split(",")
     if len(files) != 2:
@@ -192,16 +230,35 @@ def _load_rec(where, names=None):
         fix = f"--classes names {len(names)} ({','.join(names)}): name every class"
     for path in checked:
         detection_labels(path, len(names), fix)
-    train, val = (DetectionRecordDataset(f).transform(_with_difficult) for f in files)
+    train, val = (DetectionRecordDataset(f, **(limits or {})).transform(_with_difficult) for f in files)
     return train, val, list(names)
 
 
-def load_detection(dataset, limit=None, classes=None):
+def _load_coco(where, images_dir, limits):
+    """``(train, val, classes)`` of 'TRAIN.json,VAL.json' (:func:`gluonkit.data.load_coco`)."""
+    files = where.split(",")
+    if len(files) != 2 or not all(files):
+        raise common.OptionError(f"--dataset coco:{where}: pass two files, "
+                                 "coco:TRAIN.json,VAL.json.")
+    (train, val), classes = load_coco(files, images_dir, **limits)
+    if not any(not a["iscrowd"] for a in val.ground_truth()["annotations"]):
+        raise common.OptionError(f"--dataset coco:{where}: {files[1]} holds no object to "
+                                 "score; validate on a file with annotated images.")
+    return train, val, classes
+
+
+def load_detection(dataset, limit=None, classes=None, *, images_dir=None, max_pixels=MAX_PIXELS,
+                   max_aspect=MAX_ASPECT):
     """``(train, val, class names)`` for a --dataset value; samples as GluonCV's VOCDetection.
 
     ``classes`` names the ids of 'rec:' data (default: the ids as strings) and orders the
-    names of 'voc:' data (default: the names in the training annotations, sorted).
+    names of 'voc:' data (default: the names in the training annotations, sorted); 'coco:'
+    data names its classes itself (``classes`` must be None), its images found under
+    ``images_dir`` if given. ``max_pixels`` and ``max_aspect`` limit the images read
+    (``gluonkit.data.images``); a VOC folder's and a COCO file's images are all checked here,
+    from their headers.
     """
+    limits = {"max_pixels": max_pixels, "max_aspect": max_aspect}
     kind, _, where = dataset.partition(":")
     if kind == "shapes" and not where:
         train, val = ShapesDetection("train"), ShapesDetection("val")
@@ -212,12 +269,17 @@ def load_detection(dataset, limit=None, classes=None):
         if missing:
             raise FileNotFoundError(f"--dataset {dataset}: missing {', '.join(missing)} (Pascal "
                                     "VOC layout: Annotations/, JPEGImages/, ImageSets/Main/).")
-        (train, val), classes = load_voc(where, ("train", "val"), classes)
+        (train, val), classes = load_voc(where, ("train", "val"), classes, **limits)
     elif kind == "rec" and where:
-        train, val, classes = _load_rec(where, classes)
+        train, val, classes = _load_rec(where, classes, limits)
+    elif kind == "coco" and where:
+        if classes is not None:
+            raise common.OptionError(f"--classes does not apply to --dataset {dataset}: a COCO "
+                                     "file names its categories; leave --classes out.")
+        train, val, classes = _load_coco(where, images_dir, limits)
     else:
-        raise common.OptionError(f"--dataset {dataset!r} is not 'shapes', 'voc:DIR' or "
-                                 "'rec:TRAIN.rec,VAL.rec'.")
+        raise common.OptionError(f"--dataset {dataset!r} is not 'shapes', 'voc:DIR', "
+                                 "'rec:TRAIN.rec,VAL.rec' or 'coco:TRAIN.json,VAL.json'.")
     if limit:
         train, val = train.take(limit), val.take(limit)
     return train, val, classes
@@ -266,27 +328,46 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     return train_loader, val_loader
 
 
-def _export_best(net, trainer, family, checkpoints, prefix, size, classes):
-    """Load the best checkpoint (by validation mAP) into ``net`` and export it for inference,
-    with GluonCV's validation preprocessing and NMS settings.
-
-    ``size`` is the input's (height, width), or for Faster R-CNN (shorter side, max size).
-    """
+def _load_best(net, trainer, checkpoints):
+    """Load the best checkpoint (by validation mAP; else the latest) into ``net``: the network
+    the export holds and the final validation measures."""
     ckpt = Checkpoint(checkpoints)
     if ckpt.best is None and ckpt.latest is None:
         ckpt.save(net, trainer, 0)                  # --epochs 0 and nothing to resume
+    ckpt.load(net, best=ckpt.best is not None)
+
+
+def _metric(args):
+    """The --metric that chooses the exported checkpoint: given, or coco for COCO data."""
+    return args.metric or ("coco" if args.dataset.startswith("coco:") else "voc")
+
+
+def _coco_figures(val_set, detections, labels):
+    """COCO's AP figures (dict) of ``detections`` in the images' own pixels: against a COCO
+    file's ground truth (crowd regions, areas), or one built from the labels."""
+    if hasattr(val_set, "ground_truth"):
+        metric = COCOMetric(val_set.ground_truth(), val_set.category_ids)
+        image_ids = val_set.image_ids
+    else:
+        sizes = [tuple(val_set[i][0].shape[1::-1]) for i in range(len(val_set))]
+        metric, image_ids = COCOMetric(coco_ground_truth(labels, sizes)), range(len(labels))
+    for image_id, (ids, scores, boxes) in zip(image_ids, detections):
+        metric.update(image_id, boxes, ids, scores)
+    return dict(zip(*metric.get()))
+
+
+def _export(net, family, checkpoints, prefix, shape, preprocessing, classes, score_threshold,
+            category_ids=None):
+    """Export the best checkpoint, run on inputs of ``shape`` to check it, with
+    ``preprocessing`` and GluonCV's evaluation NMS; the run's best-F1 ``score_threshold`` is
+    recorded for ``gluonkit-predict``, and a COCO file's ``category_ids`` (one per class)."""
     det.nms_for_eval(net, family)
-    resize = {"resize": list(size), "resize_short": None, "max_size": None}
-    shape = (3,) + tuple(size)
-    if family == "faster_rcnn":
-        resize = {"resize": None, "resize_short": size[0], "max_size": size[1]}
-        shape = (3, size[0], size[0])
-    preprocessing = {"channels": 3, **resize, "crop": None, "scale": 1 / 255,
-                     "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-                     "layout": "NCHW"}    # as GluonCV's val transforms
     return common.export_best(net, checkpoints, prefix, shape,
                               outputs={"ids": classes, "scores": None, "bboxes": None},
-                              preprocessing=preprocessing, kind="detector", task="detect")
+                              preprocessing=preprocessing, kind="detector", task="detect",
+                              score_threshold=score_threshold,
+                              images_per_call=1 if family == "faster_rcnn" else None,
+                              **({} if category_ids is None else {"category_ids": category_ids}))
 
 
 def train(args):
@@ -296,8 +377,12 @@ def train(args):
     Returns
     -------
     dict
-        'map' (VOC07 mAP of the final network on the validation set), 'history', 'seconds',
-        'out', the trained 'net' and 'export' (the exported model's metadata, or None).
+        'map': the VOC07 mAP on the validation set with the boxes in the images' own pixels, of
+        the exported network (with ``--out``; else the final one), as ``gluonkit.predict``
+        finds them; 'transform_map': the same network's mAP in the validation transform's
+        pixels (GluonCV's figure); 'detections': per validation image ``(ids, scores, boxes)``
+        in its pixels; 'score_threshold': the best F1's; 'history', 'seconds', 'out', the
+        trained 'net' and 'export' (the exported model's metadata, or None).
     """
     with RunFolder(args.out) as folder:     # held by this process until training ends
         return _train(args, folder)
@@ -309,13 +394,17 @@ def _train(args, folder):
         amp.init(ctx)     # before anything is loaded, built or written
     seed_all(args.seed)
     family = det.model_family(args.model)
-    train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes)
+    train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes,
+                                                 images_dir=args.images,
+                                                 max_pixels=args.max_image_pixels,
+                                                 max_aspect=args.max_aspect_ratio)
+    monitor = "val_coco_AP" if _metric(args) == "coco" else "val_mAP"
     rcnn_options = {}
     if family == "faster_rcnn":         # before sharding: the same anchors on every worker
         rcnn_options = {"scales": rcnn.fit_rpn_scales(train_set, args.image_size, args.max_size),
                         "short": args.image_size, "max_size": args.max_size,
                         "pretrained_file": args.pretrained_file}
-    kvstore = mx.kv.create(args.kvstore) if args.kvstore.startswith("dist") else args.kvstore
+    kvstore = common.create_kvstore(args.kvstore)
     if not isinstance(kvstore, str):
         train_set = common.worker_shard(train_set, kvstore)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,
@@ -341,7 +430,7 @@ def _train(args, folder):
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
             common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, "val_mAP", args.resume,
+        callbacks += common.output_callbacks(args.out, monitor, args.resume,
                                              curves=lambda path: DetectionCurves(path, classes))
     if main_process:
         log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
@@ -356,29 +445,47 @@ def _train(args, folder):
     tic = time.perf_counter()
     history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx, callbacks=callbacks,
                   progress=args.progress, batch_fn=batch_fn, val_data=val_loader,
-                  metrics=det.voc_metric(classes), eval_fn=eval_fn)
-    mean_ap = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
-                       eval_fn=eval_fn)["mAP"]
+                  metrics=[det.voc_metric(classes), COCOBatchMetric()], eval_fn=eval_fn)
     seconds = time.perf_counter() - tic
+    exporting = args.out and main_process
+    if exporting:
+        _load_best(net, trainer, checkpoints)
+    transform_map = evaluate(net, val_loader, ctx=ctx, metrics=det.voc_metric(classes),
+                             eval_fn=eval_fn)["mAP"]
+    padded = args.image_size == 0 and family != "faster_rcnn"
+    detections = serving.validation_detections(net, val_loader, val_set, padded, ctx[0])
+    labels = [val_set[i][1] for i in range(len(val_set))]
+    mean_ap = serving.original_pixel_map(detections, labels, classes)["mAP"]
+    coco = _coco_figures(val_set, detections, labels)
+    thresh = best_f1_threshold([serving.kept(d) for d in detections], labels)
     metadata = None
-    if args.out and main_process:
+    if exporting:
+        buckets = None if args.image_size else train_loader.batch_sampler.sampler.buckets.shapes
         size = max(val_loader.batch_sampler.sizes) if args.image_size else \
-            max(train_loader.batch_sampler.sampler.buckets.shapes)
-        metadata = _export_best(net, trainer, family, checkpoints, os.path.join(args.out, "model"),
-                                size, classes)
-        transform = rcnn.val_transform(*size) if family == "faster_rcnn" else \
-            det.val_transforms(family, [size])[size]
-        thresh = best_threshold(net, transform, val_set, ctx=ctx[0])
+            max(buckets, key=lambda b: b[0] * b[1])
+        shape = (3, size[0], size[0]) if family == "faster_rcnn" else (3,) + tuple(size)
+        metadata = _export(net, family, checkpoints, os.path.join(args.out, "model"), shape,
+                           serving.serving_preprocessing(family, size, buckets), classes, thresh,
+                           getattr(val_set, "category_ids", None))
         log.info("Drawing detections scoring %.2f or more (the best F1 on the validation set).", thresh)
-        draw_predictions(net, transform, val_set, classes, os.path.join(args.out, "predictions.png"),
-                         thresh=thresh, ctx=ctx[0])
+        draw_detections(val_set, detections, classes, os.path.join(args.out, "predictions.png"),
+                        thresh=thresh)
     if main_process:
-        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images "
-              f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+        which = "the exported model" if metadata else "the final network"
+        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images, boxes in their own pixels "
+              f"({which}; {transform_map:.4f} in the validation transform's pixels; "
+              f"{len(history.get('epoch', []))} epochs, {sum(history.get('time', [])):.1f} s of "
+              "training over every start of the run)")
+        print("COCO AP: {coco_AP:.4f} (AP50 {coco_AP50:.4f}, AP75 {coco_AP75:.4f}, small "
+              "{coco_AP_small:.4f}, medium {coco_AP_medium:.4f}, large {coco_AP_large:.4f}; "
+              "pycocotools' COCOeval, boxes in their own pixels; -1: no such object)".format(**coco))
     if metadata:
-        print(common.export_summary(metadata, history, "val_mAP"))
-    return {"map": mean_ap, "history": history, "seconds": seconds, "out": args.out, "net": net,
-            "export": metadata}
+        print(common.export_summary(metadata, history, monitor))
+        print(f"score threshold {thresh:.2f} (the best F1 on the validation set), recorded for "
+              "gluonkit-predict")
+    return {"map": mean_ap, "coco": coco, "transform_map": transform_map, "detections": detections,
+            "score_threshold": thresh, "history": history, "seconds": seconds, "out": args.out,
+            "net": net, "export": metadata}
 
 
 def main(argv=None):

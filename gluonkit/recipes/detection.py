@@ -8,6 +8,7 @@ family for ``gluonkit.fit`` and an ``eval_fn`` that feeds GluonCV's ``VOC07MApMe
 as GluonCV's training scripts do.
 """
 import difflib
+import warnings
 
 import mxnet as mx
 import numpy as np
@@ -25,7 +26,8 @@ from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset
 from gluonkit.nn import freeze_batchnorm
 from gluonkit.split import split_and_load
 
-__all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "YOLO3FlipTrainTransform",
+__all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "no_object_row",
+           "YOLO3TrainTransform", "YOLO3FlipTrainTransform", "SSDTrainTransform",
            "train_transforms", "val_transforms", "train_batchify", "val_batchify", "SizedTransform",
            "BucketSizes", "bucket_sampler", "sample_shapes", "detection_loader", "nms_for_eval",
            "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "voc_metric"]
@@ -90,8 +92,10 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
         if batchnorm == "sync":
             norm = {"norm_layer": gluon.contrib.nn.SyncBatchNorm,
                     "norm_kwargs": {"num_devices": num_devices}}
-        net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
-                                  classes=list(classes), **norm)
+        with warnings.catch_warnings():   # SSD's symbol-built layers: MXNet cannot tell the type yet
+            warnings.filterwarnings("ignore", message="Cannot decide type")
+            net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
+                                      classes=list(classes), **norm)
     if batchnorm == "frozen":
         freeze_batchnorm(net)
     return net
@@ -119,7 +123,59 @@ def _ssd_anchors(net, size):
     return anchors.as_in_context(mx.cpu())
 
 
-class YOLO3FlipTrainTransform(presets.yolo.YOLO3DefaultTrainTransform):
+def no_object_row(boxes):
+    """``boxes`` ([images,] objects, width; NumPy or NDArray) as GluonCV's target generators take them, or, for an
+    image without objects, one row of -1: the padding GluonCV's batches give an image with
+    fewer objects than the others, which its generators and losses read as no object, so every
+    anchor of that image trains as background."""
+    if boxes.shape[-2]:
+        return boxes
+    shape = boxes.shape[:-2] + (1, boxes.shape[-1])
+    if isinstance(boxes, mx.nd.NDArray):
+        return mx.nd.full(shape, -1, dtype=boxes.dtype)
+    return np.full(shape, -1, boxes.dtype)
+
+
+class _PaddedTargets:
+    """A GluonCV YOLOv3 or SSD target generator whose boxes and ids (``at`` and ``at + 1`` of
+    its arguments) get ``no_object_row`` first."""
+
+    def __init__(self, generator, at):
+        self.generator, self.at = generator, at
+
+    def __call__(self, *args):
+        args = list(args)
+        args[self.at:self.at + 2] = [no_object_row(a) for a in args[self.at:self.at + 2]]
+        return self.generator(*args)
+
+
+class _SSDBackgroundTargets(_PaddedTargets):
+    """``_PaddedTargets`` of GluonCV's SSD generator: for an image without objects the box
+    targets are zeros, as for every anchor that matches no object (its encoder gives the anchor
+    matched to the padding row log(0) targets: infinite, though no loss should read them)."""
+
+    def __call__(self, anchors, cls_preds, gt_boxes, gt_ids):
+        cls_targets, box_targets, box_masks = super().__call__(anchors, cls_preds, gt_boxes, gt_ids)
+        if not gt_boxes.shape[1]:
+            box_targets, box_masks = mx.nd.zeros_like(box_targets), mx.nd.zeros_like(box_masks)
+        return cls_targets, box_targets, box_masks
+
+
+class YOLO3TrainTransform(presets.yolo.YOLO3DefaultTrainTransform):
+    """GluonCV's YOLOv3 training transform (colour, zoom-out, crop, flip, targets), which also
+    takes images without objects: they train as background (``no_object_row``)."""
+
+    @property
+    def _target_generator(self):
+        generator = super()._target_generator
+        return None if generator is None else _PaddedTargets(generator, 4)
+
+    def __call__(self, src, label):
+        *sample, gt_boxes = super().__call__(src, label)
+        return (*sample, no_object_row(gt_boxes))
+
+
+class YOLO3FlipTrainTransform(YOLO3TrainTransform):
     """GluonCV's YOLOv3 training transform without its random expansion and crop.
 
     Colour jitter, a resize to the input size (random interpolation) and a random horizontal
@@ -139,7 +195,17 @@ class YOLO3FlipTrainTransform(presets.yolo.YOLO3DefaultTrainTransform):
         gt_boxes = mx.nd.array(bbox[np.newaxis, :, :4])
         targets = self._target_generator(self._fake_x, self._feat_maps, self._anchors, self._offsets,
                                          gt_boxes, mx.nd.array(bbox[np.newaxis, :, 4:5]), None)
-        return (image, *[t[0] for t in targets], gt_boxes[0])
+        return (image, *[t[0] for t in targets], no_object_row(gt_boxes)[0])
+
+
+class SSDTrainTransform(presets.ssd.SSDDefaultTrainTransform):
+    """GluonCV's SSD training transform (colour, zoom-out, crop, flip, targets), which also
+    takes images without objects: they train as background (``no_object_row``)."""
+
+    @property
+    def _target_generator(self):
+        generator = super()._target_generator
+        return None if generator is None else _SSDBackgroundTargets(generator, 2)
 
 
 def train_transforms(net, family, sizes, augment="full"):
@@ -153,10 +219,10 @@ def train_transforms(net, family, sizes, augment="full"):
     made = {}
     for height, width in sizes:
         if family == "yolo3":
-            preset = YOLO3FlipTrainTransform if augment == "flip" else presets.yolo.YOLO3DefaultTrainTransform
+            preset = YOLO3FlipTrainTransform if augment == "flip" else YOLO3TrainTransform
             made[(height, width)] = preset(width, height, net)
         else:
-            made[(height, width)] = presets.ssd.SSDDefaultTrainTransform(
+            made[(height, width)] = SSDTrainTransform(
                 width, height, _ssd_anchors(net, (height, width)))
     return made
 
@@ -175,9 +241,15 @@ def train_batchify(family):
     return Tuple(Stack(), Stack(), Stack())   # image, class targets, box targets
 
 
+def _pad_labels(labels):
+    """Labels (N, 6) padded with -1 to the batch's most objects, one row at least."""
+    return Pad(pad_val=-1)([no_object_row(np.asarray(label)) for label in labels])
+
+
 def val_batchify():
-    """Images stacked, labels (N, 6) padded with -1 to the batch's most objects."""
-    return Tuple(Stack(), Pad(pad_val=-1))
+    """Images stacked, labels (N, 6) padded with -1 to the batch's most objects (one row of -1
+    for a batch of images without objects)."""
+    return Tuple(Stack(), _pad_labels)
 
 
 def _pad_to(image, size):
@@ -272,12 +344,16 @@ class SSDBatch:
 
     Parameters
     ----------
+    min_hard_negatives : int, default 3
+        Each image's hard negatives are at least this many (GluonCV's default, 0, gives an
+        image without objects no loss at all); an image with an object mines 3 per positive
+        (``negative_mining_ratio``), so it is unchanged.
     **loss_kwargs
-        Passed to ``SSDMultiBoxLoss`` (negative_mining_ratio, rho, lambd, min_hard_negatives).
+        Passed to ``SSDMultiBoxLoss`` (negative_mining_ratio, rho, lambd).
     """
 
-    def __init__(self, **loss_kwargs):
-        self.loss = SSDMultiBoxLoss(**loss_kwargs)
+    def __init__(self, min_hard_negatives=3, **loss_kwargs):
+        self.loss = SSDMultiBoxLoss(min_hard_negatives=min_hard_negatives, **loss_kwargs)
 
     def __call__(self, net, batch, ctx_list):
         xs, cls_targets, box_targets = [split_and_load(field, ctx_list) for field in batch]

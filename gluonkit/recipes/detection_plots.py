@@ -17,7 +17,7 @@ from gluonkit.atomic import atomic_write
 from gluonkit.callbacks import Callback
 
 __all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",
-           "best_threshold"]
+           "best_f1_threshold", "best_threshold", "draw_detections"]
 
 _MEAN, _STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 _PALETTE = ["#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#9467bd", "#7f7f7f", "#2ca02c",
@@ -34,8 +34,9 @@ def _write_png(fig, path):
 
 
 def plot_detection_curves(history, classes, path):
-    """Draw ``history`` (``fit``'s: 'loss', 'val_mAP', 'val_<class>', 'lr' per epoch) to a PNG
-    at ``path``: the loss on a log scale, validation mAP and per-class AP, the learning rate.
+    """Draw ``history`` (``fit``'s: 'loss', 'val_mAP', 'val_coco_AP', 'val_<class>', 'lr' per
+    epoch) to a PNG at ``path``: the loss on a log scale, validation VOC07 mAP, COCO AP and
+    per-class AP, the learning rate.
     Returns the matplotlib figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -53,9 +54,15 @@ def plot_detection_curves(history, classes, path):
         if f"val_{name}" in history:
             aps.plot(epochs, history[f"val_{name}"], marker=".", lw=1, color=_PALETTE[i % len(_PALETTE)],
                      label=f"AP {name}")
+    title = []
     if "val_mAP" in history:
-        aps.plot(epochs, history["val_mAP"], marker="o", lw=2.5, color="black", label="mAP")
-        aps.set_title(f"validation VOC07 AP (last mAP {history['val_mAP'][-1]:.3f})")
+        aps.plot(epochs, history["val_mAP"], marker="o", lw=2.5, color="black", label="VOC07 mAP")
+        title.append(f"mAP {history['val_mAP'][-1]:.3f}")
+    if "val_coco_AP" in history:
+        aps.plot(epochs, history["val_coco_AP"], marker="s", lw=2.5, ls="--", color="dimgray",
+                 label="COCO AP (IoU 0.50:0.95)")
+        title.append(f"COCO AP {history['val_coco_AP'][-1]:.3f}")
+    aps.set_title("validation AP" + (f" (last {', '.join(title)})" if title else ""))
     aps.set_ylim(0, 1)
     rate.plot(epochs, history.get("lr", []), marker="o")
     rate.set_title("learning rate (at each epoch's end)")
@@ -121,13 +128,16 @@ def _detect(net, transform, sample, ctx):
     return x, label, ids[keep, 0].astype(int), scores[keep, 0], boxes[keep]
 
 
-def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0.05, 0.96, 0.05)):
-    """The score threshold among ``candidates`` whose detections on ``dataset`` have the best
-    F1 (a detection is right, and an object found, at IoU 0.5 with the same class)."""
+def best_f1_threshold(detections, labels, candidates=np.arange(0.05, 0.96, 0.05)):
+    """The score threshold among ``candidates`` whose detections have the best F1 (a detection
+    is right, and an object found, at IoU 0.5 with the same class).
+
+    ``detections`` holds per image ``(ids, scores, boxes)`` (NumPy, one row per detection) and
+    ``labels`` per image its (objects, 5+) label, in the same pixels.
+    """
     found, correct, shown, objects = np.zeros(len(candidates)), np.zeros(len(candidates)), \
         np.zeros(len(candidates)), 0
-    for i in range(len(dataset)):
-        _, label, ids, scores, boxes = _detect(net, transform, dataset[i], ctx)
+    for (ids, scores, boxes), label in zip(detections, labels):
         objects += len(label)
         for k, thresh in enumerate(candidates):
             keep = scores >= thresh
@@ -140,45 +150,77 @@ def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0
     return float(np.round(candidates[int(np.argmax(f1))], 2))
 
 
-def draw_predictions(net, transform, dataset, classes, path, count=8, thresh=0.5, ctx=mx.cpu(),
-                     columns=4):
-    """Draw the first ``count`` images of ``dataset`` as the network sees them, with the ground
-    truth (dashed white; dashed yellow where no detection of its class overlaps it by IoU 0.5)
-    and the detections scoring ``thresh`` or more (solid, in their class's colour, one label
-    each: class and score), to a PNG at ``path``.
+def best_threshold(net, transform, dataset, ctx=mx.cpu(), candidates=np.arange(0.05, 0.96, 0.05)):
+    """``best_f1_threshold`` of ``net``'s detections on ``dataset`` through the validation
+    ``transform`` (in its pixels)."""
+    detected = [_detect(net, transform, dataset[i], ctx) for i in range(len(dataset))]
+    return best_f1_threshold([d[2:] for d in detected], [d[1] for d in detected], candidates)
 
-    ``transform(image, label)`` is the validation transform: it returns the network's input
-    (3, H, W) and the label in its pixels first. Returns the matplotlib figure.
-    """
+
+def _draw(panels, classes, path, thresh, columns):
+    """Draw ``panels``, per image (pixels HWC in [0, 1], label (objects, 5+), ids, scores,
+    boxes), to a PNG at ``path``; returns the figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    count = min(count, len(dataset))
-    rows = -(-count // columns)
-    fig = Figure(figsize=(3.4 * min(count, columns), 3.6 * rows + 0.5))
+    rows = -(-len(panels) // columns)
+    fig = Figure(figsize=(3.4 * min(len(panels), columns), 3.6 * rows + 0.5))
     FigureCanvasAgg(fig)
-    fig.suptitle(f"dashed white: ground truth; dashed yellow: missed; solid: detections with "
-                 f"score >= {thresh:g}", fontsize=10)
-    for i in range(count):
-        x, label, ids, scores, boxes = _detect(net, transform, dataset[i], ctx)
+    fig.suptitle(f"dashed white: ground truth; dashed yellow: missed; dotted grey: difficult "
+                 f"(not scored); solid: detections with score >= {thresh:g}", fontsize=10)
+    for i, (pixels, label, ids, scores, boxes) in enumerate(panels):
         keep = scores >= thresh
         ids, scores, boxes = ids[keep], scores[keep], boxes[keep]
+        difficult = label[:, 5] > 0 if label.shape[1] > 5 else np.zeros(len(label), bool)
         found, correct = match_detections(boxes, ids, label[:, :4], label[:, 4].astype(int))
-        pixels = np.clip((x.asnumpy().transpose(1, 2, 0) * _STD + _MEAN), 0, 1)
-        ax = fig.add_subplot(rows, min(count, columns), i + 1)
+        ax = fig.add_subplot(rows, min(len(panels), columns), i + 1)
         ax.imshow(pixels)
-        for (x0, y0, x1, y1), hit in zip(label[:, :4], found):
-            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, lw=1.5, ls="--",
-                                   edgecolor="white" if hit else "yellow"))
+        for (x0, y0, x1, y1), hit, hard in zip(label[:, :4], found, difficult):
+            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, lw=1.5,
+                                   ls=":" if hard else "--",
+                                   edgecolor="silver" if hard else "white" if hit else "yellow"))
         taken = []
         for box, cls, score in zip(boxes, ids, scores):
             colour = _PALETTE[cls % len(_PALETTE)]
             ax.add_patch(Rectangle(box[:2], box[2] - box[0], box[3] - box[1], fill=False, lw=1.5,
                                    edgecolor=colour))
             _label(ax, box, f"{classes[cls]} {score:.2f}", colour, pixels.shape[1], taken)
-        ax.set_title(f"found {int(found.sum())}/{len(found)}, {int((~correct).sum())} false",
-                     fontsize=9)
+        scored = ~difficult
+        ax.set_title(f"found {int(found[scored].sum())}/{int(scored.sum())}, "
+                     f"{int((~correct).sum())} false", fontsize=9)
         ax.set_axis_off()
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return _write_png(fig, path)
+
+
+def draw_predictions(net, transform, dataset, classes, path, count=8, thresh=0.5, ctx=mx.cpu(),
+                     columns=4):
+    """Draw the first ``count`` images of ``dataset`` as the network sees them, with the ground
+    truth (dashed white; dashed yellow where no detection of its class overlaps it by IoU 0.5;
+    dotted grey if difficult) and the detections scoring ``thresh`` or more (solid, in their
+    class's colour, one label each: class and score), to a PNG at ``path``.
+
+    ``transform(image, label)`` is the validation transform: it returns the network's input
+    (3, H, W) and the label in its pixels first. Returns the matplotlib figure.
+    """
+    panels = []
+    for i in range(min(count, len(dataset))):
+        x, *found = _detect(net, transform, dataset[i], ctx)
+        panels.append((np.clip((x.asnumpy().transpose(1, 2, 0) * _STD + _MEAN), 0, 1), *found))
+    return _draw(panels, classes, path, thresh, columns)
+
+
+def draw_detections(dataset, detections, classes, path, count=8, thresh=0.5, columns=4):
+    """``draw_predictions`` of detections already made: the first ``count`` images of
+    ``dataset`` in their own pixels and shapes, with ``detections`` (per image ``(ids, scores,
+    boxes)`` in its pixels, such as ``detection_serving.validation_detections`` gives)."""
+    panels = []
+    for i in range(min(count, len(dataset))):
+        image, label = dataset[i]
+        ids, scores, boxes = (np.asarray(a) for a in detections[i])
+        ids, scores = ids.reshape(-1), scores.reshape(-1)
+        keep = (ids >= 0) & np.isfinite(boxes).all(axis=1)
+        panels.append((image.asnumpy() / 255.0, np.asarray(label), ids[keep].astype(int),
+                       scores[keep], boxes[keep]))
+    return _draw(panels, classes, path, thresh, columns)

@@ -4,6 +4,7 @@
     gluonkit-predict --model runs/classify/model photo.png more_photos/ --top-k 3
     gluonkit-predict --model runs/classify/model photo.png --json
     gluonkit-predict --model runs/detect/model street.png --score-threshold 0.3
+    gluonkit-predict --model runs/detect/model val/ --coco val.json > detections.json
 
 For each image, prints the top classes with their probabilities (a classifier) or the boxes
 found, with class, score and corners in the image's own pixels (a detector), using the
@@ -12,10 +13,14 @@ programs. Results are printed batch by batch, as the images are read. A file tha
 used (a damaged model or image, an image beyond the limits) ends the command with one line
 naming it, and status 1.
 """
+import json
+import os
 import sys
 
+from gluonkit.data.coco import coco_image_ids
 from gluonkit.inference import iter_predict, load_model
 from gluonkit.recipes import common
+from gluonkit.recipes.coco_metric import coco_results
 from gluonkit.results import format_results, print_stream
 
 __all__ = ["parse_args", "main", "format_results"]
@@ -32,14 +37,51 @@ def parse_args(argv=None):
                         help="the exported model's prefix: OUT/model for OUT/model-symbol.json")
     parser.add_argument("--top-k", type=common.positive_int, default=5,
                         help="classes per image (classifiers)")
-    parser.add_argument("--score-threshold", type=common.non_negative_float, default=0.5,
-                        metavar="S", help="the lowest score of a box printed (detectors)")
+    parser.add_argument("--score-threshold", type=common.non_negative_float, metavar="S",
+                        help="the lowest score of a box printed (detectors; default: the one the "
+                             "model's run recorded, its best F1 on the validation set, else 0.5)")
     parser.add_argument("--batch-size", type=common.positive_int, default=32,
                         help="images read and run together")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--coco", nargs="?", const="", metavar="ANNOTATIONS.json",
+                        help="detectors: print COCO's results format instead (a JSON list of "
+                             "image_id, category_id, bbox as [x, y, width, height], score) for "
+                             "other tools to score; the image ids are ANNOTATIONS.json's ids "
+                             "of the image files (found as gluonkit-detect finds them), else "
+                             "1, 2, ... in order")
+    parser.add_argument("--coco-images", metavar="DIR",
+                        help="the folder that the --coco file's file_name entries are relative "
+                             "to, as gluonkit-detect's --images")
     parser.add_argument("--ctx", type=common.ctx_type, default="cpu:0", help="the device to run on")
     common.add_image_limits(parser)
     return common.parse_with_config(parser, argv)
+
+
+def _image_id(image, ids, number, annotations):
+    """The id in ``ids`` ({real path: id}) of the file ``image``; ``number`` without ``ids``."""
+    if ids is None:
+        return number
+    ident = ids.get(os.path.realpath(image))
+    if ident is None:
+        raise ValueError(f"{image} is not one of the images of {annotations} (where its "
+                         "file_name entries lead); predict on those images, or leave the file "
+                         "out to number the images 1, 2, ...")
+    return ident
+
+
+def _print_coco(results, model, annotations, images_dir):
+    """Print the detections of ``results`` as one JSON list in COCO's results format."""
+    ids = coco_image_ids(annotations, images_dir) if annotations else None
+    classes = model.metadata["outputs"][0].get("classes") or []
+    categories = model.metadata.get("category_ids") or list(range(len(classes)))
+    detections = []
+    for number, result in enumerate(results, 1):
+        image_id = _image_id(result["image"], ids, number, annotations)
+        for box in result["boxes"]:
+            index = classes.index(box["class"]) if box["class"] in classes else int(box["class"])
+            detections += coco_results(image_id, [box["box"]], [index], [box["score"]],
+                                       categories)
+    print(json.dumps(detections), flush=True)
 
 
 def main(argv=None):
@@ -49,10 +91,21 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         model = load_model(args.model, common.parse_ctx(args.ctx)[0])
+        if model.kind == "detector":       # on stderr: the results stay one line per image
+            given = args.score_threshold is not None
+            print(f"boxes scoring {args.score_threshold if given else model.score_threshold:g} or "
+                  "more (" + ("--score-threshold" if given else "the model's threshold: its run's "
+                              "best F1" if "score_threshold" in model.metadata else "the default")
+                  + ")", file=sys.stderr, flush=True)
         results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
                                score_threshold=args.score_threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
-        print_stream(results, args.json)
+        if args.coco is not None:
+            if model.kind != "detector":
+                raise ValueError(f"--coco writes detections; {args.model} is a {model.kind}.")
+            _print_coco(results, model, args.coco, args.coco_images)
+        else:
+            print_stream(results, args.json)
     except (OSError, ValueError) as err:   # a file not there or unreadable; ImageError, ExportError
         sys.stdout.flush()
         sys.exit(f"gluonkit-predict: {err}")

@@ -20,11 +20,12 @@ from gluoncv.data.transforms import presets
 from gluoncv.model_zoo import get_mobilenet
 from gluoncv.model_zoo.rcnn.faster_rcnn.faster_rcnn import get_faster_rcnn
 from gluoncv.model_zoo.resnetv1b import resnet18_v1b
+from gluoncv.nn.coder import SigmoidClassEncoder
 from mxnet import gluon
 
 __all__ = ["BACKBONES", "backbone_of", "build_faster_rcnn", "place_target_generator", "fit_rpn_scales",
-           "train_transform", "val_transform", "train_batchify", "val_batchify", "FasterRCNNBatch",
-           "eval_fn"]
+           "FasterRCNNTrainTransform", "train_transform", "val_transform", "train_batchify",
+           "val_batchify", "FasterRCNNBatch", "eval_fn"]
 
 BACKBONES = ("mobilenet0.25", "resnet18_v1b")
 ZOO_SCALES = (8, 16, 32)          # GluonCV's anchor scales (x 16 px) for 600 px images
@@ -129,9 +130,43 @@ def fit_rpn_scales(dataset, short, max_size, count=5):
     return tuple(float(s) for s in np.round(quantiles / _STRIDE, 2))
 
 
+class _BackgroundRPNTargets:
+    """GluonCV's ``RPNTargetGenerator``, and for an image without objects (no box to match)
+    the targets its sampler gives anchors that overlap nothing: every anchor inside the image
+    a negative (IoU 0 is below ``neg_iou_thresh``), ``num_sample`` of them kept at random,
+    the others and the anchors across the border ignored; no box targets."""
+
+    def __init__(self, generator, num_sample):
+        self.generator, self.num_sample = generator, num_sample
+        self.cls_encoder = SigmoidClassEncoder()
+
+    def __call__(self, bbox, anchor, width, height):
+        if bbox.shape[0]:
+            return self.generator(bbox, anchor, width, height)
+        x0, y0, x1, y1 = anchor.asnumpy().T
+        samples = np.where((x0 >= 0) & (y0 >= 0) & (x1 < width) & (y1 < height), -1.0, 0.0)
+        negatives = np.flatnonzero(samples < 0)
+        if len(negatives) > self.num_sample:
+            samples[np.random.choice(negatives, len(negatives) - self.num_sample, replace=False)] = 0
+        cls_target, _ = self.cls_encoder(samples)
+        return cls_target, np.zeros((len(samples), 4), np.float32), np.zeros((len(samples), 4), np.float32)
+
+
+class FasterRCNNTrainTransform(presets.rcnn.FasterRCNNDefaultTrainTransform):
+    """GluonCV's Faster R-CNN training transform (resize, random flip, RPN targets), which also
+    takes images without objects: the RPN's anchors train as background (and the batch's label,
+    one row of -1, makes the R-CNN's regions background too)."""
+
+    @property
+    def _target_generator(self):
+        generator = super()._target_generator
+        return None if generator is None else _BackgroundRPNTargets(generator, self._num_sample)
+
+
 def train_transform(net, short, max_size):
-    """GluonCV's Faster R-CNN training transform (resize, random flip, RPN targets)."""
-    return presets.rcnn.FasterRCNNDefaultTrainTransform(short, max_size, net, ashape=net.ashape)
+    """GluonCV's Faster R-CNN training transform (resize, random flip, RPN targets), taking
+    images without objects too (``FasterRCNNTrainTransform``)."""
+    return FasterRCNNTrainTransform(short, max_size, net, ashape=net.ashape)
 
 
 def val_transform(short, max_size):
@@ -145,10 +180,17 @@ def _rpn_targets(levels, shape):
     return mx.nd.array(np.concatenate([a.reshape(shape) for a in arrays], axis=1))
 
 
+def _batch_label(label):
+    """One image's label (N, 6) as a (1, N, 6) NDArray; for an image without objects one row of
+    -1, the padding of GluonCV's batches, which the network's sampler and the metric skip."""
+    label = np.asarray(label.asnumpy() if isinstance(label, mx.nd.NDArray) else label)
+    return mx.nd.array(label if len(label) else np.full((1, label.shape[1]), -1)).expand_dims(0)
+
+
 def train_batchify(samples):
     """A list of per-image tuples (image, label, RPN class, box and mask targets), every array
     with a batch axis of one: the images keep their own sizes (nothing is padded)."""
-    return [(image.expand_dims(0), mx.nd.array(label).expand_dims(0), _rpn_targets(cls, (1, -1)),
+    return [(image.expand_dims(0), _batch_label(label), _rpn_targets(cls, (1, -1)),
              _rpn_targets(box, (1, -1, 4)), _rpn_targets(mask, (1, -1, 4)))
             for image, label, cls, box, mask in samples]
 
@@ -156,7 +198,7 @@ def train_batchify(samples):
 def val_batchify(samples):
     """A list of per-image (image (1, 3, H, W), label (1, N, 6)) pairs (boxes in the resized
     image's pixels; the transform's scale back to the original is left out)."""
-    return [(image.expand_dims(0), mx.nd.array(label).expand_dims(0)) for image, label, _ in samples]
+    return [(image.expand_dims(0), _batch_label(label)) for image, label, _ in samples]
 
 
 def _per_device(batch, ctx_list):
@@ -186,11 +228,11 @@ class FasterRCNNBatch:
         cls_pred, box_pred, _, _, _, rpn_score, rpn_box, _, cls_targets, box_targets, box_masks, _ = \
             net(image, label[:, :, :4], label[:, :, 4:5])
         rpn_score = rpn_score.squeeze(axis=-1)
-        rpn_sampled = (rpn_cls_targets >= 0).sum()
+        rpn_sampled = (rpn_cls_targets >= 0).sum().clip(1, float("inf"))   # 0: no anchor inside
         rpn_loss = (self.rpn_cls_loss(rpn_score, rpn_cls_targets, rpn_cls_targets >= 0)
                     * rpn_cls_targets.size / rpn_sampled
                     + self.rpn_box_loss(rpn_box, rpn_box_targets, rpn_box_masks) * rpn_box.size / rpn_sampled)
-        rcnn_sampled = (cls_targets >= 0).sum()
+        rcnn_sampled = (cls_targets >= 0).sum().clip(1, float("inf"))
         rcnn_loss = (self.rcnn_cls_loss(cls_pred, cls_targets, cls_targets.expand_dims(-1) >= 0)
                      * cls_targets.size / rcnn_sampled
                      + self.rcnn_box_loss(box_pred, box_targets, box_masks) * box_pred.size / rcnn_sampled)

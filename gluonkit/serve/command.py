@@ -45,8 +45,9 @@ def parse_args(argv=None):
                         help="image files, or directories searched for them")
     parser.add_argument("--top-k", type=_typed(positive_int), default=5,
                         help="classes per image (classifiers)")
-    parser.add_argument("--score-threshold", type=_typed(_score, float), default=0.5, metavar="S",
-                        help="the lowest score of a box printed (detectors)")
+    parser.add_argument("--score-threshold", type=_typed(_score, float), metavar="S",
+                        help="the lowest score of a box printed (detectors; default: the one the "
+                             "model's run recorded, its best F1 on the validation set, else 0.5)")
     parser.add_argument("--batch-size", type=_typed(positive_int), default=32,
                         help="images read and run together")
     parser.add_argument("--threads", type=_typed(positive_int), default=None,

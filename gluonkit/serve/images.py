@@ -3,8 +3,11 @@
 same plan (:mod:`gluonkit.preprocessing`), the same arithmetic.
 
 Resizes interpolate as OpenCV's ``resize`` (which MXNet calls): pixel centers aligned, no
-antialiasing, bilinear or bicubic (a = -0.75), edges replicated; OpenCV computes in fixed
-point, so a resized pixel may differ from MXNet's by one level of 255.
+antialiasing, bilinear or bicubic (a = -0.75), edges replicated, or area (each pixel the
+mean of the pixels it covers, for shrinking); OpenCV computes in fixed point, so a resized
+pixel may differ from MXNet's by one level of 255. Other interpolations (``interp`` 0, 3
+and 4: nearest, area to enlarge, Lanczos) are not reproduced: :func:`check_interp` refuses
+them.
 """
 import io
 
@@ -12,9 +15,13 @@ import numpy as np
 from PIL import Image
 
 from ..imagefiles import ImageError, check_decoded, read_checked
-from ..preprocessing import BILINEAR, plan
+from ..metadata import ExportError
+from ..preprocessing import AREA, AUTO, BICUBIC, BILINEAR, plan
 
-__all__ = ["read_image", "resize", "prepare"]
+__all__ = ["read_image", "resize", "check_interp", "prepare"]
+
+#: The ``interp`` values of a model's preprocessing that :func:`resize` reproduces.
+INTERPOLATIONS = (BILINEAR, BICUBIC, AUTO)
 
 
 def read_image(path, channels, max_pixels, max_aspect):
@@ -61,6 +68,11 @@ def _cubic(d):
 
 def _weights(size, new_size, interp):
     """The (new_size, size) matrix that interpolates one axis."""
+    if interp == AREA:              # each new pixel covers ``size / new_size`` old ones
+        scale, old = size / new_size, np.arange(size)
+        edges = np.arange(new_size + 1) * scale
+        covered = np.minimum(edges[1:, None], old + 1) - np.maximum(edges[:-1, None], old)
+        return (np.clip(covered, 0, None) / scale).astype(np.float32)
     x = (np.arange(new_size) + 0.5) * (size / new_size) - 0.5
     base = np.floor(x)
     offsets = np.array([0, 1]) if interp == BILINEAR else np.array([-1, 0, 1, 2])
@@ -80,6 +92,17 @@ def resize(image, width, height, interp):
     return np.clip(np.floor(pixels.transpose(1, 0, 2) + 0.5), 0, 255).astype(np.uint8)
 
 
+def check_interp(preprocessing, path):
+    """``ExportError`` naming ``path`` unless :func:`resize` reproduces the resizes of
+    ``preprocessing`` (its ``interp``: OpenCV's code, or 9)."""
+    interp = preprocessing.get("interp", BILINEAR)
+    if interp not in INTERPOLATIONS:
+        raise ExportError(f"{path} resizes images with OpenCV interpolation {interp}, which "
+                          "gluonkit.serve does not reproduce (it does 1: bilinear, 2: bicubic, "
+                          "9: area to shrink, bicubic to enlarge); predict with gluonkit-predict, or "
+                          "export with one of those.")
+
+
 def prepare(path, preprocessing, max_pixels, max_aspect):
     """``(plan, tensor)``: the image file ``path`` as the network's input (CHW float32) and its
     :class:`gluonkit.preprocessing.Plan`."""
@@ -89,9 +112,13 @@ def prepare(path, preprocessing, max_pixels, max_aspect):
     for kind, *args in steps.steps:
         if kind == "resize":
             image = resize(image, *args)
-        else:
+        elif kind == "crop":
             x0, y0, width, height = args
             image = image[y0:y0 + height, x0:x0 + width]
+        else:                                   # pad: zeros at the bottom and right
+            width, height = args
+            image = np.pad(image, ((0, height - image.shape[0]), (0, width - image.shape[1]),
+                                   (0, 0)))
     mean = np.asarray(preprocessing.get("mean", [0.0] * channels), dtype=np.float32)
     std = np.asarray(preprocessing.get("std", [1.0] * channels), dtype=np.float32)
     tensor = (image.astype(np.float32) / np.float32(255) - mean) / std

@@ -25,6 +25,12 @@ class OnnxModel:
         return self.metadata["kind"]
 
     @property
+    def score_threshold(self):
+        """A detector's default lowest score reported: the one its run recorded (the best F1
+        on its validation set), else 0.5."""
+        return self.metadata.get("score_threshold", 0.5)
+
+    @property
     def outputs(self):
         """``[{'name', 'classes'}, ...]``, one per network output."""
         return self.metadata["outputs"]

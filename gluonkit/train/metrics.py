@@ -8,8 +8,9 @@ Two rules decide what a metric's ``update`` receives, for every device's outputs
   would compare the int-cast scores with the one-hot entries and report a wrong accuracy.
 - A metric whose ``update`` takes more than (labels, preds), such as GluonCV's
   ``VOC07MApMetric.update(pred_bboxes, pred_labels, pred_scores, gt_bboxes, gt_labels,
-  gt_difficults=None)``, gets ``update(*output_fields, *label_fields)``: each device's outputs
-  and labels are tuples of arrays, and field i becomes the list of every device's i-th array.
+  gt_difficults=None)``, gets ``update(*outputs, *labels)`` once per device, as GluonCV's
+  ``train_faster_rcnn.py`` feeds it: each device's outputs and labels are tuples of arrays
+  (the devices may hold different numbers of objects).
 """
 import copy
 import difflib
@@ -138,8 +139,10 @@ class MetricFeeder:
                 metric.update(labels, outputs)
                 continue
             if most > 2:
-                args = (*_fields(outputs, "outputs"), *_fields(labels, "labels"))
-            elif isinstance(metric, _CLASS_METRICS):
+                for device_outputs, device_labels in zip(outputs, labels):
+                    _update_fields(metric, device_outputs, device_labels)
+                continue
+            if isinstance(metric, _CLASS_METRICS):
                 args = ([_class_indices(y, p) for y, p in zip(labels, outputs)], outputs)
             else:
                 args = (labels, outputs)
@@ -222,6 +225,20 @@ class OutputMetric:
         return [f"{self.name}_{key}" for key in values], list(values.values())
 
 
+def _update_fields(metric, outputs, labels):
+    """``metric.update(*outputs, *labels)`` of one device; a failure names the fields' shapes."""
+    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+    labels = tuple(labels) if isinstance(labels, (tuple, list)) else (labels,)
+    try:
+        metric.update(*outputs, *labels)
+    except (AssertionError, ValueError, IndexError) as err:
+        raise ValueError(
+            f"{type(metric).__name__}.update failed on a device's outputs of shape "
+            f"{_shapes(outputs)} and labels of shape {_shapes(labels)} ({type(err).__name__}: "
+            f"{err}); return from eval_fn (or batch_fn) per device the tuples whose fields, in "
+            "order, are update's arguments.") from err
+
+
 def metric_values(metric):
     """dict name -> value of a metric's results.
 
@@ -244,7 +261,8 @@ def metric_values(metric):
 
 def _shapes(parts):
     """The shapes of per-device arrays (or of tuples of them), for messages."""
-    return [tuple(p.shape) if hasattr(p, "shape") else _shapes(p) for p in parts]
+    return [tuple(p.shape) if hasattr(p, "shape") else None if p is None else _shapes(p)
+            for p in parts]
 
 
 def _class_indices(label, pred):

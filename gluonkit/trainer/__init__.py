@@ -9,11 +9,14 @@ Which module holds what:
 - ``_state``: ``state_dict`` / ``load_state_dict`` and structural parameter names;
 - ``_args``: the constructor's argument checks;
 - ``_gradients``: passes over gradient arrays (zeroing, the sum of squares, clipping);
-- ``_loss_scaling`` and ``amp``: mixed precision, attached with ``Trainer.attach_loss_scaler``.
+- ``_loss_scaling`` and ``amp``: mixed precision, attached with ``Trainer.attach_loss_scaler``;
+- ``horovod``: the Horovod engine, Horovod's all-reduce behind the kvstore interface
+  (``kvstore='horovod'``), beside MXNet's own kvstores.
 
 This wing never imports the fit wing (:mod:`gluonkit.train`): the loop drives a Trainer only
 through its public methods, and works with ``gluon.Trainer`` too.
 """
+from .horovod import Horovod
 from .trainer import Trainer
 
-__all__ = ["Trainer"]
+__all__ = ["Horovod", "Trainer"]

@@ -11,12 +11,13 @@ from mxnet import gluon
 from ..validate import choice, finite_real, is_int
 from ..names import first_names
 
-__all__ = ["check_clip", "check_clip_setting", "check_kvstore", "check_launched",
+__all__ = ["check_clip", "check_clip_setting", "check_horovod", "check_kvstore", "check_launched",
            "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",
            "is_distributed", "unique_params"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
-_KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async")
+_KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async",
+             "horovod")
 _LAUNCHER_ENV = ("DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")
 
 
@@ -41,6 +42,20 @@ def check_launched(kvstore):
                            f"started by a launcher ({', '.join(missing)} not set). Start it with "
                            f"`python -m gluonkit.launch -n 2 -- python {sys.argv[0] or 'train.py'} ...`, "
                            "or use kvstore='device' on one machine.")
+
+
+def check_horovod(params, compression_params, update_on_kvstore):
+    """What Horovod cannot do: update on the kvstore, compress gradients MXNet's way, sparse gradients."""
+    if update_on_kvstore:
+        raise ValueError("update_on_kvstore=True cannot be used with kvstore='horovod': Horovod runs no "
+                         "optimizer, every rank applies the same update. Leave update_on_kvstore unset.")
+    if compression_params:
+        raise ValueError(f"compression_params={compression_params!r} cannot be used with kvstore='horovod' "
+                         "(MXNet's gradient compression belongs to its own kvstores); leave it unset.")
+    sparse = [p.name for p in _param_list(params) if p._stype != "default" or p._grad_stype != "default"]
+    if sparse:
+        raise ValueError(f"kvstore='horovod' sums dense gradients; {', '.join(sparse)} are sparse. Use "
+                         "kvstore='dist_sync' for sparse parameters.")
 
 
 def check_optimizer(optimizer, optimizer_params):
@@ -177,4 +192,4 @@ def check_policy(policy):
 def is_distributed(kvstore):
     """``(distributed, asynchronous)`` for a kvstore name or instance (MXNet ignores the case)."""
     kv_type = str(kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")).lower()
-    return "dist" in kv_type, "async" in kv_type
+    return "dist" in kv_type or kv_type == "horovod", "async" in kv_type

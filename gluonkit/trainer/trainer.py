@@ -8,10 +8,11 @@ from mxnet import gluon
 
 from ..names import first_names, network_names, select
 from ..validate import check_count, is_int, positive_int
-from ._args import (check_clip, check_clip_setting, check_kvstore, check_launched, check_learning_rate,
-                    check_optimizer, check_pending, check_policy, check_update_on_kvstore, is_distributed,
+from ._args import (check_clip, check_clip_setting, check_horovod, check_kvstore, check_launched,
+                    check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore, is_distributed,
                     unique_params)
 from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
+from .horovod import Horovod, is_horovod
 from ._loss_scaling import LossScaling
 from ._state import TrainerState
 from ._window import Window, whole
@@ -69,8 +70,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
     * a context that got no data contributes zero, never its previous gradient;
     * a parameter still waiting for deferred initialization is skipped, and joins once
       initialized;
-    * with a distributed kvstore, ``batch_size`` is the local count and the global count is
-      summed over the workers;
+    * with a distributed kvstore (or Horovod), ``batch_size`` is the local count and the
+      global count is summed over the workers;
     * with ``clip_global_norm``, the gradient of the whole window (normalized by the global
       count, summed over devices and workers) is scaled to at most that norm, on the device.
 
@@ -97,6 +98,8 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
     kvstore : str or KVStore, default 'device'
         As for ``gluon.Trainer``; a name MXNet does not know is refused. Distributed kvstores
         must be synchronous, in a process started by ``python -m gluonkit.launch``.
+        'horovod' (or a ``gluonkit.trainer.Horovod``) sums over the ranks of a job started
+        by ``horovodrun`` with the same contract (Horovod is an optional install).
     compression_params : dict, optional
         As for ``gluon.Trainer``.
     update_on_kvstore : bool, optional
@@ -147,6 +150,9 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
         check_kvstore(kvstore)
         params, names = _named(params)
         params = unique_params(params)
+        if is_horovod(kvstore):
+            check_horovod(params, compression_params, update_on_kvstore)
+            kvstore = kvstore if isinstance(kvstore, Horovod) else Horovod()
         check_update_on_kvstore(params, kvstore, update_on_kvstore)
         distributed, asynchronous = is_distributed(kvstore)
         if clip_global_norm is not None:
@@ -499,6 +505,7 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             super()._init_kvstore()
         finally:
             self._params = params
+        self._distributed = self._distributed or is_distributed(self._kvstore)[0]   # gluon: 'dist' names only
 
     def _select(self, ignore_stale_grad=False):
         """Indices of the parameters to update; zero the contexts that got no gradient."""
@@ -534,6 +541,9 @@ class Trainer(TrainerState, LossScaling, gluon.Trainer):
             self._init_params()
         selected = self._select() if self._selected is None else self._selected
         if not self._kvstore:
+            return
+        if isinstance(self._kvstore, Horovod):   # dense only: one grouped all-reduce
+            self._kvstore.pushpull(selected, [self._params[i].list_grad() for i in selected])
             return
         for i in selected:
             param = self._params[i]

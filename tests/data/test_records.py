@@ -116,10 +116,15 @@ def test_detection_labels_are_the_class_ids_of_every_object(tmp_path):
 
 
 @pytest.mark.parametrize("label, message", [
-    (detection([1, 0, 0, 0.5, 0.5], width=4), r"record 1: its labels \[2, 4, 1, 0, \.\.\.\] are not "
-                                               "a detection label"),
-    (np.array([2, 5], np.float32), r"record 1: its labels \[2, 5\] are not a detection label"),
-    (detection([1, 0, 0, 0.5, 0.5])[:-1], r"record 1: its labels \[2, 5, 1, 0, \.\.\.\] are not"),
+    (detection([1, 0, 0, 0.5, 0.5], width=4), r"record 1: its labels \[2, 4, 1, 0, \.\.\.\] give an "
+                                               r"object width of 4, which must be 5 or more"),
+    (detection([1, 0, 0, 0.5, 0.5])[:-1], r"record 1: its 4 values after the header of 2 do not "
+                                          r"divide into objects of 5 values \(4 left over\)"),
+    (detection([1, 0, 0, 0.5, 0.5], [2, 0, 0, 1, 1])[:-2], r"record 1: its 8 values after the "
+                                                           r"header of 2 do not divide into objects of 5 values \(3 left over\)"),
+    (np.array([1, 5, 1, 0, 0, 0.5, 0.5], np.float32), r"record 1: its labels \[1, 5, 1, 0, \.\.\.\] "
+                                                      r"give a header length of 1, which must be 2 or more"),
+    (np.array([7], np.float32), r"record 1: its labels \[7\] do not start with a detection header"),
     (detection([7, 0, 0, 0.5, 0.5]), r"record 1, object 0: class 7 is not one of the 3 classes"),
     (detection([1, 0, 0, 0.5, 0.5], [0, 0.5, 0.5, 1.2, 1]),
      r"record 1, object 1: box \(0.5, 0.5, 1.2, 1\) is empty or outside the image"),
@@ -129,3 +134,9 @@ def test_detection_labels_gluoncv_cannot_use_are_named(tmp_path, label, message)
     path = write_rec(tmp_path / "d.rec", [detection([0, 0, 0, 1, 1]), label])
     with pytest.raises(DataFileError, match=r"d\.rec, " + message):
         detection_labels(str(path), classes=3)
+
+
+def test_a_detection_label_of_a_header_alone_is_an_image_without_objects(tmp_path):
+    path = write_rec(tmp_path / "d.rec", [detection([0, 0, 0, 1, 1]), np.array([2, 5], np.float32),
+                                          np.array([2, 6], np.float32)])
+    assert [ids.tolist() for ids in detection_labels(str(path), classes=3)] == [[0], [], []]

@@ -146,7 +146,11 @@ def test_the_detect_command_prints_one_line_and_exits_1(tmp_path):
 
 def test_an_image_that_cannot_be_decoded_is_named_with_its_file(tmp_path):
     root = write_voc(tmp_path, GOOD)
+    good = (root / "JPEGImages" / "1.jpg").read_bytes()
     (root / "JPEGImages" / "1.jpg").write_bytes(b"not an image")
+    with pytest.raises(DataFileError, match=r"1\.jpg"):          # its header, when loading
+        load_voc(str(root))
+    (root / "JPEGImages" / "1.jpg").write_bytes(good[:len(good) // 2])   # a whole header, cut
     (train, _), _ = load_voc(str(root))
     assert train[0][0].shape == (24, 32, 3)                  # the others still read
     with pytest.raises(DataFileError, match=r"1\.jpg"):

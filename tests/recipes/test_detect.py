@@ -2,12 +2,12 @@
 import json
 import os
 
-import cv2
 import mxnet as mx
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
+from detection_files import write_rec, write_voc
 from gluonkit.data import DataFileError, ShapesDetection
 from gluonkit.recipes import detect
 
@@ -96,31 +96,10 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert_allclose(whole["history"]["val_mAP"], resumed["history"]["val_mAP"], atol=1e-7)
 
 
-def _write_voc(root, dataset, names):
-    """A Pascal VOC folder (1-based inclusive pixel boxes) holding ``dataset``'s samples."""
-    for sub in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
-        os.makedirs(os.path.join(root, sub), exist_ok=True)
-    ids = []
-    for i in range(len(dataset)):
-        image, label = dataset[i]
-        image = image.asnumpy()
-        ident = f"{i:04d}"
-        ids.append(ident)
-        cv2.imwrite(os.path.join(root, "JPEGImages", ident + ".jpg"), image[:, :, ::-1])
-        objects = "".join(
-            f"<object><name>{names[int(c)]}</name><difficult>0</difficult><bndbox>"
-            f"<xmin>{int(x0) + 1}</xmin><ymin>{int(y0) + 1}</ymin><xmax>{int(x1) + 1}</xmax>"
-            f"<ymax>{int(y1) + 1}</ymax></bndbox></object>" for x0, y0, x1, y1, c, _ in label)
-        with open(os.path.join(root, "Annotations", ident + ".xml"), "w") as f:
-            f.write(f"<annotation><size><width>{image.shape[1]}</width><height>{image.shape[0]}"
-                    f"</height><depth>3</depth></size>{objects}</annotation>")
-    return ids
-
-
 def test_a_voc_folder_made_here_is_read_and_trained(tmp_path):
     source = ShapesDetection("val", length=10)
     names = ["Circle", "Square", "Triangle"]
-    ids = _write_voc(str(tmp_path / "voc"), source, names)
+    ids = write_voc(str(tmp_path / "voc"), source, names)
     lists = tmp_path / "voc" / "ImageSets" / "Main"
     (lists / "train.txt").write_text("\n".join(ids[:6]) + "\n")
     (lists / "val.txt").write_text("\n".join(ids[6:]) + "\n")
@@ -143,28 +122,12 @@ def test_missing_data_is_named(tmp_path):
         detect.load_detection(f"rec:{tmp_path / 'a.rec'}")
 
 
-def _write_rec(path, dataset, difficult):
-    """``dataset`` as GluonCV's detection im2rec packs it: per image an ``IRHeader`` whose label
-    is [header length 2, object width, class, xmin, ymin, xmax, ymax (0-1), (difficult)...]
-    and the image encoded lossless, with the .idx beside the .rec."""
-    width = 6 if difficult else 5
-    record = mx.recordio.MXIndexedRecordIO(str(path.with_suffix(".idx")), str(path), "w")
-    for i in range(len(dataset)):
-        image, label = dataset[i]
-        height, wide = image.shape[:2]
-        objects = [[c, x0 / wide, y0 / height, x1 / wide, y1 / height] + ([d] if difficult else [])
-                   for x0, y0, x1, y1, c, d in label]
-        header = mx.recordio.IRHeader(0, np.array([2, width] + sum(objects, []), np.float32), i, 0)
-        record.write_idx(i, mx.recordio.pack_img(header, image.asnumpy()[:, :, ::-1], img_fmt=".png"))
-    record.close()
-
-
 @pytest.mark.parametrize("difficult", [False, True], ids=["5-wide", "6-wide"])
 def test_a_recordio_file_packed_here_reads_back_as_its_source_and_trains(tmp_path, difficult):
     sources = ShapesDetection("train", length=6), ShapesDetection("val", length=4)
     paths = tmp_path / "train.rec", tmp_path / "val.rec"
     for path, source in zip(paths, sources):
-        _write_rec(path, source, difficult)
+        write_rec(path, source, difficult)
     dataset = "rec:" + ",".join(map(str, paths))
     train, val, classes = detect.load_detection(dataset, classes=["circle", "square", "triangle"])
     assert classes == ["circle", "square", "triangle"] and (len(train), len(val)) == (6, 4)
@@ -183,7 +146,7 @@ def test_a_recordio_file_packed_here_reads_back_as_its_source_and_trains(tmp_pat
 
 def test_validation_ids_beyond_the_training_classes_are_refused_when_loading(tmp_path):
     train, val = tmp_path / "train.rec", tmp_path / "val.rec"
-    _write_rec(train, ShapesDetection("train", length=6), False)      # ids 0..2
+    write_rec(train, ShapesDetection("train", length=6), False)      # ids 0..2
     record = mx.recordio.MXIndexedRecordIO(str(val.with_suffix(".idx")), str(val), "w")
     for key, ids in enumerate([(0, 1), (2, 5)]):
         label = np.array([2, 5] + [v for c in ids for v in (c, 0.1, 0.1, 0.6, 0.6)], np.float32)
@@ -212,8 +175,8 @@ def test_amp_on_a_cpu_context_fails_before_anything_is_written(tmp_path, capsys)
 
 def test_a_damaged_image_in_a_detection_record_file_is_named_with_its_record(tmp_path):
     train, val = tmp_path / "train.rec", tmp_path / "val.rec"
-    _write_rec(train, ShapesDetection("train", length=3), False)
-    _write_rec(val, ShapesDetection("val", length=2), False)
+    write_rec(train, ShapesDetection("train", length=3), False)
+    write_rec(val, ShapesDetection("val", length=2), False)
     record = mx.recordio.MXIndexedRecordIO(str(val.with_suffix(".idx")), str(val), "w")
     label = np.array([2, 5, 0, 0.1, 0.1, 0.6, 0.6], np.float32)
     record.write_idx(0, mx.recordio.pack(mx.recordio.IRHeader(0, label, 0, 0), b"\x89PNG cut short"))

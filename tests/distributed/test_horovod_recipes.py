@@ -1,0 +1,101 @@
+"""The classification recipe with ``--kvstore horovod`` under ``horovodrun --gloo -np 2`` on loopback."""
+import csv
+import os
+import re
+import signal
+import sys
+
+import numpy as np
+import pytest
+from mxnet import nd
+
+import gluonkit
+from gluonkit.recipes import classify
+from horovod_run import horovodrun, require_horovod, start
+
+CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
+OPTIONS = ["--kvstore", "horovod", "--limit", "400", "--batch-size", "16", "--no-progress"]
+
+
+def _history(out):
+    with open(out / "history.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _weights(path):
+    return {name: array.asnumpy() for name, array in nd.load(str(path)).items()}
+
+
+def _classify(tmp_path, *options):
+    code, output = horovodrun(2, [CLASSIFY, *OPTIONS, *options], timeout=240, cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    return output
+
+
+def test_classify_on_two_horovod_ranks_validates_on_the_whole_test_split_exports_once_and_resumes_exactly(
+        tmp_path):
+    require_horovod()
+    never, resumed = tmp_path / "never", tmp_path / "resumed"
+    output = _classify(tmp_path, "--epochs", "2", "--out", str(never))
+    assert output.count("Training cnn on digits (") == 1   # rank 0 speaks
+    tested = re.findall(r"test accuracy: ([0-9.]+) on (\d+) images", output)
+    assert len(tested) == 1, output[-3000:]
+    accuracy, images = float(tested[0][0]), int(tested[0][1])
+    assert images > 300   # the whole test split, not a rank's half
+    rows = _history(never)
+    assert [int(r["epoch"]) for r in rows] == [1, 2]
+    # the last epoch's validation ran over the same whole split as the final test
+    assert abs(float(rows[-1]["val_accuracy"]) - accuracy) < 1e-4
+    assert sorted(os.listdir(never)) == ["args.json", "checkpoints", "curves.png", "history.csv",
+                                         "model-0000.params", "model-symbol.json", "model.json"]
+    assert output.count("exported epoch") == 1
+
+    _classify(tmp_path, "--epochs", "1", "--out", str(resumed))
+    output = _classify(tmp_path, "--epochs", "2", "--resume", "--out", str(resumed))
+    assert "Resumed from" in output
+    for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
+        assert [r[key] for r in _history(resumed)] == [r[key] for r in _history(never)], key
+    expected, got = _weights(never / "model-0000.params"), _weights(resumed / "model-0000.params")
+    assert set(got) == set(expected)
+    for name in expected:
+        assert np.array_equal(got[name], expected[name]), name
+
+
+@pytest.mark.parametrize("kvstore, message", [
+    ("horovod", "gluonkit-classify: --kvstore horovod: kvstore='horovod' needs"),
+    ("horovd", "gluonkit-classify: --kvstore horovd is not a kvstore (did you mean horovod?); use one of"),
+])
+def test_classify_with_a_kvstore_it_cannot_use_says_so_in_one_line(tmp_path, monkeypatch, kvstore, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HOROVOD_RANK", raising=False)
+    with pytest.raises(SystemExit) as info:
+        classify.main(["--kvstore", kvstore, "--epochs", "1", "--limit", "40", "--out", "", "--no-progress"])
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(gluonkit.Trainer, "request_stop"),
+                    reason="a signal stops every rank after the same update only with the workers' stop "
+                           "agreement (Trainer.request_stop) of the distributed stop-and-resume work")
+def test_classify_stopped_by_sigterm_on_both_ranks_then_resumed_ends_like_the_run_never_stopped(tmp_path):
+    require_horovod()
+    options = ["--kvstore", "horovod", "--epochs", "3", "--batch-size", "8", "--no-progress"]
+    never, stopped = tmp_path / "never", tmp_path / "stopped"
+    run = start(2, [CLASSIFY, *options, "--out", str(stopped)], timeout=300, cwd=tmp_path)
+    run.wait_for(r"epoch 1/3: ")          # rank 0 finished epoch 1: SIGTERM lands inside epoch 2
+    run.proc.send_signal(signal.SIGTERM)  # horovodrun passes it to both ranks
+    code, output = run.finish()
+    assert code != 0, output[-3000:]
+    assert output.count("SIGTERM received") == 2, output[-3000:]   # both ranks were asked to stop
+    assert "training stopped by SIGTERM after 1 epoch(s)" in output
+    assert not (stopped / "model-symbol.json").exists()            # stopped before the export
+    code, output = horovodrun(2, [CLASSIFY, *options, "--out", str(stopped), "--resume"], timeout=300, cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    assert "Resumed from" in output
+    code, output = horovodrun(2, [CLASSIFY, *options, "--out", str(never)], timeout=300, cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
+        assert [r[key] for r in _history(stopped)] == [r[key] for r in _history(never)], key
+    expected, got = _weights(never / "model-0000.params"), _weights(stopped / "model-0000.params")
+    assert set(got) == set(expected)
+    for name in expected:
+        assert np.array_equal(got[name], expected[name]), name

@@ -8,7 +8,7 @@
 Each run is the recipe's command with its default options (``make run`` is the classify one),
 started as ``python -m gluonkit.recipes.<name>`` in a fresh process with its outputs in a
 temporary directory, and timed from the launch to the exit. What the command printed gives
-its result (test accuracy, VOC07 mAP). The ``tests`` run is ``make test``'s pytest run of the
+its result (the exported model's test accuracy, the validation VOC07 mAP). The ``tests`` run is ``make test``'s pytest run of the
 whole suite (``--quick``: one small test file), timed the same way. The machine (CPU model, cores) and the load average
 before and after each run are recorded beside it. Results go to
 ``benchmarks/results/readme.json`` and, as a Markdown snippet, to the README's ``figures``
@@ -30,12 +30,12 @@ __all__ = ["RUNS", "QUICK", "run_recipe", "snippet", "parse_args", "main"]
 
 #: What each run's command prints last, as a regular expression whose groups are its results.
 RUNS = {
-    "classify": r"test accuracy: (?P<test_accuracy>[0-9.]+) on (?P<images>\d+) images "
-                r"(?:after the last epoch )?"
+    "classify": r"test accuracy: (?P<test_accuracy>[0-9.]+) on (?P<images>\d+) images of the "
+                r"test split, by the model exported from epoch (?P<exported_epoch>\d+) "
                 r"\((?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s\)",
-    "detect": r"VOC07 mAP: (?P<val_map>[0-9.]+) on (?P<images>\d+) images, boxes in their own "
-              r"pixels \([^;]*; (?P<transform_map>[0-9.]+) in the validation transform's pixels; "
-              r"(?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s",
+    "detect": r"VOC07 mAP: (?P<val_map>[0-9.]+) on (?P<images>\d+) images of the validation "
+              r"split, boxes in their own pixels \([^;]*; (?P<transform_map>[0-9.]+) in the "
+              r"validation transform's pixels; (?P<epochs>\d+) epochs, (?P<train_seconds>[0-9.]+) s",
     "multitask": r"test accuracy: digit (?P<digit_accuracy>[0-9.]+), parity "
                  r"(?P<parity_accuracy>[0-9.]+), aux (?P<aux_accuracy>[0-9.]+)",
     "tests": r"(?P<passed>\d+) passed",
@@ -86,13 +86,15 @@ def run_recipe(name, extra=(), timeout=3600):
 
 def _result_text(name, row):
     if name == "classify":
-        return f"test accuracy {row['test_accuracy']:.4f} on {row['images']:.0f} images"
+        return (f"test accuracy {row['test_accuracy']:.4f} on {row['images']:.0f} images, by the "
+                f"model exported from epoch {row['exported_epoch']:.0f} (chosen on the validation "
+                "split)")
     if name == "detect":
         return f"validation VOC07 mAP {row['val_map']:.3f} on {row['images']:.0f} images"
     if name == "tests":
         return f"{row['passed']:.0f} passed"
-    return ("test accuracy: digit {digit_accuracy:.3f}, parity {parity_accuracy:.3f}, "
-            "aux {aux_accuracy:.3f}".format(**row))
+    return ("test accuracy of the exported model: digit {digit_accuracy:.3f}, parity "
+            "{parity_accuracy:.3f}, aux {aux_accuracy:.3f}".format(**row))
 
 
 def snippet(results):

@@ -2,20 +2,49 @@
 
 A crash (or a full disk) mid-write leaves the previous file intact and no partial one; a full
 disk raises ``OSError`` (errno ENOSPC) naming the file that could not be written. The
-temporary file a killed writer leaves behind (``.tmp-NAME-PID-XXXXXXXX``) is removed by
-:func:`remove_stale` once that process is gone.
+temporary file a killed writer leaves behind (``.tmp-NAME@WHERE-PID-XXXXXXXX``: WHERE names
+the writer's machine) is removed by :func:`remove_stale` on that machine once that process is
+gone.
 """
 import errno
+import functools
 import os
 import re
+import socket
 import stat
 import uuid
 
-__all__ = ["TMP_PREFIX", "scratch_file", "atomic_write", "atomic_replace", "atomic_create",
-           "atomic_text", "fsync_directory", "remove_stale"]
+__all__ = ["TMP_PREFIX", "writer_place", "scratch_name", "scratch_file", "atomic_write",
+           "atomic_replace", "atomic_create", "atomic_text", "fsync_directory", "remove_stale"]
 
 TMP_PREFIX = ".tmp-"
-_SCRATCH = re.compile(re.escape(TMP_PREFIX) + r".+-(\d{1,10})-[0-9a-f]{8}")
+_SCRATCH = re.compile(re.escape(TMP_PREFIX) + r".+@([A-Za-z0-9._~-]+)-(\d{1,10})-[0-9a-f]{8}")
+
+
+@functools.lru_cache(maxsize=None)
+def _pid_namespace():
+    """The id of this process's PID namespace ('' where the platform has none)."""
+    try:
+        return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        return ""
+
+
+def writer_place():
+    """Where this process's process ids mean something, as scratch file names record it: the
+    machine's name (``socket.gethostname()``, characters other than letters, digits, '.', '_'
+    and '-' as '_'), then '~' and the PID namespace's id where there is one (a container that
+    shares the machine's name has its own)."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "_"
+    namespace = _pid_namespace()
+    return f"{host}~{namespace}" if namespace else host
+
+
+def scratch_name(name):
+    """A new scratch file name for ``name``'s bytes-to-be: ``.tmp-NAME@WHERE-PID-XXXXXXXX``,
+    with this process's :func:`writer_place` and id, so that :func:`remove_stale` can tell
+    whether its writer is gone."""
+    return f"{TMP_PREFIX}{name}@{writer_place()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def scratch_file(directory, name):
@@ -23,7 +52,7 @@ def scratch_file(directory, name):
 
     Unlike ``tempfile.mkstemp`` it gets the usual permissions (0666 less the umask).
     """
-    path = os.path.join(directory, f"{TMP_PREFIX}{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    path = os.path.join(directory, scratch_name(name))
     return path, open(path, "xb")
 
 
@@ -41,12 +70,14 @@ def _alive(pid):
 
 
 def remove_stale(directory):
-    """Remove the temporary files in ``directory`` whose writer (the PID in the name) is dead.
+    """Remove the scratch files in ``directory`` whose writers are gone.
 
     A writer killed mid-write (SIGKILL, a power cut) leaves its scratch file, of full size,
-    forever. Only plain files named as :func:`scratch_file` names them are removed, and only
-    when no process with that PID lives here, so call it where no writer on another machine
-    shares the directory (e.g. in a run folder this process has locked).
+    forever. A plain file named as :func:`scratch_name` names them is removed when it was
+    written here (its WHERE is this process's :func:`writer_place`) by a process (its PID)
+    that no longer runs. The file of a live writer, or one written on another machine (or in
+    another PID namespace), whose process this one cannot see, is kept: so it is safe in a
+    folder that several machines share. A file this process may not remove is kept too.
 
     Returns
     -------
@@ -58,16 +89,17 @@ def remove_stale(directory):
         names = os.listdir(directory)
     except FileNotFoundError:
         return removed
+    here = writer_place()
     for name in sorted(names):
         match = _SCRATCH.fullmatch(name)
-        if not match or _alive(int(match.group(1))):
+        if not match or match.group(1) != here or _alive(int(match.group(2))):
             continue
         path = os.path.join(directory, name)
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 continue
             os.remove(path)
-        except FileNotFoundError:   # another cleaner was faster
+        except OSError:     # removed by another cleaner already, or not ours to remove
             continue
         removed.append(name)
     return removed

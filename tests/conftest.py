@@ -4,7 +4,9 @@ Test modules import the helpers with ``from conftest import params_of``.
 """
 import os
 import random
+import shutil
 import signal
+import subprocess
 
 import mxnet as mx
 import numpy as np
@@ -58,3 +60,36 @@ def seed():
     np.random.seed(0)
     mx.random.seed(0)
     return 0
+
+
+_RECIPE_TESTS = os.path.join(ROOT, "tests", "recipes")
+
+
+@pytest.fixture(autouse=True)
+def recipe_tests_run_in_tmp_path(request):
+    """Recipe tests run with their ``tmp_path`` as the working directory: a recipe's default
+    ``--out`` (``runs/classify``, ...) is then empty, whatever ``make run`` or an earlier
+    test left in the checkout."""
+    if os.path.commonpath([str(request.path), _RECIPE_TESTS]) == _RECIPE_TESTS:
+        request.getfixturevalue("monkeypatch").chdir(request.getfixturevalue("tmp_path"))
+
+
+_REQUIRE_UTS = "GLUONKIT_REQUIRE_NAMESPACE_TESTS"
+OTHER_MACHINE = "other-machine"
+
+
+def on_another_machine(argv):
+    """``argv`` as a command that runs on a machine named :data:`OTHER_MACHINE`: a private UTS
+    namespace (util-linux's ``unshare``, as root or in a user namespace) with that host name,
+    the files and processes shared. Skips the test where that is not possible, unless
+    ``GLUONKIT_REQUIRE_NAMESPACE_TESTS=1`` (as in CI) makes it fail."""
+    unshare = shutil.which("unshare")
+    command = [unshare, "--uts"] + ([] if os.geteuid() == 0 else ["--map-root-user"]) + \
+        ["sh", "-c", f'hostname {OTHER_MACHINE} && exec "$@"', "sh"]
+    if unshare is None or subprocess.run(command + ["true"], capture_output=True).returncode:
+        message = ("cannot start a process under another host name here (needs util-linux's "
+                   "unshare, and root or unprivileged user namespaces)")
+        if os.environ.get(_REQUIRE_UTS) == "1":
+            pytest.fail(f"{message}; {_REQUIRE_UTS}=1 forbids skipping.")
+        pytest.skip(message)
+    return command + list(argv)

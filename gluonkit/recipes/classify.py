@@ -9,15 +9,19 @@
     gluonkit-classify --out runs/photos --export             # export its best checkpoint again
     gluonkit-classify --config runs/photos/args.json --out runs/again   # replay it
 
-(or ``python -m gluonkit.recipes.classify ...``). Outputs in --out, a run folder
-(``gluonkit.recipes.runs``): checkpoints/ (the last few and the best by test accuracy),
-history.csv, curves.png, args.json (the resolved arguments, which --resume and --export
-reuse) and the best model exported for inference: model-symbol.json, model-0000.params and
-model.json (see ``gluonkit-predict``). A folder that holds a run is refused without --resume
+(or ``python -m gluonkit.recipes.classify ...``). The data comes as three splits: training,
+validation (DIR/val, else --val-fraction of every class carved from the training data), which
+chooses the checkpoint to export, and test, evaluated once at the end on the exported model.
+Outputs in --out, a run folder (``gluonkit.recipes.runs``): checkpoints/ (the last few and the
+best by validation accuracy), history.csv (``val_*`` on the validation split), curves.png,
+args.json (the resolved arguments, which --resume and --export reuse) and the best model
+exported for inference: model-symbol.json, model-0000.params and model.json (see
+``gluonkit-predict``). A folder that holds a run is refused without --resume
 or --overwrite, and so is a folder another live process uses. Ctrl-C or SIGTERM stop after
 the current step and save a checkpoint that --resume continues from exactly.
 """
 import argparse
+import functools
 import logging
 import math
 import os
@@ -27,12 +31,13 @@ import mxnet as mx
 from mxnet import gluon
 
 from gluonkit.data import bucket_loader, multiscale_loader
+from gluonkit.inference import load_model
 from gluonkit.nn import ShapeCache
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer, amp
 from gluonkit.recipes import common
-from gluonkit.recipes.datasets import load_dataset
+from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset
 from gluonkit.recipes.models import build_model, check_model_name
 from gluonkit.recipes.runs import RunFolder
 
@@ -44,8 +49,8 @@ _SCHEDULES = ("none", "step", "cosine", "poly")
 _MODULE = "gluonkit.recipes.classify"
 _MONITOR = "val_accuracy"
 #: Options that build the network or choose the data: a resumed run must keep them.
-_FIXED = ("dataset", "image_size", "max_size", "buckets", "multiscale", "multiscale_interval",
-          "limit", "model", "pretrained", "pretrained_file", "seed")
+_FIXED = ("dataset", "val_fraction", "image_size", "max_size", "buckets", "multiscale",
+          "multiscale_interval", "limit", "model", "pretrained", "pretrained_file", "seed")
 
 
 def _build_parser():
@@ -54,8 +59,14 @@ def _build_parser():
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default="digits",
-                      help="digits | cifar10 | imagefolder:DIR (DIR/train and DIR/val or DIR/test "
-                           "class folders) | rec:TRAIN.rec[,TEST.rec]")
+                      help="digits | cifar10 | imagefolder:DIR (class folders in DIR/train, "
+                           "and in DIR/val and DIR/test where there are) | "
+                           "rec:TRAIN.rec[,TEST.rec]; a test split the data lacks is 10%% of "
+                           "every class carved from the training data")
+    data.add_argument("--val-fraction", type=common.fraction, default=VAL_FRACTION, metavar="F",
+                      help="the share of every class carved from the training data (seeded by "
+                           "--seed) as the validation split, which chooses the checkpoint to "
+                           "export; DIR/val replaces it; 0: none, the last epoch is exported")
     data.add_argument("--data-dir", default=os.path.join("~", ".mxnet", "datasets", "cifar10"),
                       help="where CIFAR-10 is stored (downloaded if missing)")
     data.add_argument("--image-size", type=common.non_negative_int, default=32,
@@ -71,8 +82,8 @@ def _build_parser():
     data.add_argument("--multiscale-interval", type=common.positive_int, default=1, metavar="N",
                       help="batches per drawn size")
     data.add_argument("--limit", type=common.positive_int, metavar="N",
-                      help="use only N training and N test images, every class in proportion "
-                           "(drawn with --seed)")
+                      help="use only N training, N validation and N test images, every class "
+                           "in proportion (drawn with --seed)")
     data.add_argument("--num-workers", type=common.non_negative_int, default=0,
                       help="data loading processes")
     common.add_image_limits(data)
@@ -145,25 +156,32 @@ def no_wd_on_bias(net):
     return sorted(params.keys())
 
 
-def make_loaders(train_set, test_set, batch_size, multiscale, interval, image_size, buckets, seed,
-                 num_workers):
-    """Training and test loaders: fixed size, one size per batch drawn from ``multiscale``, or
-    (``image_size`` 0) images of their own sizes batched in ``buckets`` shapes."""
+def make_loaders(train_set, eval_sets, batch_size, multiscale, interval, image_size, buckets,
+                 seed, num_workers):
+    """The training loader and a list of evaluation loaders, one per dataset of ``eval_sets``
+    (None for None): fixed size, one size per training batch drawn from ``multiscale``
+    (evaluation at the largest), or (``image_size`` 0) images of their own sizes batched in
+    ``buckets`` shapes."""
     if multiscale:
-        return (multiscale_loader(train_set, batch_size, multiscale, interval, seed=seed,
-                                  num_workers=num_workers),
-                multiscale_loader(test_set, batch_size, [max(multiscale)], shuffle=False,
-                                  num_workers=num_workers))
-    if image_size == 0:
+        train = multiscale_loader(train_set, batch_size, multiscale, interval, seed=seed,
+                                  num_workers=num_workers)
+        evaluation = functools.partial(multiscale_loader, batch_size=batch_size,
+                                       sizes=[max(multiscale)], shuffle=False,
+                                       num_workers=num_workers)
+    elif image_size == 0:
         train = bucket_loader(train_set, batch_size, buckets, mode="resize", multiple=4, seed=seed,
                               num_workers=num_workers)
         log.info("Batches in %d shapes: %s.", len(train.batch_sampler.buckets),
                  ", ".join("x".join(map(str, s)) for s in train.batch_sampler.buckets.shapes))
-        return train, bucket_loader(test_set, batch_size, train.batch_sampler.buckets, shuffle=False,
-                                    num_workers=num_workers)
-    return (gluon.data.DataLoader(train_set, batch_size=batch_size, shuffle=True, last_batch="keep",
-                                  num_workers=num_workers),
-            gluon.data.DataLoader(test_set, batch_size=batch_size, num_workers=num_workers))
+        evaluation = functools.partial(bucket_loader, batch_size=batch_size,
+                                       buckets=train.batch_sampler.buckets, shuffle=False,
+                                       num_workers=num_workers)
+    else:
+        train = gluon.data.DataLoader(train_set, batch_size=batch_size, shuffle=True,
+                                      last_batch="keep", num_workers=num_workers)
+        evaluation = functools.partial(gluon.data.DataLoader, batch_size=batch_size,
+                                       num_workers=num_workers)
+    return train, [None if data is None else evaluation(data) for data in eval_sets]
 
 
 def _input_shape(loader):
@@ -196,46 +214,58 @@ def export_checkpoint(model, class_names, checkpoints, prefix, input_shape, prep
                             preprocessing=preprocessing, task="classify", model=model)
 
 
-def train(args):
-    """Train and evaluate as ``args`` (from ``parse_args``) says; with ``--out``, export the
-    best model. With ``args.export``, only export the checkpoint in ``--out``. The run folder
-    ``--out`` is held by this process until training ends.
+def train(args, callbacks=()):
+    """Train as ``args`` (from ``parse_args``) says, choosing on the validation split; with
+    ``--out``, export the best model; then evaluate the test split once, on the exported
+    model (without ``--out``, the final network). With ``args.export``, only export the
+    checkpoint in ``--out``. The run folder ``--out`` is held by this process until training
+    ends.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    callbacks : list of Callback
+        More ``fit`` callbacks, e.g. ``EarlyStopping(monitor='val_accuracy')`` (on the
+        validation split).
 
     Returns
     -------
     dict
-        'test_accuracy', 'history' (from ``fit``), 'seconds', 'out', the trained 'net' and
-        'export' (the exported model's metadata, or None).
+        'test_accuracy' (None on a distributed worker other than rank 0, which reports it),
+        'history' (from ``fit``; ``val_*`` on the validation split), 'seconds', 'out', the
+        trained 'net' (its final parameters) and 'export' (the exported model's metadata, or
+        None).
     """
     with RunFolder(args.out) as folder:
-        return _train(args, folder)
+        return _train(args, callbacks, folder)
 
 
-def _train(args, folder):
+def _train(args, callbacks, folder):
     ctx = common.parse_ctx(args.ctx)
     if args.amp and not args.export:
         amp.init(ctx)     # before anything is loaded, built or written
     seed_all(args.seed)
-    train_set, test_set, class_names, preprocessing = load_dataset(
-        args.dataset, args.data_dir, args.image_size, args.limit, args.max_size, args.seed,
-        max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
+    data = load_dataset(args.dataset, args.data_dir, args.image_size, args.limit, args.max_size,
+                        args.seed, val_fraction=args.val_fraction,
+                        max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio)
     kvstore = common.create_kvstore(args.kvstore)
+    train_set = data.train
     if not isinstance(kvstore, str):
         train_set = common.worker_shard(train_set, kvstore)
-    train_loader, test_loader = make_loaders(train_set, test_set, args.batch_size, args.multiscale,
-                                             args.multiscale_interval, args.image_size, args.buckets,
-                                             args.seed, args.num_workers)
+    train_loader, (val_loader, test_loader) = make_loaders(
+        train_set, (data.val, data.test), args.batch_size, args.multiscale,
+        args.multiscale_interval, args.image_size, args.buckets, args.seed, args.num_workers)
     input_shape = _input_shape(test_loader)
     model_prefix = os.path.join(args.out, "model") if args.out else None
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.export:
         folder.take(resume=True)
-        metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
-                                     input_shape, preprocessing)
+        metadata = export_checkpoint(args.model, data.classes, checkpoints, model_prefix,
+                                     input_shape, data.preprocessing)
         print(f"exported {metadata['files']['symbol']} (epoch {metadata['epoch_trained']})")
         return {"export": metadata, "out": args.out}
 
-    classes = len(class_names)
+    classes = len(data.classes)
     pretrained = bool(args.pretrained or args.pretrained_file)
     net = build_model(args.model, classes, args.pretrained, args.pretrained_file)
     net = _prepare(net, ctx, args.hybridize,
@@ -248,20 +278,20 @@ def _train(args, folder):
                       common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
                       kvstore=kvstore, accumulate=args.accumulate)
     main_process = trainer.rank == 0
-    callbacks = []
     schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
                            math.ceil(len(train_loader) / args.accumulate))
-    if schedule:
-        callbacks.append(schedule)
+    callbacks = ([schedule] if schedule else []) + list(callbacks)
+    monitor = _MONITOR if data.val is not None else None
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
             common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
+        callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation")
     if main_process:
-        log.info("Training %s on %s (%d images, %d classes) on %s; val_* in the history and "
-                 "the epoch lines are on the test set (%d images).", args.model, args.dataset,
-                 len(train_set), classes, ctx, len(test_set))
+        log.info("Training %s on %s (%d images, %d classes) on %s; %s", args.model, args.dataset,
+                 len(train_set), classes, ctx,
+                 common.splits_note(None if data.val is None else len(data.val), len(data.test), monitor,
+                                    exported=bool(args.out)))
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if args.label_smoothing:
         loss = _SmoothedLoss(classes, args.label_smoothing)
@@ -270,18 +300,20 @@ def _train(args, folder):
         loss = amp.ScaledLoss(loss, trainer)
     tic = time.perf_counter()
     history = fit(net, loss, trainer, train_loader, epochs=args.epochs, ctx=ctx,
-                  val_data=test_loader, metrics="acc", callbacks=callbacks, progress=args.progress)
-    accuracy = evaluate(net, test_loader, ctx=ctx)["accuracy"]
-    seconds = time.perf_counter() - tic
+                  val_data=val_loader, metrics="acc", callbacks=callbacks, progress=args.progress)
+    if not main_process:        # rank 0 exports the model and reports its test accuracy
+        return {"test_accuracy": None, "history": history, "seconds": time.perf_counter() - tic,
+                "out": args.out, "net": net, "export": None}
     metadata = None
-    if args.out and main_process:
-        metadata = export_checkpoint(args.model, class_names, checkpoints, model_prefix,
-                                     input_shape, preprocessing, ctx[0] if args.amp else None)
-    if main_process:
-        print(f"test accuracy: {accuracy:.4f} on {len(test_set)} images after the last epoch "
-              f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
-    if metadata:
-        print(common.export_summary(metadata, history, _MONITOR))
+    if args.out:
+        metadata = export_checkpoint(args.model, data.classes, checkpoints, model_prefix,
+                                     input_shape, data.preprocessing, ctx[0] if args.amp else None)
+        print(common.export_summary(metadata, history, monitor or _MONITOR))
+    tested = load_model(model_prefix, ctx[0]).net if metadata else net
+    accuracy = evaluate(tested, test_loader, ctx=ctx[:1] if metadata else ctx)["accuracy"]
+    seconds = time.perf_counter() - tic
+    print(common.test_summary(f"test accuracy: {accuracy:.4f}", len(data.test), metadata, history,
+                              seconds))
     return {"test_accuracy": accuracy, "history": history, "seconds": seconds, "out": args.out,
             "net": net, "export": metadata}
 

@@ -20,6 +20,7 @@ import mxnet as mx
 from gluonkit import validate
 from gluonkit.data import DataFileError
 from gluonkit.train.checkpoint import CheckpointError
+from gluonkit.train.resume import BatchSizeError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
 from gluonkit.trainer import Horovod
@@ -29,7 +30,8 @@ __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
-           "export_summary", "run_command", "add_image_limits"]
+           "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
+           "test_summary"]
 
 _WAIT_POLICY = "PASSIVE"
 _REEXEC = "GLUONKIT_THREADS_SET"
@@ -274,6 +276,16 @@ def non_negative_float(text):
                     convert=float, expected="a number")
 
 
+def fraction(text):
+    """argparse type: a number in [0, 1) (a share of the data)."""
+    def check(value, name):
+        value = validate.finite_real(value, name, minimum=0.0)
+        if value >= 1:
+            raise ValueError(f"{name} must be below 1 (a share of the data), got {value!r}.")
+        return value
+    return _checked(check, text, convert=float, expected="a number")
+
+
 def one_of(*choices):
     """argparse type: one of ``choices`` (checked for --config values too, unlike ``choices=``)."""
     def parse(text):
@@ -455,6 +467,29 @@ def export_summary(metadata, history, monitor):
             f"(the last epoch, {epochs[-1]}: {values[-1]:.4f}): {path}")
 
 
+def splits_note(val_images, test_images, monitor, exported=True):
+    """What each held-out split is for, in a recipe's opening log line: the validation split
+    (``val_images``, None for none) chooses the checkpoint to export by the history key
+    ``monitor``; the test split (``test_images``) is evaluated once, at the end, on the model
+    exported (or, not ``exported``, the final network)."""
+    model = "the exported model" if exported else "the final network (nothing is exported)"
+    test = f"the test split ({test_images} images) is evaluated once, at the end, on {model}."
+    if val_images is None:
+        return f"no validation split: the last epoch is exported; {test}"
+    return (f"val_* in the history and the epoch lines are on the validation split ({val_images} "
+            f"images), whose {monitor} chooses the checkpoint to export; {test}")
+
+
+def test_summary(figures, images, metadata, history, seconds):
+    """A recipe's last line: the test split's ``figures`` (e.g. 'test accuracy: 0.9861') on
+    ``images`` images, measured by the model exported (``metadata`` from :func:`export_best`)
+    or, with None, the final network; then the epochs of ``history`` and the ``seconds``."""
+    model = (f"the model exported from epoch {metadata['epoch_trained']}" if metadata
+             else "the final network")
+    return (f"{figures} on {images} images of the test split, by {model} "
+            f"({len(history.get('epoch', []))} epochs, {seconds:.1f} s)")
+
+
 def optimizer_params(optimizer, lr, momentum, wd):
     """The optimizer's keyword arguments (momentum only for the optimizers that take it)."""
     params = {"learning_rate": lr, "wd": wd}
@@ -518,7 +553,8 @@ def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
     ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
     that cannot be read or written (a full disk too), a refused data file, a checkpoint that
-    cannot be resumed or a run folder that cannot be taken, with one line naming it (status 1)."""
+    cannot be resumed (under another batch size: with the ``--batch-size`` to pass) or a run
+    folder that cannot be taken, with one line naming it (status 1)."""
     if argv is None:
         apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -526,5 +562,8 @@ def run_command(module, parse_args, train, argv=None):
         train(parse_args(argv))
     except KeyboardInterrupt:
         sys.exit(130)
+    except BatchSizeError as err:       # the option that resumes: the interrupted run's size
+        fix = f": pass --batch-size {err.saved}." if err.saved else "."
+        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {str(err).rstrip('.')}{fix}")
     except (OSError, CheckpointError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

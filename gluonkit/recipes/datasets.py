@@ -1,10 +1,16 @@
-"""The classification recipe's datasets: loading, stratified subsets, and GluonCV-style transforms.
+"""The classification recipe's datasets: loading, stratified splits, and GluonCV-style transforms.
+
+A dataset comes as three splits: ``train`` to fit the weights, ``val`` (validation) to choose
+the checkpoint, stop early and schedule, and ``test``, evaluated once on the model that ships.
+A split the data does not have is carved from the training data, stratified by class and
+seeded, so that the test figure is never one the model was chosen on.
 
 Image folders and RecordIO files get what GluonCV's training scripts give ImageNet: random
 resized crops and flips for training, a resize and center crop for evaluation, and mean/std
 normalization. The preprocessing needed at inference is returned alongside, as a dict that the
 exported ``model.json`` stores (see :mod:`gluonkit.export`).
 """
+import collections
 import contextlib
 import io
 import logging
@@ -19,8 +25,9 @@ from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, ImageFolderDataset, Ima
 from gluonkit.inference import preprocess, shrink_to
 from gluonkit.recipes.common import OptionError
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CapSize", "DatasetUnavailable", "load_dataset",
-           "dataset_labels", "stratified_indices", "stratified_split"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TEST_FRACTION", "VAL_FRACTION", "CapSize",
+           "DatasetUnavailable", "Splits", "load_dataset", "dataset_labels", "stratified_indices",
+           "stratified_split", "split_off"]
 
 log = logging.getLogger("gluonkit")
 
@@ -29,6 +36,17 @@ _CIFAR_MEAN, _CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 _CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
                   "truck")
 _CROP_FRACTION = 0.875      # evaluation: resize the shorter side to size / 0.875, crop the center
+#: The share of every class carved from the training data as the test split, when the
+#: data has none (no test folder or file).
+TEST_FRACTION = 0.1
+#: The share of every class carved from the training data as the validation split by
+#: default, when the data has none (no val folder).
+VAL_FRACTION = 0.1
+
+Splits = collections.namedtuple("Splits", ["train", "val", "test", "classes", "preprocessing"])
+Splits.__doc__ = """What :func:`load_dataset` returns: the ``train``, ``val`` (None when there is
+no validation split) and ``test`` datasets, the ``classes`` (names, by label) and the
+``preprocessing`` an image file needs at inference (``model.json`` stores it)."""
 
 
 class _Indices(gluon.data.Sampler):
@@ -99,14 +117,21 @@ def stratified_indices(labels, count, seed=0):
 
 def stratified_split(labels, fraction=0.1, seed=0):
     """``(train, held)`` sorted index arrays: ``fraction`` of every class held out (at least one
-    sample of each class that has two or more), seeded."""
+    sample of each class that has two or more, never all of them), seeded; ``fraction`` is in
+    [0, 1)."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"fraction must be in [0, 1), got {fraction!r}: the share of every class "
+                         "held out.")
+    if fraction == 0:
+        return np.arange(len(labels)), np.zeros(0, dtype=np.int64)
     labels = np.asarray(labels)
     held = []
     rng = np.random.RandomState(seed)
     for cls in np.unique(labels):
         members = rng.permutation(np.flatnonzero(labels == cls))
         if len(members) > 1:
-            held.extend(members[:max(1, int(round(len(members) * fraction)))])
+            count = max(1, int(round(len(members) * fraction)))
+            held.extend(members[:min(count, len(members) - 1)])
     held = np.sort(np.array(held, dtype=np.int64))
     return np.setdiff1d(np.arange(len(labels)), held), held
 
@@ -114,6 +139,21 @@ def stratified_split(labels, fraction=0.1, seed=0):
 def _subset(dataset, labels, indices):
     """``(samples, labels)`` of ``dataset`` at ``indices``."""
     return dataset.sample(_Indices(indices)), labels[indices]
+
+
+def split_off(dataset, fraction, seed=0, labels=None):
+    """``(rest, held)``: ``dataset`` less a held-out ``fraction`` of every class, and that part
+    (None for ``fraction`` 0), chosen with ``seed`` as :func:`stratified_split` chooses.
+
+    ``labels`` are the samples' classes (default: :func:`dataset_labels`).
+
+    Example::
+
+        train, val = split_off(gluonkit.data.digits(), 0.1)     # 1,294 and 144 images
+    """
+    labels = dataset_labels(dataset) if labels is None else np.asarray(labels)
+    (rest, _), (held, held_labels) = _split(dataset, labels, fraction, seed)
+    return (rest, held) if len(held_labels) else (dataset, None)
 
 
 def _train_transform(image_size, max_size, mean, std):
@@ -163,19 +203,22 @@ def _cifar10(data_dir):
 
 
 def _image_folders(dataset, where, limits):
+    """``(train, val, test, class names)`` of DIR/train and, where they exist, DIR/val and
+    DIR/test (None for a folder that is not there)."""
     if not os.path.isdir(os.path.join(where, "train")):
         raise FileNotFoundError(f"--dataset {dataset}: expected class folders in "
                                 f"{os.path.join(where, 'train')}.")
     train = ImageFolderDataset(os.path.join(where, "train"), **limits)
     _check_classes_hold_images(train, os.path.join(where, "train"))
-    held = [os.path.join(where, d) for d in ("val", "test") if os.path.isdir(os.path.join(where, d))]
-    test = None
-    if held:
-        test = ImageFolderDataset(held[0], **limits)
-        if test.synsets != train.synsets:
-            raise DataFileError(f"--dataset {dataset}: {held[0]} has classes {test.synsets} but "
-                             f"train has {train.synsets}.")
-    return train, test, list(train.synsets)
+    held = {}
+    for split in ("val", "test"):
+        path = os.path.join(where, split)
+        if os.path.isdir(path):
+            held[split] = ImageFolderDataset(path, **limits)
+            if held[split].synsets != train.synsets:
+                raise DataFileError(f"--dataset {dataset}: {path} has classes "
+                                    f"{held[split].synsets} but train has {train.synsets}.")
+    return train, held.get("val"), held.get("test"), list(train.synsets)
 
 
 def _check_classes_hold_images(folder, root):
@@ -206,25 +249,30 @@ def _record_files(dataset, where, limits):
                                         "samples of that class")
     train = ImageRecordDataset(files[0], **limits)
     test = ImageRecordDataset(files[1], **limits) if len(files) > 1 else None
-    return train, test, [str(c) for c in range(classes)]
+    return train, None, test, [str(c) for c in range(classes)]
 
 
 def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, seed=0, *,
-                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
-    """The datasets and what inference needs, for a ``--dataset`` value.
+                 val_fraction=VAL_FRACTION, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """The three splits and what inference needs, for a ``--dataset`` value.
 
     Image files (folders, RecordIO) are decoded by :mod:`gluonkit.data.images`, within
     ``max_pixels`` and ``max_aspect``.
 
+    The test split is the data's own (the digits' and CIFAR-10's test sets, DIR/test, the
+    second .rec file), else a stratified :data:`TEST_FRACTION` of the training data. The
+    validation split is DIR/val where there is one, else a stratified ``val_fraction`` of
+    what training data is left (none for 0); both carves are seeded with ``seed``.
+    ``limit`` then keeps ``limit`` samples of each split, every class in proportion.
+
     Returns
     -------
-    tuple
-        ``(train, test, class_names, preprocessing)``. Without a held-out folder or file,
-        the test set is a stratified 10% of the training set; ``limit`` keeps ``limit``
-        training and ``limit`` test samples, every class in proportion, chosen with ``seed``.
+    Splits
+        ``(train, val, test, classes, preprocessing)``; ``val`` is None without a
+        validation split.
     """
     kind, _, where = dataset.partition(":")
-    train_fn = test_fn = None
+    train_fn = test_fn = val = None
     if kind == "digits" and not where:
         train, test, names = digits(train=True), digits(train=False), [str(d) for d in range(10)]
         preprocessing = _preprocessing(1, (0.0,), (1.0,), resize=8)
@@ -238,8 +286,8 @@ def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, 
         preprocessing = _preprocessing(3, _CIFAR_MEAN, _CIFAR_STD, resize=32)
     elif kind in ("imagefolder", "rec") and where:
         read = _image_folders if kind == "imagefolder" else _record_files
-        train, test, names = read(dataset, where, {"max_pixels": max_pixels,
-                                                   "max_aspect": max_aspect})
+        train, val, test, names = read(dataset, where, {"max_pixels": max_pixels,
+                                                        "max_aspect": max_aspect})
         if image_size:
             preprocessing = _preprocessing(3, IMAGENET_MEAN, IMAGENET_STD, crop=image_size,
                                            resize_short=int(round(image_size / _CROP_FRACTION)))
@@ -250,16 +298,35 @@ def load_dataset(dataset, data_dir="", image_size=32, limit=None, max_size=512, 
     else:
         raise OptionError(f"--dataset {dataset!r} is not one of digits, cifar10, imagefolder:DIR, "
                          "rec:FILE.rec.")
-    if test is None:   # no held-out folder or file: a stratified 10% of train
-        labels = dataset_labels(train)
-        kept, held = stratified_split(labels, 0.1, seed)
-        (train, train_labels), (test, test_labels) = (_subset(train, labels, kept),
-                                                      _subset(train, labels, held))
-    elif limit:
-        train_labels, test_labels = dataset_labels(train), dataset_labels(test)
+    carve = test is None or (val is None and val_fraction)
+    labels = dataset_labels(train) if carve or limit else None
+    if test is None:
+        (train, labels), test = _split(train, labels, TEST_FRACTION, seed)
+    else:
+        test = (test, None)
+    if val is None and val_fraction:
+        (train, labels), val = _split(train, labels, val_fraction, seed)
+        val = val if len(val[1]) else None      # every class has a single sample
+    elif val is not None:
+        val = (val, None)
+    splits = [(train, labels), val, test]
     if limit:
-        train, _ = _subset(train, train_labels, stratified_indices(train_labels, limit, seed))
-        test, _ = _subset(test, test_labels, stratified_indices(test_labels, limit, seed))
+        splits = [_limited(*split, limit, seed) if split else None for split in splits]
+    train, val, test = (split[0] if split else None for split in splits)
     if train_fn is not None:
         train, test = train.transform_first(train_fn), test.transform_first(test_fn)
-    return train, test, names, preprocessing
+        val = val.transform_first(test_fn) if val is not None else None
+    return Splits(train, val, test, names, preprocessing)
+
+
+def _split(dataset, labels, fraction, seed):
+    """``((rest, its labels), (held, its labels))``: a stratified ``fraction`` of every class
+    of ``dataset`` held out, as :func:`stratified_split` chooses it."""
+    kept, held = stratified_split(labels, fraction, seed)
+    return _subset(dataset, labels, kept), _subset(dataset, labels, held)
+
+
+def _limited(dataset, labels, limit, seed):
+    """``(samples, labels)``: ``limit`` samples of ``dataset``, every class in proportion."""
+    labels = dataset_labels(dataset) if labels is None else labels
+    return _subset(dataset, labels, stratified_indices(labels, limit, seed))

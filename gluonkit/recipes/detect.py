@@ -433,8 +433,10 @@ def _train(args, folder):
         callbacks += common.output_callbacks(args.out, monitor, args.resume,
                                              curves=lambda path: DetectionCurves(path, classes))
     if main_process:
-        log.info("Training %s on %s (%d images, classes %s) on %s.", args.model, args.dataset,
-                 len(train_set), ", ".join(classes), ctx)
+        log.info("Training %s on %s (%d images, classes %s) on %s; val_* in the history and the "
+                 "epoch lines are on the validation split (%d images), whose %s chooses the "
+                 "checkpoint to export.", args.model, args.dataset, len(train_set),
+                 ", ".join(classes), ctx, len(val_set), monitor)
     batch_fn = {"yolo3": det.yolo3_batch_fn, "ssd": det.SSDBatch,
                 "faster_rcnn": rcnn.FasterRCNNBatch}[family]
     batch_fn = batch_fn if family == "yolo3" else batch_fn()
@@ -472,7 +474,8 @@ def _train(args, folder):
                         thresh=thresh)
     if main_process:
         which = "the exported model" if metadata else "the final network"
-        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images, boxes in their own pixels "
+        print(f"VOC07 mAP: {mean_ap:.4f} on {len(val_set)} images of the validation split, "
+              f"boxes in their own pixels "
               f"({which}; {transform_map:.4f} in the validation transform's pixels; "
               f"{len(history.get('epoch', []))} epochs, {sum(history.get('time', [])):.1f} s of "
               "training over every start of the run)")

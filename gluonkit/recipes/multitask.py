@@ -12,19 +12,21 @@ it too, and Branches still initializes it, so it is saved and trained like the o
     gluonkit-multitask --out runs/multitask --export         # export its best checkpoint again
 
 (or ``python -m gluonkit.recipes.multitask``). Training runs in ``gluonkit.fit``; the history
-holds each head's accuracy (``digit_accuracy``, ..., and ``val_`` ones on the test set).
+holds each head's accuracy (``digit_accuracy``, ..., and ``val_`` ones on the validation
+split: --val-fraction of every digit of the training images, carved with --seed). The test
+split (the digits' 359 test images) is evaluated once, at the end, on the exported model.
 Outputs in --out, a run folder as for ``gluonkit-classify`` (``--resume`` and ``--export``
 with only ``--out`` reuse its args.json; a folder that holds a run needs ``--resume`` or
-``--overwrite``): checkpoints/ (the last few and the best by
-test digit accuracy), history.csv, curves.png, args.json and the best checkpoint exported for
-inference (``model-symbol.json``, ``model-0000.params``, ``model.json``: three outputs, one per
-head). Ctrl-C or SIGTERM stop after the current batch and save a checkpoint that --resume
+``--overwrite``): checkpoints/ (the last few and the best by validation digit accuracy),
+history.csv, curves.png, args.json and the best checkpoint exported for inference
+(``model-symbol.json``, ``model-0000.params``, ``model.json``: three outputs, one per head). Ctrl-C or SIGTERM stop after the current batch and save a checkpoint that --resume
 continues from exactly. Run as a command, MXNet gets one OpenMP thread per core unless
 ``OMP_NUM_THREADS`` is set; this network is so small that one thread is faster, several times
 so when other programs share the cores: ``OMP_NUM_THREADS=1 gluonkit-multitask``.
 """
 import logging
 import os
+import time
 import warnings
 
 import mxnet as mx
@@ -32,13 +34,14 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from gluonkit.data import digits
+from gluonkit.inference import load_model
 from gluonkit.nn import Branches
 from gluonkit.train.loop import evaluate, fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer
 from gluonkit.split import split_and_load
 from gluonkit.recipes import common
-from gluonkit.recipes.datasets import load_dataset
+from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset, split_off
 from gluonkit.recipes.runs import RunFolder
 
 __all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "eval_batch",
@@ -60,7 +63,7 @@ _EVERY_BATCH = ("digit", "parity")
 _INPUT_SHAPE = (1, 8, 8)
 _MONITOR = "val_digit_accuracy"
 _MODULE = "gluonkit.recipes.multitask"
-_FIXED = ("train_size", "seed")    # they choose the data: a resumed run must keep them
+_FIXED = ("train_size", "val_fraction", "seed")    # they choose the data: a resumed run keeps them
 # The Trainer's warning about parameters without a gradient, for the auxiliary head that the
 # schedule leaves out by design (said once per run as an INFO line instead).
 _AUX_SKIPPED = r"Skipping 2 parameter\(s\) that got no gradient .*: aux\.bias, aux\.weight\."
@@ -133,9 +136,11 @@ class HeadSchedule:
 
 
 def eval_batch(net, batch, ctx_list):
-    """``eval_fn`` for ``fit`` and ``evaluate``: every head's outputs and targets, per device."""
+    """``eval_fn`` for ``fit`` and ``evaluate``: every head's outputs and targets, per device,
+    of a ``MultiTaskNet`` or of its exported model (one output per head, in :data:`HEADS`'
+    order)."""
     data, label = batch
-    pairs = _forward(net, net.names, data, label, ctx_list)
+    pairs = _forward(net, tuple(HEADS), data, label, ctx_list)
     return [out for out, _ in pairs], [target for _, target in pairs]
 
 
@@ -143,8 +148,13 @@ def _build_parser():
     parser = common.build_parser(__doc__.split("\n\n")[0], prog="gluonkit-multitask")
     data = parser.add_argument_group("data")
     data.add_argument("--batch-size", type=common.positive_int, default=64)
+    data.add_argument("--val-fraction", type=common.fraction, default=VAL_FRACTION, metavar="F",
+                      help="the share of every digit of the 1,438 training images carved "
+                           "(seeded by --seed) as the validation split, which chooses the "
+                           "checkpoint to export; 0: none, the last epoch is exported")
     data.add_argument("--train-size", type=common.positive_int, default=None,
-                      help="use only the first N training images (default: all 1,438)")
+                      help="train on only the first N training images left after the "
+                           "validation split (default: all)")
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=common.non_negative_int, default=10,
                        help="epochs to train (to reach, with --resume); 0 evaluates and exports")
@@ -176,7 +186,7 @@ def _export(checkpoints, prefix):
     net = MultiTaskNet()
     net.initialize(ctx=mx.cpu())
     return common.export_best(net, checkpoints, prefix, _INPUT_SHAPE, outputs=HEAD_CLASSES,
-                            preprocessing=load_dataset("digits")[3], task="multitask")
+                            preprocessing=load_dataset("digits").preprocessing, task="multitask")
 
 
 def train(args, callbacks=()):
@@ -193,9 +203,10 @@ def train(args, callbacks=()):
     Returns
     -------
     dict
-        'test_accuracy' (head -> fraction correct with the final parameters), 'history'
-        (from ``fit``), 'out', the trained 'net' and 'export' (the exported model's metadata,
-        or None).
+        'test_accuracy' (head -> fraction correct on the test split, measured once on the
+        exported model, or without ``--out`` the final network; None on a distributed
+        worker other than rank 0), 'history' (from ``fit``; ``val_*`` on the validation
+        split), 'out', the trained 'net' and 'export' (the exported model's metadata, or None).
     """
     with RunFolder(args.out) as folder:     # held by this process until training ends
         return _train(args, callbacks, folder)
@@ -212,10 +223,12 @@ def _train(args, callbacks, folder):
 
     ctx_list = common.parse_ctx(args.ctx)
     seed_all(args.seed)
-    train_set = digits(train=True)
+    train_set, val_set = split_off(digits(train=True), args.val_fraction, args.seed)
     if args.train_size:
         train_set = train_set.take(args.train_size)
     train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+    val_loader = None if val_set is None else gluon.data.DataLoader(val_set,
+                                                                    batch_size=args.batch_size)
     test_set = digits(train=False)
     test_loader = gluon.data.DataLoader(test_set, batch_size=args.batch_size)
 
@@ -230,28 +243,38 @@ def _train(args, callbacks, folder):
     schedule = HeadSchedule(args.aux_every)
     callbacks = list(callbacks)
     main_process = trainer.rank == 0
+    monitor = _MONITOR if val_set is not None else None
     if args.out:
         if main_process:
             folder.take(resume=args.resume, overwrite=args.overwrite)
             common.save_args(args, args.out)
-        callbacks += common.output_callbacks(args.out, _MONITOR, args.resume, held_out="test")
+        callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation")
     metrics = {head: "acc" for head in HEADS}   # per head (dicts by name): digit_accuracy, ...
     if main_process:
-        log.info("The aux head trains on one batch in %d; the Trainer leaves it unchanged on "
-                 "the others. val_* in the history and the epoch lines are on the test set "
-                 "(%d images).", args.aux_every, len(test_set))
+        log.info("Training on %d images; the aux head trains on one batch in %d, the Trainer "
+                 "leaves it unchanged on the others; %s", len(train_set), args.aux_every,
+                 common.splits_note(None if val_set is None else len(val_set), len(test_set),
+                                    monitor, exported=bool(args.out)))
+    tic = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_AUX_SKIPPED, category=UserWarning)
         history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx_list,
-                      val_data=test_loader, metrics=metrics, callbacks=callbacks,
+                      val_data=val_loader, metrics=metrics, callbacks=callbacks,
                       progress=args.progress, batch_fn=schedule, eval_fn=eval_batch)
-    logs = evaluate(net, test_loader, ctx=ctx_list, metrics=metrics, eval_fn=eval_batch)
+    if not main_process:        # rank 0 exports the model and reports its test accuracy
+        return {"test_accuracy": None, "history": history, "out": args.out, "net": net,
+                "export": None}
+    metadata = None
+    if args.out:
+        metadata = _export(checkpoints, model_prefix)
+        print(common.export_summary(metadata, history, monitor or _MONITOR))
+    tested = load_model(model_prefix, ctx_list[0]).net if metadata else net
+    logs = evaluate(tested, test_loader, ctx=ctx_list[:1] if metadata else ctx_list,
+                    metrics=metrics, eval_fn=eval_batch)
     accuracy = {head: logs[f"{head}_accuracy"] for head in HEADS}
-    metadata = _export(checkpoints, model_prefix) if args.out and main_process else None
-    if main_process:
-        print("test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in accuracy.items()))
-    if metadata:
-        print(common.export_summary(metadata, history, _MONITOR))
+    figures = "test accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in accuracy.items())
+    print(common.test_summary(figures, len(test_set), metadata, history,
+                              time.perf_counter() - tic))
     return {"test_accuracy": accuracy, "history": history, "out": args.out, "net": net,
             "export": metadata}
 

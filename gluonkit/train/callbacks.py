@@ -413,8 +413,8 @@ class PlotCurves(Callback):
     path : str
         The PNG file, replaced atomically after every epoch.
     held_out : str, default 'val'
-        What the ``val_`` curves are called in the legend: ``'test'`` when ``val_data`` is
-        the test set, as in the classification recipes.
+        What the ``val_`` curves are called in the legend, e.g. ``'validation'`` (as the
+        recipes, which hold the test set out of training) or ``'test'``.
 
     Attributes
     ----------

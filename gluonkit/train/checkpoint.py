@@ -1,22 +1,24 @@
 """Checkpoint: atomic save and exact resume of a network, its trainer and the random state."""
 import io
 import json
+import logging
 import os
 import pickle
 import re
 import shutil
-import uuid
 
 import mxnet as mx
 import numpy as np
 
 from ..names import brief_names, select, shape_fits
-from ..atomic import TMP_PREFIX, atomic_create, atomic_write, fsync_directory
+from ..atomic import atomic_create, atomic_write, fsync_directory, remove_stale, scratch_name
 from ..validate import is_int, non_negative_int, positive_int
 from ._archive import CheckpointError, from_tree, json_bytes, npy_bytes, read_archive, read_npz, to_tree, write_archive
 from .resume import check_rng_state, convert_legacy_snapshot, get_rng_state, set_rng_state
 
 __all__ = ["Checkpoint", "CheckpointError"]
+
+log = logging.getLogger("gluonkit")
 
 
 _FORMAT = "gluonkit-checkpoint"
@@ -58,7 +60,10 @@ class Checkpoint:
     then linked under a name no other file has: a crash mid-write leaves the previous
     checkpoints intact, and several processes saving into one directory never replace each
     other's files. The last ``keep`` files are kept, plus ``best.ckpt`` (the one last saved
-    with ``best=True``). A SHA-256 of the file guards every byte against damage.
+    with ``best=True``). A SHA-256 of the file guards every byte against damage. The scratch
+    file of a writer killed mid-save is removed by the next ``save`` on its machine once that
+    process is gone (``gluonkit.atomic.remove_stale``); a live writer's, and one from another
+    machine sharing the directory, are kept.
 
     Loading a file never runs code from it: a checkpoint is a zip of one JSON member (the
     metadata, the trainer's and your state, the generator states) and NumPy ``.npy`` arrays
@@ -180,6 +185,9 @@ class Checkpoint:
         blob = write_archive(members)
 
         os.makedirs(self.directory, exist_ok=True)
+        for stale in remove_stale(self.directory):
+            log.info("Removed %s, left by a writer that is no longer running.",
+                     os.path.join(self.directory, stale))
         name = atomic_create(self.directory, self._new_names(epoch), lambda f: f.write(blob))
         path = os.path.join(self.directory, name)
         if best:
@@ -197,7 +205,7 @@ class Checkpoint:
             with open(path, "rb") as src:
                 shutil.copyfileobj(src, f)
 
-        tmp = os.path.join(self.directory, f"{TMP_PREFIX}best-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp = os.path.join(self.directory, scratch_name("best"))
         try:
             os.link(path, tmp)
         except OSError:   # no hard links here: copy

@@ -20,9 +20,34 @@ from ..validate import is_int, non_negative_int
 from ._archive import CheckpointError
 
 __all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
-           "RolloverState", "Epochs", "Resumer", "convert_legacy_snapshot"]
+           "BatchSizeError", "RolloverState", "Epochs", "Resumer", "convert_legacy_snapshot"]
 
 log = logging.getLogger("gluonkit")
+
+
+class BatchSizeError(CheckpointError):
+    """A resume refused because this run's batches hold another number of samples than those
+    of the interrupted run: the rest of its epoch (or the samples it carries into the next)
+    would not be the ones interrupted.
+
+    Attributes
+    ----------
+    saved : int or None
+        The interrupted run's batch size (its largest batch of the epoch), None where the
+        checkpoint does not record it (gluonkit's earlier checkpoints).
+    given : int
+        This run's batch size.
+    """
+
+    def __init__(self, message, saved, given):
+        super().__init__(message)
+        self.saved, self.given = saved, given
+
+
+def _batches_of(size):
+    """'batches of SIZE samples, the interrupted run's batch size', or the batch size unnamed."""
+    return (f"batches of {size} samples, the interrupted run's batch size" if size
+            else "the batch size of the interrupted run")
 
 
 def seed_all(seed):
@@ -127,8 +152,9 @@ class RolloverState:
         self.sampler = sampler
 
     def state_dict(self):
-        """dict: ``{'rollover': [the carried samples' indices]}``."""
-        return {"rollover": list(self.sampler._prev)}   # MXNet 1.9.1 keeps the carry in _prev only
+        """dict: ``{'rollover': [the carried samples' indices], 'batch_size': int}``."""
+        return {"rollover": list(self.sampler._prev),   # MXNet 1.9.1 keeps the carry in _prev only
+                "batch_size": self.sampler._batch_size}
 
     def load_state_dict(self, state):
         """Carry the saved samples into the next epoch."""
@@ -140,8 +166,12 @@ class RolloverState:
             raise ValueError(f"the checkpoint carries samples {carried!r} into the next epoch, not indices "
                              f"of this loader's {samples} samples; resume with the data of the interrupted run.")
         if len(carried) >= size:
-            raise ValueError(f"the checkpoint carries {len(carried)} samples into the next epoch but a batch "
-                             f"of this loader holds {size}; resume with the batch size of the interrupted run.")
+            saved = state.get("batch_size")
+            saved = saved if is_int(saved) and saved > 0 else None
+            raise BatchSizeError(f"the checkpoint carries {len(carried)} samples into the next epoch"
+                                 + (f" from batches of {saved}" if saved else "")
+                                 + f" but a batch of this loader holds {size}; resume with "
+                                 f"{_batches_of(saved)}.", saved, size)
         self.sampler._prev = list(carried)
 
 
@@ -353,6 +383,7 @@ class Resumer:
         self.epoch_sampler = None    # the sampler's state at the start of the epoch
         self.callback_states = None  # the callbacks' states, until training begins
         self.seen = 0                # samples of the epoch's batches so far
+        self.largest = 0             # samples of the epoch's largest batch so far (the batch size)
         self.skips_at_start = 0      # the trainer's nonfinite_skips when the epoch began
 
     @staticmethod
@@ -369,7 +400,8 @@ class Resumer:
         if self.pending is not None:   # resumed but not started yet: the snapshot loaded
             return {**self.pending, "history": history, "callbacks": callback_states}
         snap = {"epoch": epoch, "batch": batch, "step": state.step, "history": history,
-                "callbacks": callback_states, "settings": self.settings(state)}
+                "callbacks": callback_states, "settings": self.settings(state),
+                "batch_size": self.largest}
         sampler = sampler_of(state.train_data)
         if sampler is not None:
             snap["sampler"] = self.epoch_sampler if batch else sampler.state_dict()
@@ -407,8 +439,10 @@ class Resumer:
             try:
                 sampler.load_state_dict(snap["sampler"])
             except (TypeError, ValueError) as err:
-                raise CheckpointError(f"The checkpoint's sampler state does not fit train_data's sampler: "
-                                      f"{err}") from None
+                message = f"The checkpoint's sampler state does not fit train_data's sampler: {err}"
+                if isinstance(err, BatchSizeError):
+                    raise BatchSizeError(message, err.saved, err.given) from None
+                raise CheckpointError(message) from None
         self.callback_states = snap["callbacks"]
         self.pending = snap if snap["batch"] else None
         return snap["epoch"], snap["step"], {key: list(values) for key, values in snap["history"].items()}
@@ -451,27 +485,43 @@ class Resumer:
         self.skips_at_start = self._skips(state) - snap.get("nonfinite_skips", 0)
         self.epoch_rng = snap["epoch_rng"]
         set_rng_state(self.epoch_rng)   # replay the epoch's data order from its start
-        return self._batches(state.train_data, snap["batch"], snap.get("batch_samples"), snap["rng"])
+        return self._batches(state.train_data, snap["batch"], snap.get("batch_samples"), snap["rng"],
+                             snap.get("batch_size") or None)
 
-    def _batches(self, loader, skip, samples, rng_after):
-        """The loader's batches after the first ``skip``, which must hold ``samples`` samples."""
-        self.seen = 0
+    def _batches(self, loader, skip, samples, rng_after, saved_size=None):
+        """The loader's batches after the first ``skip``, which must hold ``samples`` samples
+        in batches of ``saved_size`` (the interrupted run's, if known)."""
+        self.seen = self.largest = 0
         batches = iter(loader)
         for _ in range(skip):
             batch = next(batches, None)
             if batch is None:
+                if saved_size and self.largest != saved_size:
+                    raise self._size_error(skip, samples, saved_size)
                 raise CheckpointError(f"train_data yielded fewer than the {skip} batches the checkpoint "
                                       "was saved after; resume with the same data and batch size.")
-            self.seen += batch_length(batch)
+            self._count(batch)
         if samples is not None and self.seen != samples:
-            raise CheckpointError(f"the checkpoint was saved after {skip} batches holding {samples} samples, but "
-                             f"the first {skip} batches of train_data hold {self.seen}; resume with the "
-                             "batch size of the interrupted run (it may change at an epoch's end).")
+            raise self._size_error(skip, samples, saved_size)
         if rng_after is not None:
             set_rng_state(rng_after)
         for batch in batches:
-            self.seen += batch_length(batch)
+            self._count(batch)
             yield batch
+
+    def _count(self, batch):
+        size = batch_length(batch)
+        self.seen += size
+        self.largest = max(self.largest, size)
+
+    def _size_error(self, skip, samples, saved):
+        """The refusal of a mid-epoch resume whose first ``skip`` batches do not hold the
+        ``samples`` samples of the interrupted run's, in batches of ``saved`` (None: unknown)."""
+        return BatchSizeError(
+            f"the checkpoint was saved after {skip} batches"
+            + (f" of {saved} samples ({samples} in all)" if saved else f" holding {samples} samples")
+            + f", but the batches of train_data hold {self.largest} ({self.seen} in its first {skip}); "
+            f"resume with {_batches_of(saved)} (it may change at an epoch's end).", saved, self.largest)
 
 
 def convert_legacy_snapshot(snap):

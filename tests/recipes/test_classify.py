@@ -17,10 +17,11 @@ from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.params import select
 from gluonkit.recipes import common
 from gluonkit.recipes import classify as recipe
-from gluonkit.recipes.datasets import dataset_labels, load_dataset, stratified_indices
+from gluonkit.recipes.datasets import (dataset_labels, load_dataset, stratified_indices,
+                                       stratified_split)
 from gluonkit.recipes.models import build_model, small_cnn
 
-from conftest import ROOT
+from conftest import ROOT, StopAt
 
 SCRIPT = os.path.join(ROOT, "recipes", "classify.py")
 
@@ -42,24 +43,68 @@ def test_defaults():
         (12, 64, 1, os.path.join("runs", "classify"))
 
 
-def test_tiny_run_writes_outputs_and_reports_the_test_accuracy(tmp_path, capsys):
-    result = run(tmp_path, "--limit", "96", "--epochs", "2", "--batch-size", "32")
-    assert f"test accuracy: {result['test_accuracy']:.4f} on 96 images" in capsys.readouterr().out
-    # the reported accuracy is that of the final checkpoint's parameters, counted by hand
-    net = small_cnn(10)
-    net.initialize()
-    assert Checkpoint(tmp_path / "checkpoints").load(net)["epoch"] == 2
-    test = digits(train=False)
-    chosen = stratified_indices(dataset_labels(test), 96, seed=0)      # --limit's choice
-    x, y = (np.stack(a) for a in zip(*[test[int(i)] for i in chosen]))
-    predicted = net(mx.nd.array(x)).argmax(axis=1).asnumpy()
-    assert result["test_accuracy"] == pytest.approx(np.mean(predicted == y))
+def digits_at(dataset, indices):
+    """The images and labels of ``dataset`` at ``indices``, stacked as NumPy arrays."""
+    return (np.stack(a) for a in zip(*[dataset[int(i)] for i in indices]))
+
+
+def accuracy_of_export(out, x, y):
+    """The accuracy on ``(x, y)`` of the model exported in ``out``, loaded by MXNet alone."""
+    model = mx.gluon.SymbolBlock.imports(str(out / "model-symbol.json"), ["data"],
+                                         str(out / "model-0000.params"))
+    return np.mean(model(mx.nd.array(x)).argmax(axis=1).asnumpy() == y)
+
+
+def test_the_export_is_chosen_on_validation_images_and_tested_once_on_test_images(tmp_path,
+                                                                                  capsys):
+    result = run(tmp_path, "--limit", "96", "--epochs", "3", "--batch-size", "32", "--lr", "0.5")
+    printed = capsys.readouterr().out.strip().splitlines()
     rows = history_csv(tmp_path / "history.csv")
-    assert [int(r["epoch"]) for r in rows] == [1, 2]
-    assert float(rows[-1]["val_accuracy"]) == pytest.approx(result["test_accuracy"])
+    assert list(rows[0])[:6] == ["epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"]
+    scores = [float(row["val_accuracy"]) for row in rows]
+    epoch = result["export"]["epoch_trained"]
+    assert scores[epoch - 1] == max(scores)
+    # the validation split: 10% of every digit of the training images (seed 0), then --limit's
+    # 96 of them; val_accuracy of the exported epoch is the exported model's on those, by hand
+    train = digits(train=True)
+    labels = dataset_labels(train)
+    _, held = stratified_split(labels, 0.1, seed=0)
+    val = held[stratified_indices(labels[held], 96, seed=0)]
+    assert np.bincount(labels[val]).min() >= 9
+    assert accuracy_of_export(tmp_path, *digits_at(train, val)) == \
+        pytest.approx(scores[epoch - 1], abs=1e-6)
+    # the test split is measured once, on the export, and printed last
+    test = digits(train=False)
+    x, y = digits_at(test, stratified_indices(dataset_labels(test), 96, seed=0))
+    assert result["test_accuracy"] == pytest.approx(accuracy_of_export(tmp_path, x, y), abs=1e-6)
+    assert printed[-1] == (f"test accuracy: {result['test_accuracy']:.4f} on 96 images of the "
+                           f"test split, by the model exported from epoch {epoch} (3 epochs, "
+                           f"{result['seconds']:.1f} s)")
     saved = json.loads((tmp_path / "args.json").read_text())
-    assert (saved["limit"], saved["epochs"], saved["batch_size"]) == (96, 2, 32)
+    assert (saved["limit"], saved["epochs"], saved["val_fraction"]) == (96, 3, 0.1)
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_without_a_validation_split_the_last_epoch_is_exported_and_tested(tmp_path, capsys):
+    result = run(tmp_path, "--limit", "64", "--epochs", "2", "--batch-size", "32",
+                 "--val-fraction", "0")
+    assert "val_accuracy" not in result["history"] and result["export"]["epoch_trained"] == 2
+    test = digits(train=False)
+    x, y = digits_at(test, stratified_indices(dataset_labels(test), 64, seed=0))
+    assert result["test_accuracy"] == pytest.approx(accuracy_of_export(tmp_path, x, y), abs=1e-6)
+    assert "by the model exported from epoch 2 (2 epochs" in capsys.readouterr().out
+    for bad in ("1", "-0.1", "nan", "a"):
+        with pytest.raises(SystemExit):
+            recipe.parse_args(["--val-fraction", bad])
+        assert "--val-fraction" in capsys.readouterr().err
+
+
+def test_without_out_the_final_network_is_tested(capsys):
+    result = recipe.train(recipe.parse_args(["--no-progress", "--out", "", "--limit", "32",
+                                             "--epochs", "1"]))
+    assert result["export"] is None and 0 <= result["test_accuracy"] <= 1
+    assert "on 32 images of the test split, by the final network (1 epochs" in \
+        capsys.readouterr().out
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path):
@@ -70,6 +115,23 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert resumed["test_accuracy"] == straight["test_accuracy"]
     for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
         assert resumed["history"][key] == straight["history"][key], key
+
+
+def test_a_mid_epoch_resume_under_another_batch_size_says_which_to_pass(tmp_path):
+    tiny = ["--no-progress", "--out", str(tmp_path), "--limit", "200", "--epochs", "2"]
+    with pytest.raises(KeyboardInterrupt):       # Ctrl-C after 3 batches of 32
+        recipe.train(recipe.parse_args([*tiny, "--batch-size", "32"]), callbacks=[StopAt(0, 3)])
+    saved = Checkpoint(tmp_path / "checkpoints").paths
+    with pytest.raises(SystemExit) as refused:
+        recipe.main([*tiny, "--resume", "--batch-size", "64"])
+    assert refused.value.code == (
+        "gluonkit-classify: the checkpoint was saved after 3 batches of 32 samples (96 in all), "
+        "but the batches of train_data hold 64 (192 in its first 3); resume with batches of 32 "
+        "samples, the interrupted run's batch size (it may change at an epoch's end): pass "
+        "--batch-size 32.")
+    assert Checkpoint(tmp_path / "checkpoints").paths == saved
+    recipe.main([*tiny, "--resume", "--batch-size", "32"])
+    assert [int(row["epoch"]) for row in history_csv(tmp_path / "history.csv")] == [1, 2]
 
 
 def test_two_contexts_accumulating_equal_one_context_with_the_same_micro_batches(tmp_path):
@@ -200,7 +262,8 @@ def test_command_line_entry_point(tmp_path):
 
 
 def test_multiscale_trains_each_batch_at_one_of_the_sizes(tmp_path):
-    train, test = recipe.make_loaders(digits(), digits(train=False), 32, [12, 16, 20], 1, 32, 4, 0, 0)
+    train, (test,) = recipe.make_loaders(digits(), [digits(train=False)], 32, [12, 16, 20], 1, 32, 4,
+                                         0, 0)
     sizes = [x.shape[2:] for x, _ in train]
     assert set(sizes) == {(12, 12), (16, 16), (20, 20)}
     assert sum(x.shape[0] for x, _ in train) == len(digits())
@@ -222,8 +285,8 @@ def test_images_of_their_own_sizes_are_bucketed(tmp_path, caplog):
                 height, width = rng.randint(8, 20, size=2)
                 cv2.imwrite(str(tmp_path / "folder" / split / c / f"{i}.png"),
                             rng.randint(0, 255, (height, width, 3), dtype=np.uint8))
-    train_set, test_set, _, _ = load_dataset(f"imagefolder:{tmp_path / 'folder'}", "", 0)
-    train, _ = recipe.make_loaders(train_set, test_set, 4, None, 1, 0, 2, 0, 0)
+    data = load_dataset(f"imagefolder:{tmp_path / 'folder'}", "", 0)
+    train, _ = recipe.make_loaders(data.train, [data.val, data.test], 4, None, 1, 0, 2, 0, 0)
     shapes = {x.shape[2:] for x, _ in train}
     assert 1 <= len(shapes) <= 2 and all(h % 4 == 0 and w % 4 == 0 for h, w in shapes)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Batches in")]

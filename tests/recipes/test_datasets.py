@@ -1,4 +1,6 @@
-"""The classification recipe's data: stratified subsets, size cap, GluonCV-style normalization."""
+"""The classification recipe's data: stratified subsets and splits, size cap, GluonCV-style
+normalization."""
+import collections
 import os
 import re
 import subprocess
@@ -10,18 +12,28 @@ import numpy as np
 import pytest
 
 from conftest import CLONE_ENV
-from gluonkit.data import DataFileError
+from gluonkit.data import DataFileError, digits
 from gluonkit.recipes.datasets import (IMAGENET_MEAN, IMAGENET_STD, CapSize, dataset_labels,
                                        load_dataset, stratified_indices, stratified_split)
 
 
-def image_tree(root, counts, size=(12, 10), seed=0):
-    """Class folders under ``root/train`` with ``counts[c]`` random images each."""
+def counts(split):
+    """Samples of every class in ``split``."""
+    return np.bincount([int(split[i][1]) for i in range(len(split))]).tolist()
+
+
+def image_keys(dataset):
+    """The images of ``dataset``, as a multiset of their bytes."""
+    return collections.Counter(np.asarray(dataset[i][0]).tobytes() for i in range(len(dataset)))
+
+
+def image_tree(root, counts, size=(12, 10), seed=0, split="train"):
+    """Class folders under ``root/split`` with ``counts[c]`` random images each."""
     rng = np.random.RandomState(seed)
     for c, count in counts.items():
-        os.makedirs(root / "train" / c, exist_ok=True)
+        os.makedirs(root / split / c, exist_ok=True)
         for i in range(count):
-            cv2.imwrite(str(root / "train" / c / f"{i}.png"),
+            cv2.imwrite(str(root / split / c / f"{i}.png"),
                         rng.randint(0, 255, size + (3,), dtype=np.uint8))
 
 
@@ -40,18 +52,47 @@ def test_stratified_holdout():
     train, held = stratified_split(labels, 0.1, seed=0)
     assert np.bincount(labels[held]).tolist() == [5, 2, 1]
     assert sorted(np.concatenate([train, held]).tolist()) == list(range(len(labels)))
+    train, held = stratified_split(labels, 0.9, seed=0)
+    assert np.bincount(labels[train]).tolist() == [5, 2, 1]      # every class keeps one or more
 
 
 def test_image_folder_limit_and_holdout_cover_every_class(tmp_path):
     image_tree(tmp_path, {"a": 30, "b": 15, "c": 5})
-    train, test, names, _ = load_dataset(f"imagefolder:{tmp_path}", image_size=8, limit=10)
+    train, val, test, names, _ = load_dataset(f"imagefolder:{tmp_path}", image_size=8, limit=10)
     assert names == ["a", "b", "c"]
-    train_labels = [int(train[i][1]) for i in range(len(train))]
-    test_labels = [int(test[i][1]) for i in range(len(test))]
-    assert np.bincount(train_labels).tolist() == [6, 3, 1]          # not the first 10 files
-    assert np.bincount(test_labels).tolist() == [3, 2, 1]           # the stratified 10% holdout
+    assert counts(train) == [6, 3, 1]          # not the first 10 files
+    assert counts(test) == [3, 2, 1]           # the stratified 10% holdout
+    assert counts(val) == [3, 1, 1]            # 10% of every class of the rest
     assert dataset_labels(mx.gluon.data.vision.ImageFolderDataset(str(tmp_path / "train"))).tolist() \
         == [0] * 30 + [1] * 15 + [2] * 5
+
+
+def test_the_validation_split_is_carved_from_the_training_images_stratified_and_seeded():
+    data = load_dataset("digits", seed=3)
+    assert image_keys(data.train) + image_keys(data.val) == image_keys(digits(train=True))
+    assert image_keys(data.test) == image_keys(digits(train=False))     # the test set, untouched
+    assert len(data.val) == 143 and set(counts(data.val)) <= {14, 15}   # 10% of every digit
+    again, other = load_dataset("digits", seed=3), load_dataset("digits", seed=4)
+    assert image_keys(again.val) == image_keys(data.val) != image_keys(other.val)
+    assert len(load_dataset("digits", val_fraction=0.25).val) == 359
+    whole = load_dataset("digits", val_fraction=0)
+    assert whole.val is None and len(whole.train) == len(digits(train=True))
+    with pytest.raises(ValueError, match=r"fraction must be in \[0, 1\), got 1.0"):
+        load_dataset("digits", val_fraction=1.0)
+
+
+def test_image_folders_give_their_own_validation_and_test_splits(tmp_path):
+    image_tree(tmp_path, {"a": 20, "b": 10})
+    carved = load_dataset(f"imagefolder:{tmp_path}", image_size=8)
+    assert (counts(carved.train), counts(carved.val), counts(carved.test)) == \
+        ([16, 8], [2, 1], [2, 1])                       # 10% test, then 10% of the rest
+    image_tree(tmp_path, {"a": 3, "b": 2}, split="val")
+    with_val = load_dataset(f"imagefolder:{tmp_path}", image_size=8, val_fraction=0.5)
+    assert (counts(with_val.train), counts(with_val.val), counts(with_val.test)) == \
+        ([18, 9], [3, 2], [2, 1])                       # DIR/val replaces the carve
+    image_tree(tmp_path, {"a": 4, "b": 4}, split="test")
+    both = load_dataset(f"imagefolder:{tmp_path}", image_size=8)
+    assert (counts(both.train), counts(both.val), counts(both.test)) == ([20, 10], [3, 2], [4, 4])
 
 
 def test_size_cap_shrinks_the_longer_side_only():
@@ -63,8 +104,8 @@ def test_size_cap_shrinks_the_longer_side_only():
 
 def test_own_sizes_are_capped_and_normalized(tmp_path):
     image_tree(tmp_path, {"a": 2, "b": 2}, size=(40, 100))
-    train, test, _, preprocessing = load_dataset(f"imagefolder:{tmp_path}", image_size=0,
-                                                 max_size=50)
+    train, _, test, _, preprocessing = load_dataset(f"imagefolder:{tmp_path}", image_size=0,
+                                                    max_size=50)
     assert train[0][0].shape == (3, 20, 50)
     assert preprocessing["max_size"] == 50 and preprocessing["resize"] is None
 
@@ -79,8 +120,8 @@ def test_normalization_statistics(tmp_path):
         os.link(tmp_path / "val" / "a" / f"{i}.png", tmp_path / "train" / "a" / f"{i}.png")
     os.makedirs(tmp_path / "val" / "b")
     os.link(tmp_path / "train" / "b" / "0.png", tmp_path / "val" / "b" / "0.png")
-    train, test, _, preprocessing = load_dataset(f"imagefolder:{tmp_path}", image_size=8)
-    x = test[0][0].asnumpy()
+    train, val, _, _, preprocessing = load_dataset(f"imagefolder:{tmp_path}", image_size=8)
+    x = val[0][0].asnumpy()
     raw = mx.image.imread(str(tmp_path / "val" / "a" / "0.png"))
     crop = mx.image.center_crop(mx.image.resize_short(raw, 9), (8, 8))[0].asnumpy()
     expected = (crop.transpose(2, 0, 1) / 255.0 - np.array(IMAGENET_MEAN)[:, None, None]) \
@@ -94,7 +135,7 @@ def test_normalization_statistics(tmp_path):
 
 
 def test_digits_limit_is_stratified():
-    train, test, names, preprocessing = load_dataset("digits", limit=50)
+    train, val, test, names, preprocessing = load_dataset("digits", limit=50)
     assert np.bincount([int(train[i][1]) for i in range(50)]).min() >= 4
     assert preprocessing["resize"] == [8, 8] and preprocessing["channels"] == 1
 
@@ -135,7 +176,7 @@ def test_test_labels_beyond_the_training_classes_are_refused_when_loading(tmp_pa
                                             rf"\(0..2\); {train} holds no other"):
         load_dataset(f"rec:{train},{test}", image_size=8)
     _write_rec(tmp_path / "test.rec", [0, 1, 2, 2], seed=1)
-    assert load_dataset(f"rec:{train},{test}", image_size=8)[2] == ["0", "1", "2"]
+    assert load_dataset(f"rec:{train},{test}", image_size=8).classes == ["0", "1", "2"]
 
 
 def test_the_classify_command_prints_a_damaged_file_in_one_line(tmp_path):

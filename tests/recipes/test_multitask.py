@@ -45,56 +45,71 @@ def digits_test_set():
             np.array([label for _, label in test_set]))
 
 
+def digits_validation_set():
+    """The validation split: 10% of every digit of the training images, carved with seed 0."""
+    from gluonkit.recipes.datasets import dataset_labels, stratified_split
+
+    train = gluonkit.data.digits(train=True)
+    _, held = stratified_split(dataset_labels(train), 0.1, seed=0)
+    return (np.stack([train[int(i)][0] for i in held]),
+            np.array([train[int(i)][1] for i in held]))
+
+
+def head_accuracies(net, images, labels):
+    digit, parity, aux = (o.asnumpy().argmax(axis=1) for o in net(mx.nd.array(images)))
+    return {"digit": np.mean(digit == labels), "parity": np.mean(parity == labels % 2),
+            "aux": np.mean(aux == (labels >= 5))}
+
+
 def test_tiny_run_beats_chance_agrees_across_devices_and_writes_its_outputs(tmp_path, capsys):
     out = tmp_path / "one"
     one = run(*TINY, "--ctx", "cpu:0", "--hybridize", "--out", str(out))
     accuracy = one["test_accuracy"]
-    report, exported = capsys.readouterr().out.strip().split("\n")
-    assert report == "test accuracy: " + ", ".join(
-        f"{head} {accuracy[head]:.3f}" for head in ("digit", "parity", "aux"))
+    exported, report = capsys.readouterr().out.strip().split("\n")
     epoch, history = one["export"]["epoch_trained"], one["history"]["val_digit_accuracy"]
+    assert report.startswith("test accuracy: " + ", ".join(
+        f"{head} {accuracy[head]:.3f}" for head in ("digit", "parity", "aux"))
+        + f" on 359 images of the test split, by the model exported from epoch {epoch} (3 epochs")
     assert exported == (f"exported epoch {epoch}, val_digit_accuracy {history[epoch - 1]:.4f} "
                         f"(the last epoch, 3: {history[-1]:.4f}): {out / 'model-symbol.json'}")
     two = recipe.train(recipe.parse_args(TINY + ["--ctx", "cpu:0,cpu:1", "--no-hybridize",
                                                 "--out", ""]))
     assert "epoch 1/3" in capsys.readouterr().err  # the progress bars
     assert set(accuracy) == set(ABOVE)
+    val_images = len(digits_validation_set()[1])
     for head, bar in ABOVE.items():
         assert isinstance(accuracy[head], float) and accuracy[head] > bar, (head, accuracy[head])
         # same seed, same batches: 2 devices imperative = 1 device hybridized, up to a
-        # couple of test images whose prediction float32 rounding may tip
-        assert abs(accuracy[head] - two["test_accuracy"][head]) <= 2 / TEST_IMAGES, head
+        # couple of validation images whose prediction float32 rounding may tip
+        np.testing.assert_allclose(one["history"][f"val_{head}_accuracy"],
+                                   two["history"][f"val_{head}_accuracy"], atol=2 / val_images)
     assert two["export"] is None
 
     saved = json.loads((out / "args.json").read_text())
     assert saved["ctx"] == "cpu:0" and saved["hybridize"] is True
-    assert saved["epochs"] == 3 and saved["train_size"] == 480
+    assert saved["epochs"] == 3 and saved["train_size"] == 480 and saved["val_fraction"] == 0.1
     with open(out / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(row["epoch"]) for row in rows] == [1, 2, 3]
-    for head in ("digit", "parity", "aux"):       # each head, on train and test batches
-        assert float(rows[-1][f"val_{head}_accuracy"]) == pytest.approx(accuracy[head])
+    for head in ("digit", "parity", "aux"):       # each head, on train and validation batches
+        assert 0 < float(rows[-1][f"val_{head}_accuracy"]) <= 1
         assert 0 < float(rows[-1][f"{head}_accuracy"]) <= 1
     assert float(rows[-1]["loss"]) < float(rows[0]["loss"])
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
-    # the reported accuracies are those of the final checkpoint's parameters, counted by hand
-    images, labels = digits_test_set()
-    net = recipe.MultiTaskNet()
-    net.initialize()
-    ckpt = Checkpoint(out / "checkpoints")
-    assert ckpt.load(net)["epoch"] == 3
-    digit, parity, aux = (o.asnumpy().argmax(axis=1) for o in net(mx.nd.array(images)))
-    assert np.mean(digit == labels) == pytest.approx(accuracy["digit"], abs=1e-9)
-    assert np.mean(parity == labels % 2) == pytest.approx(accuracy["parity"], abs=1e-9)
-    assert np.mean(aux == (labels >= 5)) == pytest.approx(accuracy["aux"], abs=1e-9)
-
-    # the exported model is the best checkpoint by test digit accuracy, as --export redoes it
+    # the exported model is the best checkpoint by validation digit accuracy, whose figures
+    # on the validation split are the history's, counted by hand; the test figures are its own
     val_digit = [float(row["val_digit_accuracy"]) for row in rows]
-    assert one["export"]["epoch_trained"] == 1 + val_digit.index(max(val_digit))
+    assert epoch == 1 + val_digit.index(max(val_digit))
     best = recipe.MultiTaskNet()
     best.initialize()
-    ckpt.load(best, best=True)
+    ckpt = Checkpoint(out / "checkpoints")
+    assert ckpt.load(best, best=True)["epoch"] == epoch
+    for head, value in head_accuracies(best, *digits_validation_set()).items():
+        assert value == pytest.approx(float(rows[epoch - 1][f"val_{head}_accuracy"]), abs=1e-9)
+    images, labels = digits_test_set()
+    for head, value in head_accuracies(best, images, labels).items():
+        assert value == pytest.approx(accuracy[head], abs=1e-9), head
     exported = mx.gluon.SymbolBlock.imports(str(out / "model-symbol.json"), ["data"],
                                             str(out / "model-0000.params"))
     for got, want in zip(exported(mx.nd.array(images)), best(mx.nd.array(images))):
@@ -161,7 +176,7 @@ def test_command_line_entry_point(tmp_path):
                            "--out", str(tmp_path), "--no-progress"], capture_output=True,
                           text=True, timeout=120, env=env, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("test accuracy: digit ")
+    assert done.stdout.splitlines()[-1].startswith("test accuracy: digit ")
     assert "epoch 1/1: loss" in done.stderr          # the summary line, through logging
     assert (tmp_path / "model-symbol.json").exists()
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from gluonkit.atomic import writer_place
 from gluonkit.recipes import multitask
 from gluonkit.recipes.runs import (LOCK_FILE, RunFolder, RunFolderError, check_folder, in_use_by,
                                    run_files)
@@ -78,9 +79,11 @@ def test_the_recipe_holds_its_folder_while_it_trains_and_lets_it_go(tmp_path):
 def test_taking_a_folder_removes_the_temporary_files_of_dead_writers(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     dead, alive = dead_pid(), os.getpid()
-    stale = [tmp_path / f".tmp-model.json-{dead}-0123abcd",
-             tmp_path / "checkpoints" / f".tmp-new-{dead}-89abcdef"]
-    kept = [tmp_path / "checkpoints" / f".tmp-best-{alive}-01234567", tmp_path / "notes.txt"]
+    here = writer_place()
+    stale = [tmp_path / f".tmp-model.json@{here}-{dead}-0123abcd",
+             tmp_path / "checkpoints" / f".tmp-new@{here}-{dead}-89abcdef"]
+    kept = [tmp_path / "checkpoints" / f".tmp-best@{here}-{alive}-01234567",
+            tmp_path / f".tmp-model.json@elsewhere-{dead}-01234567", tmp_path / "notes.txt"]
     for path in stale + kept:
         path.write_bytes(bytes(1000))
     with RunFolder(tmp_path) as folder:

@@ -13,6 +13,7 @@ from conftest import params_of
 from gluonkit.callbacks import Callback, ModelCheckpoint
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from gluonkit.train.loop import fit
+from gluonkit.train.resume import BatchSizeError
 from gluonkit.trainer import Trainer
 from small_classifier import assert_same, batches, train
 from test_checkpoint_resume import LOADERS, StopAt, assert_same_copies, conv_net, copies_of, cropped, images
@@ -180,8 +181,9 @@ def test_a_metric_that_holds_metrics_resumes_in_mid_epoch(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"batch_size": 3}, r"saved after 3 batches holding 18 samples, but the first 3 batches of "
-                        r"train_data hold 9; resume with the batch size"),
+    ({"batch_size": 3}, r"saved after 3 batches of 6 samples \(18 in all\), but the batches of "
+                        r"train_data hold 3 \(9 in its first 3\); resume with batches of 6 samples, "
+                        r"the interrupted run's batch size"),
     ({"accumulate": 3}, r"middle of epoch 2: the checkpoint was saved with accumulate=1 on \['cpu\(0\)'\]; "
                         r"this run has accumulate=3 on \['cpu\(0\)'\]"),
     ({"ctx": TWO}, r"saved with accumulate=1 on \['cpu\(0\)'\]; this run has accumulate=1 on "
@@ -201,9 +203,23 @@ def test_a_mid_epoch_resume_under_other_settings_is_refused(tmp_path, change, me
 
 def test_a_rollover_larger_than_a_batch_is_refused(tmp_path):
     run(tmp_path, 1, [mx.cpu()])
-    with pytest.raises(CheckpointError, match=r"sampler state does not fit .*carries 4 samples into the next epoch but a batch of this loader "
-                                         r"holds 3; resume with the batch size of the interrupted run"):
+    with pytest.raises(BatchSizeError, match=r"sampler state does not fit .*carries 4 samples into the next epoch from "
+                                        r"batches of 6 but a batch of this loader holds 3; resume with batches of 6 "
+                                        r"samples, the interrupted run's batch size") as refused:
         run(tmp_path, 2, [mx.cpu()], resume=True, batch_size=3)
+    assert (refused.value.saved, refused.value.given) == (6, 3)
+
+
+def test_a_mid_epoch_refusal_names_both_batch_sizes(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, 2, [mx.cpu()], kind="keep", callbacks=[StopAt(1, 3)])
+    for size in (4, 12):
+        with pytest.raises(BatchSizeError) as refused:
+            run(tmp_path, 2, [mx.cpu()], kind="keep", resume=True, batch_size=size)
+        assert isinstance(refused.value, CheckpointError)
+        assert (refused.value.saved, refused.value.given) == (6, size)
+    _, history = run(tmp_path, 2, [mx.cpu()], kind="keep", resume=True, batch_size=6)
+    assert len(history["loss"]) == 2
 
 
 def test_an_epoch_end_resume_under_other_settings_continues_with_them(tmp_path, caplog):

@@ -147,3 +147,36 @@ def test_the_lazy_package_still_gives_its_submodules_as_attributes():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120, cwd=os.path.dirname(os.path.dirname(gluonkit.__file__)))
     assert result.stdout.split() == ["read_metadata", "split_and_load", "Epochs"], result.stderr
+
+
+# the detect recipe's export preprocessing (gluonkit.recipes.detection_serving): GluonCV's
+# interp=9 resize (bicubic to enlarge, area to shrink), Faster R-CNN's resize_short_within and
+# the bucket padding of a run at the images' own sizes, each where it enlarges and shrinks
+DETECTION_PREPROCESSING = [("yolo3", (64, 64), None), ("yolo3", (16, 20), None),
+                           ("faster_rcnn", (24, 40), None), ("faster_rcnn", (60, 70), None),
+                           ("yolo3", None, [[32, 32], [48, 64]]), ("ssd", None, [[16, 16], [8, 24]])]
+
+
+@pytest.mark.parametrize("family, size, buckets", DETECTION_PREPROCESSING)
+def test_serve_preprocesses_a_detection_export_as_gluonkit_predict(tmp_path, family, size, buckets):
+    from gluonkit.recipes.detection_serving import serving_preprocessing
+    from gluonkit.serve.images import prepare
+
+    preprocessing = serving_preprocessing(family, size, buckets)
+    path = tmp_path / "image.png"
+    path.write_bytes(encoded(pixels(29, 37), ".png"))
+    want = gluonkit.inference.preprocess(str(path), preprocessing).asnumpy()
+    plan, got = prepare(str(path), preprocessing, 10 ** 6, 100)
+    assert got.shape == want.shape and plan.input_size == want.shape[:0:-1]
+    # one level of 255 at most (OpenCV resizes in fixed point), in normalized units
+    assert np.abs(got - want).max() <= 1.01 / 255 / min(preprocessing["std"])
+
+
+@pytest.mark.parametrize("interp", [0, 3, 4])
+def test_serve_refuses_an_interpolation_it_does_not_reproduce(interp):
+    from gluonkit.metadata import ExportError
+    from gluonkit.serve.images import check_interp
+
+    with pytest.raises(ExportError, match=f"model.onnx resizes images with OpenCV interpolation "
+                                          f"{interp}, which gluonkit.serve does not reproduce"):
+        check_interp({"channels": 3, "interp": interp}, "model.onnx")

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HOROVOD_STAMP := $(VENV)/.horovod
 
-.PHONY: run test bench horovod clean
+.PHONY: run test bench horovod serve-env clean
 
 # editable installs of a pyproject.toml project need pip >= 21.3 (Python 3.8/3.9 bring older ones)
 $(STAMP): setup.cfg pyproject.toml
@@ -32,6 +32,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
+
+# the environment gluonkit-serve runs in (onnxruntime, numpy 2, Pillow; no mxnet), as the
+# tests build it: prints its Python
+serve-env: $(STAMP)
+	$(PY) -m benchmarks.serving_env
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.throughput $(ARGS)

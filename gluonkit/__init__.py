@@ -7,27 +7,52 @@ Where things live: :mod:`gluonkit.trainer` (the Trainer: one update from a windo
 gradients), :mod:`gluonkit.train` (the fit wing: ``fit``, ``evaluate``, checkpoints, resume,
 callbacks, metrics), :mod:`gluonkit.data`, :mod:`gluonkit.nn`, :mod:`gluonkit.autograd`,
 :mod:`gluonkit.launch` (distributed jobs), :mod:`gluonkit.recipes` (the commands), and the
-single modules ``split``, ``params``, ``names``, ``ops``, ``export``, ``inference``,
-``validate`` (argument checks) and ``atomic`` (atomic file writes).
+single modules ``split``, ``params``, ``names``, ``ops``, ``export``, ``onnx_export``,
+``inference``, ``validate`` (argument checks), ``versions`` (the mxnet and numpy check) and
+``atomic`` (atomic file writes).
+:mod:`gluonkit.serve` predicts with ``model.onnx`` where MXNet is not installed.
+
+The public names load on first use (``gluonkit.Trainer``, ``from gluonkit import fit``), and
+the first use checks that mxnet and numpy are versions gluonkit works with: importing
+``gluonkit.serve`` never imports mxnet.
 """
+import importlib
+import importlib.util
+
 __version__ = "0.1.0"
 
-from ._check import check_at_import as _check_at_import
+#: Public name -> the module that defines it (a submodule's own name for the subpackages).
+_PUBLIC = {
+    "Trainer": ".trainer", "split_and_load": ".split", "fit": ".train.loop",
+    "evaluate": ".train.loop", "Checkpoint": ".train.checkpoint", "Epochs": ".train.resume",
+    "CheckpointError": ".train.checkpoint", "export_model": ".export",
+    "export_onnx": ".onnx_export", "load_model": ".inference", "predict": ".inference",
+    "iter_predict": ".inference", "ExportError": ".metadata", "ImageError": ".data.images",
+    "autograd": None, "callbacks": None, "data": None, "names": None, "nn": None, "ops": None,
+    "params": None}
 
-_check_at_import()
+__all__ = ["__version__", *_PUBLIC]
 
-from . import autograd, data, names, nn, ops, params  # noqa: E402
-from . import callbacks  # noqa: E402
-from .data.images import ImageError  # noqa: E402
-from .export import ExportError, export_model  # noqa: E402
-from .inference import iter_predict, load_model, predict  # noqa: E402
-from .split import split_and_load  # noqa: E402
-from .train.checkpoint import Checkpoint, CheckpointError  # noqa: E402
-from .train.loop import evaluate, fit  # noqa: E402
-from .train.resume import Epochs  # noqa: E402
-from .trainer import Trainer  # noqa: E402
 
-__all__ = ["__version__", "Trainer", "split_and_load", "fit", "evaluate", "Checkpoint", "Epochs",
-           "CheckpointError", "export_model", "load_model", "predict", "iter_predict",
-           "ExportError", "ImageError",
-           "autograd", "callbacks", "data", "names", "nn", "ops", "params"]
+#: The modules that import no MXNet (what gluonkit.serve needs): no version check for them.
+_WITHOUT_MXNET = {"serve", "metadata", "imagefiles", "preprocessing", "results", "validate",
+                  "atomic", "errors", "versions"}
+
+
+def __getattr__(name):
+    """Import a public name or a submodule (``gluonkit.export``) on first use, after the
+    version check for those that need MXNet (PEP 562)."""
+    if name not in _PUBLIC and importlib.util.find_spec(f"{__name__}.{name}") is None:
+        raise AttributeError(f"module 'gluonkit' has no attribute {name!r}")
+    if name not in _WITHOUT_MXNET:
+        from .versions import check_at_import
+
+        check_at_import()
+    module = importlib.import_module(_PUBLIC.get(name) or f".{name}", __name__)
+    value = getattr(module, name) if _PUBLIC.get(name) else module
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -15,8 +15,10 @@ from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
 from .validate import finite_real, positive_int
-from .data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, check_limits, check_resize, read_image
-from .export import ExportError, model_files, read_metadata
+from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
+from .metadata import ExportError, model_files, read_metadata
+from .preprocessing import Plan, plan, short_within
+from .results import classified, detected, image_files
 
 __all__ = ["Model", "load_model", "model_prefix", "predict", "iter_predict", "preprocess",
            "short_within", "shrink_to", "image_files"]
@@ -90,17 +92,6 @@ def load_model(prefix, ctx=None):
     return Model(net, metadata, ctx or mx.cpu())
 
 
-def short_within(size, short, max_size):
-    """The (width, height) GluonCV's ``resize_short_within(short, max_size)`` gives an image of
-    ``size`` (width, height): the shorter side ``short``, unless the longer would exceed
-    ``max_size``, then the longer side ``max_size``; the aspect ratio kept."""
-    width, height = size
-    scale = short / min(width, height)
-    if np.round(scale * max(width, height)) > max_size:
-        scale = max_size / max(width, height)
-    return int(np.round(width * scale)), int(np.round(height * scale))
-
-
 def shrink_to(image, max_size):
     """``image`` (HWC) resized so that its longer side is at most ``max_size``, aspect kept."""
     height, width = image.shape[:2]
@@ -133,48 +124,12 @@ def _pixels(image, channels, name):
 
 
 class _Prepared:
-    """One image made ready for the network: ``name``, ``size`` (its own (width, height)),
-    ``tensor`` (CHW float32) and the map from input pixels back to the image's: an input
-    x is the image's ``(x + offset[0]) / scale[0]`` (y likewise)."""
+    """One image made ready for the network: ``name``, ``tensor`` (CHW float32) and ``plan``
+    (a :class:`gluonkit.preprocessing.Plan`: its size, and the map from input pixels back to
+    the image's)."""
 
-    def __init__(self, name, size, image=None, tensor=None):
-        self.name, self.size, self.image, self.tensor = name, tuple(size), image, tensor
-        self.scale, self.offset = np.ones(2), np.zeros(2)
-
-    def resize(self, width, height, max_pixels, interp):
-        """Resize to ``width`` x ``height``, checked first, as GluonCV's transforms resize
-        (``interp`` 9: area to shrink, bicubic to enlarge)."""
-        from gluoncv.data.transforms.image import imresize
-
-        old = np.array(self.image.shape[1::-1], dtype=np.float64)
-        check_resize(self.name, self.size, (width, height), max_pixels)
-        if (width, height) != tuple(old):
-            self.image = imresize(self.image, width, height, interp=interp)
-            ratio = np.array([width, height]) / old
-            self.scale, self.offset = self.scale * ratio, self.offset * ratio
-
-    def pad_to(self, buckets, max_pixels, interp):
-        """Pad at the bottom and right to the smallest of ``buckets`` ([height, width] each;
-        the first on ties) that holds the image, as training padded it (boxes keep their
-        pixels); an image larger than every bucket is first shrunk, aspect kept, into the one
-        that needs the least shrinking."""
-        height, width = self.image.shape[:2]
-        if not any(h >= height and w >= width for h, w in buckets):
-            scale, (bucket_h, bucket_w) = max((min(h / height, w / width), (h, w)) for h, w in buckets)
-            self.resize(min(bucket_w, max(1, round(width * scale))),
-                        min(bucket_h, max(1, round(height * scale))), max_pixels, interp)
-            height, width = self.image.shape[:2]
-        _, first = min((h * w, i) for i, (h, w) in enumerate(buckets) if h >= height and w >= width)
-        bucket_h, bucket_w = buckets[first]
-        check_resize(self.name, self.size, (bucket_w, bucket_h), max_pixels)
-        padded = mx.nd.zeros((bucket_h, bucket_w, self.image.shape[2]), dtype=self.image.dtype)
-        padded[:height, :width] = self.image
-        self.image = padded
-
-    def to_image(self, boxes):
-        """``boxes`` (N, 4) in input pixels as the image's own, clipped to it."""
-        corners = (boxes.reshape(-1, 2, 2) + self.offset) / self.scale
-        return np.clip(corners, 0, self.size).reshape(-1, 4)
+    def __init__(self, name, plan, tensor):
+        self.name, self.plan, self.tensor = name, plan, tensor
 
 
 def _prepare(image, preprocessing, name, max_pixels, max_aspect):
@@ -185,38 +140,21 @@ def _prepare(image, preprocessing, name, max_pixels, max_aspect):
         image = read_image(image, channels, max_pixels=max_pixels, max_aspect=max_aspect)
     else:
         image = _pixels(image, channels, name)
-    item = _Prepared(name, image.shape[1::-1], image)
-    interp = preprocessing.get("interp", 1)
-    if preprocessing.get("resize"):
-        height, width = preprocessing["resize"]
-        item.resize(width, height, max_pixels, interp=interp)
-    if preprocessing.get("resize_short_within"):     # as GluonCV's resize_short_within
-        item.resize(*short_within(item.image.shape[1::-1], *preprocessing["resize_short_within"]),
-                    max_pixels, interp=interp)
-    if preprocessing.get("pad_to"):
-        item.pad_to([list(b) for b in preprocessing["pad_to"]], max_pixels, interp)
-    if preprocessing.get("resize_short"):       # as mx.image.resize_short
-        size, (width, height) = preprocessing["resize_short"], item.image.shape[1::-1]
-        item.resize(*((size, size * height // width) if height > width
-                      else (size * width // height, size)), max_pixels, interp=2)
-    if preprocessing.get("crop"):               # as mx.image.center_crop
-        width, height = item.image.shape[1::-1]
-        crop_height, crop_width = preprocessing["crop"]
-        new_width, new_height = mx.image.scale_down((width, height), (crop_width, crop_height))
-        x0, y0 = int((width - new_width) / 2), int((height - new_height) / 2)
-        item.image = mx.image.fixed_crop(item.image, x0, y0, int(new_width), int(new_height))
-        item.offset = item.offset + (x0, y0)
-        item.resize(crop_width, crop_height, max_pixels, interp=2)
-    if preprocessing.get("max_size") and max(item.image.shape[:2]) > preprocessing["max_size"]:
-        width, height = item.image.shape[1::-1]    # as shrink_to
-        scale = preprocessing["max_size"] / max(height, width)
-        item.resize(max(1, round(width * scale)), max(1, round(height * scale)), max_pixels,
-                    interp=1)
-    steps = transforms.Compose([transforms.ToTensor(),
-                                transforms.Normalize(preprocessing.get("mean", [0.0] * channels),
-                                                     preprocessing.get("std", [1.0] * channels))])
-    item.tensor, item.image = steps(item.image), None
-    return item
+    steps = plan(image.shape[1::-1], preprocessing, name, max_pixels)
+    for kind, *args in steps.steps:
+        if kind == "resize":
+            image = mx.image.imresize(image, *args[:2], interp=args[2])
+        elif kind == "crop":
+            image = mx.image.fixed_crop(image, *args)
+        else:                                   # pad: zeros at the bottom and right
+            width, height = args
+            padded = mx.nd.zeros((height, width, image.shape[2]), dtype=image.dtype)
+            padded[:image.shape[0], :image.shape[1]] = image
+            image = padded
+    to_tensor = transforms.Compose([
+        transforms.ToTensor(), transforms.Normalize(preprocessing.get("mean", [0.0] * channels),
+                                                    preprocessing.get("std", [1.0] * channels))])
+    return _Prepared(name, steps, to_tensor(image))
 
 
 def preprocess(image, preprocessing, *, name="array", max_pixels=MAX_PIXELS,
@@ -233,47 +171,14 @@ def preprocess(image, preprocessing, *, name="array", max_pixels=MAX_PIXELS,
                     max_pixels, max_aspect).tensor
 
 
-def image_files(paths):
-    """The image files among ``paths``: files as given, directories walked (sorted)."""
-    found = []
-    for path in paths:
-        if os.path.isdir(path):
-            for root, dirs, names in os.walk(path):
-                dirs.sort()
-                found += [os.path.join(root, n) for n in sorted(names)
-                          if n.lower().endswith(SUFFIXES)]
-        elif os.path.isfile(path):
-            found.append(path)
-        else:
-            raise FileNotFoundError(f"{path}: no such image file or directory.")
-    if not found:
-        raise FileNotFoundError(f"no image files ({', '.join(SUFFIXES)}) in {list(paths)}.")
-    return found
-
-
-def _top(probabilities, classes, k):
-    order = np.argsort(-probabilities, kind="stable")[:k]
-    return [{"class": classes[i] if classes else int(i), "probability": float(probabilities[i])}
-            for i in order]
-
-
 def _classified(model, item, outputs, top_k):
-    per_output = {spec["name"]: _top(mx.nd.softmax(out).asnumpy(), spec["classes"], top_k)
-                  for spec, out in zip(model.outputs, outputs)}
-    return {"image": item.name, "top": per_output[model.outputs[0]["name"]],
-            "outputs": per_output}
+    return classified(item.name, model.outputs, [mx.nd.softmax(out).asnumpy() for out in outputs],
+                      top_k)
 
 
 def _detected(model, item, outputs, threshold):
-    ids, scores, boxes = (o.asnumpy() for o in outputs)
-    ids, scores = ids.reshape(-1), scores.reshape(-1)
-    kept = np.flatnonzero((ids >= 0) & (scores >= threshold) & np.isfinite(boxes).all(axis=1))
-    kept = kept[np.argsort(-scores[kept], kind="stable")]
-    classes = model.outputs[0]["classes"]
-    return {"image": item.name, "width": item.size[0], "height": item.size[1],
-            "score_threshold": threshold, "boxes": [{"class": classes[int(ids[i])] if classes and ids[i] < len(classes)
-                       else int(ids[i]), "score": float(scores[i]), "box": [float(v) for v in box]}
-                      for i, box in zip(kept, item.to_image(boxes[kept]))]}
+    return detected(item.name, item.plan, model.outputs[0]["classes"],
+                    [o.asnumpy() for o in outputs], threshold)
 
 
 def _as_input(array, shape, name):
@@ -282,7 +187,7 @@ def _as_input(array, shape, name):
     if tuple(values.shape) != tuple(shape):
         raise ValueError(f"image {name}: the model was exported without preprocessing, so it "
                          f"takes arrays of its input's shape {tuple(shape)}, got {values.shape}.")
-    return _Prepared(name, values.shape[:0:-1][:2], tensor=values.astype("float32"))
+    return _Prepared(name, Plan(values.shape[:0:-1][:2]), values.astype("float32"))
 
 
 def _results(model, batch, top_k, threshold):

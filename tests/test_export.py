@@ -55,7 +55,7 @@ def test_exported_cnn_predicts_like_the_trained_network_without_gluonkit(tmp_pat
     meta = gluonkit.export_model(net, str(tmp_path / "m" / "model"), (3, 10, 10),
                                  outputs=["a", "b", "c", "d"], preprocessing={"channels": 3})
     assert sorted(os.listdir(tmp_path / "m")) == ["model-0000.params", "model-symbol.json",
-                                                  "model.json"]
+                                                  "model.json", "model.onnx"]
     saved = json.loads((tmp_path / "m" / "model.json").read_text())
     assert saved["outputs"] == [{"name": "class", "classes": ["a", "b", "c", "d"]}]
     assert saved["input"] == {"name": "data", "shape": [3, 10, 10]} == meta["input"]

@@ -385,25 +385,9 @@ def add_device_options(parser):
 def add_image_limits(group):
     """``--max-image-pixels`` and ``--max-aspect-ratio``: the limits on the image files a
     command reads (``gluonkit.data.images``), added to the argument ``group``."""
-    from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, check_limits
+    from gluonkit.imagefiles import add_limit_options
 
-    def limit(index, convert):
-        def parse(text):
-            try:
-                values = [MAX_PIXELS, MAX_ASPECT]
-                values[index] = convert(text)
-                return check_limits(*values)[index]
-            except (TypeError, ValueError) as err:
-                raise argparse.ArgumentTypeError(str(err)) from None
-        parse.__name__ = "limit"
-        return parse
-
-    group.add_argument("--max-image-pixels", type=limit(0, int), default=MAX_PIXELS, metavar="N",
-                       help="refuse image files of more pixels (Pillow's decompression-bomb "
-                            "limit; at most 2^30, MXNet's decoder's)")
-    group.add_argument("--max-aspect-ratio", type=limit(1, float), default=MAX_ASPECT, metavar="R",
-                       help="refuse image files whose longer side is more than R times the other")
-    return group
+    return add_limit_options(group)
 
 
 def add_output_options(parser, default_out, export=True):

@@ -24,6 +24,7 @@ from gluonkit.data.coco import coco_image_ids
 from gluonkit.inference import iter_predict, load_model
 from gluonkit.recipes import common
 from gluonkit.recipes.coco_metric import coco_results
+from gluonkit.results import format_results, print_stream
 
 __all__ = ["parse_args", "main", "format_results"]
 
@@ -59,57 +60,6 @@ def parse_args(argv=None):
     parser.add_argument("--ctx", type=common.ctx_type, default="cpu:0", help="the device to run on")
     common.add_image_limits(parser)
     return common.parse_with_config(parser, argv)
-
-
-def _format_boxes(result):
-    if not result["boxes"]:
-        return f"no boxes scoring {result['score_threshold']:g} or more"
-    return "; ".join(f"{b['class']} ({b['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in b["box"])
-                     for b in result["boxes"])
-
-
-def _format_classes(result):
-    parts = [", ".join(f"{t['class']} ({t['probability']:.3f})" for t in top)
-             for top in result["outputs"].values()]
-    if len(parts) > 1:
-        parts = [f"{name}: {part}" for name, part in zip(result["outputs"], parts)]
-    return " | ".join(parts)
-
-
-def format_results(results):
-    """Lines of text, one per image: ``IMAGE: CLASS (PROBABILITY), ...`` (per output for
-    several outputs), or for a detector ``IMAGE: CLASS (SCORE) at XMIN,YMIN,XMAX,YMAX; ...``."""
-    return [f"{r['image']}: " + (_format_boxes(r) if "boxes" in r else _format_classes(r))
-            for r in results]
-
-
-def _print_stream(results, as_json):
-    """Print each result as it comes: a text line, or an element of one JSON list (closed also
-    when the model fails, so the output stays valid JSON); an image that failed goes to
-    stderr as one line (and into the JSON list). Returns the number of images that failed."""
-    failed = 0
-
-    def show(result, text):
-        nonlocal failed
-        if "error" in result:
-            failed += 1
-            sys.stdout.flush()
-            print(f"gluonkit-predict: {result['error']}", file=sys.stderr, flush=True)
-        elif text:
-            print(format_results([result])[0], flush=True)
-
-    if not as_json:
-        for result in results:
-            show(result, True)
-        return failed
-    print("[")
-    try:
-        for count, result in enumerate(results):
-            show(result, False)
-            print(("" if count == 0 else ",\n") + json.dumps(result, indent=1), end="", flush=True)
-    finally:
-        print("\n]", flush=True)
-    return failed
 
 
 def _option_for(model, args):
@@ -177,7 +127,7 @@ def main(argv=None):
                 raise ValueError(f"--coco writes detections; {args.model} is a {model.kind}.")
             _print_coco(results, model, args.coco, args.coco_images)
         else:
-            failed = _print_stream(results, args.json)
+            failed = print_stream(results, args.json, prog="gluonkit-predict")
     except BrokenPipeError:   # the reader stopped (| head): nothing more to say to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

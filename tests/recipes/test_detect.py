@@ -39,7 +39,7 @@ def test_every_mode_trains_validates_and_exports(tmp_path, extra):
     assert {"val_circle", "val_square", "val_triangle", "val_mAP"} <= set(history)
     assert 0.0 <= result["map"] <= 1.0
     for name in ("args.json", "history.csv", "curves.png", "model-symbol.json", "model-0000.params",
-                 "model.json", "predictions.png"):
+                 "model.json", "model.onnx", "predictions.png"):
         assert (out / name).is_file(), name
     meta = json.loads((out / "model.json").read_text())
     assert meta["task"] == "detect" and meta["outputs"][0]["classes"] == list(ShapesDetection.CLASSES)

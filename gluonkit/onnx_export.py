@@ -1,0 +1,187 @@
+"""Exported networks as ONNX files, which onnxruntime runs without MXNet.
+
+MXNet's converter (``mxnet.onnx.export_model``) does the translation; this module makes its
+file right for onnxruntime and self-describing:
+
+- the opset import says 13, the newest opset the converter writes operators for (it stamps
+  the installed onnx's default, 20 for onnx 1.15, and onnxruntime then reads opset-13
+  operators such as ``Split`` under the newer rules and refuses them);
+- the parameters are initializers only, not also graph inputs (onnxruntime would otherwise
+  treat them as inputs a caller may override, and fold no constants);
+- the input is ``data`` with a free batch axis (and free height and width where the
+  preprocessing gives images their own sizes); the outputs carry the metadata's names
+  (``class``, each head of a multi-task network, ``ids``/``scores``/``bboxes``);
+- detectors' ``box_nms`` is translated as MXNet computes it (:mod:`gluonkit.onnx_detection`),
+  not as the converter does;
+- the metadata (kind, input, outputs with class names, preprocessing) travels inside the file,
+  as the JSON string ``gluonkit`` of its metadata properties: ``model.onnx`` alone is enough
+  to predict (:mod:`gluonkit.serve`).
+"""
+import json
+import logging
+import os
+import tempfile
+import warnings
+
+import mxnet as mx
+import numpy as np
+
+from .atomic import atomic_replace
+from .metadata import file_sha256, model_files, read_metadata
+from .onnx_detection import box_nms_translation
+
+__all__ = ["onnx_model", "export_onnx", "OPSET", "METADATA_KEY"]
+
+#: The opset the converter's operators follow (its newest translations are for opset 13).
+OPSET = 13
+#: The metadata property of the ONNX file that holds gluonkit's metadata (JSON).
+METADATA_KEY = "gluonkit"
+_INSTALL = ('pip install "onnx>=1.10,<1.16" (or pip install "gluonkit[onnx]"): MXNet 1.9.1\'s '
+            "converter imports onnx.mapping, which onnx 1.16 removed")
+
+
+def _import_onnx():
+    try:
+        import onnx
+        from onnx import mapping  # noqa: F401  (what MXNet's converter needs)
+    except ImportError as err:
+        raise ImportError(f"writing model.onnx needs the onnx package ({err}); {_INSTALL}.") \
+            from None
+    return onnx
+
+
+def _input_shape(metadata):
+    """The input's shape with None for the axes that vary: the batch, and height and width
+    where the preprocessing leaves images their own sizes."""
+    shape = [None] + list(metadata["input"]["shape"])
+    p = metadata["preprocessing"]
+    if p is not None and not (p.get("resize") or p.get("crop")) and len(shape) == 4:
+        shape[2:] = [None, None]
+    return tuple(shape)
+
+
+def _rename(graph, old, new):
+    """Rename the tensor ``old`` to ``new`` wherever the graph names it."""
+    for node in graph.node:
+        for names in (node.input, node.output):
+            for i, name in enumerate(names):
+                if name == old:
+                    names[i] = new
+    for value in graph.output:
+        if value.name == old:
+            value.name = new
+
+
+def _onnx_name(output, produced):
+    """The converter's name for the symbol's output ``output`` (``NODE_output`` is ``NODE``,
+    the ``i``-th output of a node of several ``NODEi``), among the graph's outputs."""
+    node, _, index = output.rpartition("_output")
+    for name in (node, node + (index or "0")):
+        if name in produced:
+            return name
+    raise ValueError(f"MXNet's ONNX converter gave no output for {output!r} (its outputs: "
+                     f"{sorted(produced)}); export with onnx=False.")
+
+
+def _converted(symbol, arrays, metadata):
+    """MXNet's converter's ONNX model of ``symbol`` with ``arrays`` ('arg:NAME' / 'aux:NAME')."""
+    onnx = _import_onnx()
+    from mxnet.onnx import export_model as mx_to_onnx
+
+    params = {name.split(":", 1)[1]: value for name, value in arrays.items()}
+    shape = _input_shape(metadata)
+    sample = (1,) + tuple(metadata["input"]["shape"])
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings(), \
+            box_nms_translation():
+        warnings.simplefilter("ignore")          # the converter's notes on operators it adapts
+        path = os.path.join(folder, "model.onnx")
+        logger = logging.getLogger()
+        level = logger.level
+        logger.setLevel(max(level, logging.WARNING))     # it logs each node at INFO
+        try:
+            mx_to_onnx(symbol, params, [sample], np.float32, path, dynamic=True,
+                       dynamic_input_shapes=[shape])
+        except Exception as err:   # the converter raises what its translations happen to raise
+            raise ValueError(f"MXNet's ONNX converter cannot translate the network "
+                             f"({type(err).__name__}: {str(err).strip().splitlines()[0]}); "
+                             "export it with onnx=False, or replace the operator it names."
+                             ) from None
+        finally:
+            logger.setLevel(level)
+        return onnx.load(path)
+
+
+def onnx_model(symbol, arrays, metadata):
+    """The ONNX model (an ``onnx.ModelProto``) of an exported network.
+
+    Parameters
+    ----------
+    symbol : Symbol
+        The network's graph, with one input ``metadata['input']['name']``.
+    arrays : dict
+        Its parameters, ``'arg:NAME'`` / ``'aux:NAME'`` -> NDArray (as a ``.params`` file).
+    metadata : dict
+        What ``export_model`` writes to ``PREFIX.json``: its outputs' names become the ONNX
+        outputs' names, and all of it but the file names and digests travels in the file.
+    """
+    onnx = _import_onnx()
+    model = _converted(symbol, arrays, metadata)
+    graph = model.graph
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = OPSET
+    constants = {init.name for init in graph.initializer}
+    inputs = [value for value in graph.input if value.name not in constants]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    produced = {value.name for value in graph.output}
+    for output, spec in zip(symbol.list_outputs(), metadata["outputs"]):
+        name = _onnx_name(output, produced)
+        if name != spec["name"]:
+            _rename(graph, name, spec["name"])
+    description = {k: v for k, v in metadata.items() if k not in ("files", "sha256")}
+    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(description)})
+    model.producer_name, model.producer_version = "gluonkit", mx.__version__
+    onnx.checker.check_model(model)
+    return model
+
+
+def export_onnx(prefix, onnx_file=None):
+    """Write ``PREFIX.onnx`` (or ``onnx_file``) from an export's ``PREFIX-symbol.json``,
+    ``-NNNN.params`` and ``.json``, and record it in ``PREFIX.json``.
+
+    ``gluonkit.export_model`` writes ``model.onnx`` itself when the onnx package is installed;
+    this converts exports made without it.
+
+    Returns
+    -------
+    str
+        The path of the ONNX file.
+
+    Raises
+    ------
+    ImportError
+        Without the onnx package (``pip install "onnx<1.16"``).
+    FileNotFoundError, gluonkit.export.ExportError
+        For a missing or damaged export, naming the file.
+
+    Example::
+
+        >>> gluonkit.export_onnx("runs/classify/model")
+        'runs/classify/model.onnx'
+    """
+    prefix = os.fspath(prefix)
+    metadata = read_metadata(prefix)
+    files = model_files(prefix, metadata)
+    symbol = mx.sym.load(files["symbol"])
+    arrays = mx.nd.load(files["params"])
+    model = onnx_model(symbol, arrays, metadata)
+    path = os.fspath(onnx_file) if onnx_file is not None else f"{prefix}.onnx"
+    folder = os.path.dirname(os.path.abspath(path))
+    atomic_replace(folder, {os.path.basename(path): lambda f: f.write(model.SerializeToString())})
+    if folder == os.path.dirname(os.path.abspath(prefix)):
+        metadata["files"]["onnx"] = os.path.basename(path)
+        metadata["sha256"]["onnx"] = file_sha256(path)
+        atomic_replace(folder, {os.path.basename(f"{prefix}.json"): lambda f: f.write(
+            (json.dumps(metadata, indent=1) + "\n").encode())})
+    return path

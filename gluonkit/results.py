@@ -1,0 +1,124 @@
+"""What a prediction returns and prints, the same from MXNet (``gluonkit.predict``,
+``gluonkit-predict``) and from onnxruntime (``gluonkit.serve``, ``gluonkit-serve``).
+
+A classifier's result is ``{'image', 'top', 'outputs'}`` (the top classes with their
+probabilities, per output); a detector's is ``{'image', 'width', 'height', 'score_threshold',
+'boxes'}`` (the lowest score reported; class, score and corners in the image's own pixels).
+This module imports NumPy only.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+from .imagefiles import SUFFIXES
+
+__all__ = ["image_files", "softmax", "classified", "detected", "format_results", "print_stream"]
+
+
+def image_files(paths):
+    """The image files among ``paths``: files as given, directories walked (sorted)."""
+    found = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, names in os.walk(path):
+                dirs.sort()
+                found += [os.path.join(root, n) for n in sorted(names)
+                          if n.lower().endswith(SUFFIXES)]
+        elif os.path.isfile(path):
+            found.append(path)
+        else:
+            raise FileNotFoundError(f"{path}: no such image file or directory.")
+    if not found:
+        raise FileNotFoundError(f"no image files ({', '.join(SUFFIXES)}) in {list(paths)}.")
+    return found
+
+
+def softmax(scores):
+    """The softmax of a 1-D array of class scores (float32, as MXNet's)."""
+    scores = np.asarray(scores, dtype=np.float32)
+    exp = np.exp(scores - scores.max())
+    return exp / exp.sum()
+
+
+def _top(probabilities, classes, k):
+    order = np.argsort(-probabilities, kind="stable")[:k]
+    return [{"class": classes[i] if classes else int(i), "probability": float(probabilities[i])}
+            for i in order]
+
+
+def classified(name, specs, probabilities, top_k):
+    """The result of an image ``name`` whose outputs (``specs``: the metadata's
+    ``[{'name', 'classes'}]``) gave ``probabilities`` (one 1-D array per output)."""
+    per_output = {spec["name"]: _top(np.asarray(p), spec["classes"], top_k)
+                  for spec, p in zip(specs, probabilities)}
+    return {"image": name, "top": per_output[specs[0]["name"]], "outputs": per_output}
+
+
+def detected(name, plan, classes, outputs, threshold):
+    """The result of an image ``name`` (its :class:`gluonkit.preprocessing.Plan` ``plan``)
+    whose detector ``outputs`` were ids, scores and boxes (NumPy, input pixels): the boxes
+    whose id is a class and score at least ``threshold``, best first, in the image's pixels."""
+    ids, scores, boxes = (np.asarray(o) for o in outputs)
+    ids, scores, boxes = ids.reshape(-1), scores.reshape(-1), boxes.reshape(-1, 4)
+    kept = np.flatnonzero((ids >= 0) & (scores >= threshold) & np.isfinite(boxes).all(axis=1))
+    kept = kept[np.argsort(-scores[kept], kind="stable")]
+    width, height = plan.size
+    return {"image": name, "width": width, "height": height, "score_threshold": threshold,
+            "boxes": [{"class": classes[int(ids[i])] if classes and ids[i] < len(classes)
+                       else int(ids[i]), "score": float(scores[i]),
+                       "box": [float(v) for v in plan.to_image(boxes[i])]} for i in kept]}
+
+
+def _format_boxes(result):
+    if not result["boxes"]:
+        return f"no boxes scoring {result['score_threshold']:g} or more"
+    return "; ".join(f"{b['class']} ({b['score']:.3f}) at " + ",".join(f"{v:.1f}" for v in b["box"])
+                     for b in result["boxes"])
+
+
+def _format_classes(result):
+    parts = [", ".join(f"{t['class']} ({t['probability']:.3f})" for t in top)
+             for top in result["outputs"].values()]
+    if len(parts) > 1:
+        parts = [f"{name}: {part}" for name, part in zip(result["outputs"], parts)]
+    return " | ".join(parts)
+
+
+def format_results(results):
+    """Lines of text, one per image: ``IMAGE: CLASS (PROBABILITY), ...`` (per output for
+    several outputs), or for a detector ``IMAGE: CLASS (SCORE) at XMIN,YMIN,XMAX,YMAX; ...``."""
+    return [f"{r['image']}: " + (_format_boxes(r) if "boxes" in r else _format_classes(r))
+            for r in results]
+
+
+def print_stream(results, as_json, prog="gluonkit-predict"):
+    """Print each result as it comes: a text line, or an element of one JSON list (closed also
+    when the model fails, so the output stays valid JSON); an image that failed (a result with
+    an 'error') goes to stderr as one line after ``prog``, and into the JSON list. Returns the
+    number of images that failed."""
+    failed = 0
+
+    def show(result, text):
+        nonlocal failed
+        if "error" in result:
+            failed += 1
+            sys.stdout.flush()
+            print(f"{prog}: {result['error']}", file=sys.stderr, flush=True)
+        elif text:
+            print(format_results([result])[0], flush=True)
+
+    if not as_json:
+        for result in results:
+            show(result, True)
+        return failed
+    print("[")
+    try:
+        for count, result in enumerate(results):
+            show(result, False)
+            print(("" if count == 0 else ",\n") + json.dumps(result, indent=1), end="", flush=True)
+    finally:
+        print("\n]", flush=True)
+    return failed
+

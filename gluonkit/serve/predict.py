@@ -1,0 +1,93 @@
+"""Predict with a ``model.onnx`` in onnxruntime: the results of ``gluonkit.predict``."""
+import itertools
+import os
+
+import numpy as np
+
+from ..imagefiles import MAX_ASPECT, MAX_PIXELS, check_limits
+from ..metadata import ExportError
+from ..results import classified, detected, image_files, softmax
+from ..validate import finite_real, positive_int
+from .images import check_interp, prepare
+from .model import OnnxModel, load
+
+__all__ = ["predict", "iter_predict"]
+
+
+def _results(model, batch, top_k, threshold):
+    """The results of ``batch`` (``(name, plan, tensor)``), one network call per run of inputs
+    of one shape (of at most the model's ``images_per_call``; one where the input's height and
+    width vary, as the converter fixed such graphs at one image)."""
+    most = (model.metadata.get("images_per_call") or len(batch)) if model.batches else 1
+    for _, same in itertools.groupby(batch, key=lambda item: item[2].shape):
+        same = list(same)
+        for run in (same[i:i + most] for i in range(0, len(same), most)):
+            outputs = model.run(np.stack([tensor for _, _, tensor in run]))
+            for i, (name, steps, _) in enumerate(run):
+                row = [out[i] for out in outputs]
+                yield (detected(name, steps, model.outputs[0]["classes"], row, threshold)
+                       if model.kind == "detector"
+                       else classified(name, model.outputs, [softmax(o) for o in row], top_k))
+
+
+def iter_predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
+                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """Like :func:`predict`, one result at a time: the images are read, preprocessed and run
+    ``batch_size`` at a time. Arguments are checked, and the model loaded, at the call."""
+    top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
+    threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold")
+    max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
+    if not isinstance(model, OnnxModel):
+        model = load(model)
+    if threshold is None:
+        threshold = model.score_threshold
+    if isinstance(images, (str, os.PathLike)):
+        images = [images]
+    if not all(isinstance(p, (str, os.PathLike)) for p in images):
+        raise TypeError("images must be image files or directories (paths); gluonkit.serve "
+                        "reads the files itself, as gluonkit-predict does.")
+    preprocessing = model.metadata["preprocessing"]
+    if preprocessing is None:
+        raise ExportError(f"{model.path} was exported with preprocessing=None: its metadata "
+                          "does not say how an image file becomes its input; export it again "
+                          "with preprocessing=...")
+    check_interp(preprocessing, model.path)
+    names = image_files([os.fspath(p) for p in images])
+
+    def stream():
+        for start in range(0, len(names), batch_size):
+            batch = [(name, *prepare(name, preprocessing, max_pixels, max_aspect))
+                     for name in names[start:start + batch_size]]
+            yield from _results(model, batch, top_k, threshold)
+    return stream()
+
+
+def predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
+            max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """The top classes of each image (a classifier), or its boxes (a detector), from a
+    ``model.onnx`` in onnxruntime: what ``gluonkit.predict`` gives with the MXNet export.
+
+    Parameters
+    ----------
+    model : str, path-like or OnnxModel
+        The ``model.onnx`` file, or one loaded by :func:`gluonkit.serve.load`.
+    images : str, path-like, or list of them
+        Image files, or directories (walked for image files).
+    top_k, batch_size, score_threshold, max_pixels, max_aspect
+        As ``gluonkit.predict`` (``score_threshold`` by default the one the model's run
+        recorded, else 0.5).
+
+    Returns
+    -------
+    list of dict
+        One per image: ``'image'`` and ``'top'`` / ``'outputs'`` (a classifier), or
+        ``'width'``, ``'height'`` and ``'boxes'`` (a detector), as ``gluonkit.predict``.
+
+    Example::
+
+        >>> gluonkit.serve.predict("model.onnx", ["seven.png"], top_k=2)[0]["top"]
+        [{'class': '7', 'probability': 0.97...}, {'class': '1', 'probability': 0.01...}]
+    """
+    return list(iter_predict(model, images, top_k, batch_size=batch_size,
+                             score_threshold=score_threshold, max_pixels=max_pixels,
+                             max_aspect=max_aspect))

@@ -1,0 +1,125 @@
+"""gluonkit-serve in its own environment (onnxruntime, numpy 2, Pillow, no mxnet) against
+gluonkit.predict in MXNet, on networks the recipes trained for a short run."""
+import os
+
+import cv2
+import numpy as np
+import pytest
+
+import gluonkit
+from gluonkit.data import digits
+from gluonkit.recipes import classify, multitask
+from image_files import pixels
+from serve_env import run_serve, serve_json, serve_python  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def _digit_images(folder):
+    """Digits of the test set as 8x8 PNGs, one twice as large (resized by the model's
+    preprocessing), one as a JPEG and one in color (read as gray)."""
+    folder.mkdir()
+    test = digits(train=False)
+    for i in range(8):
+        cv2.imwrite(str(folder / f"{i}.png"), np.round(test[i][0][0] * 255).astype(np.uint8))
+    large = np.round(test[8][0][0] * 255).astype(np.uint8).repeat(2, 0).repeat(2, 1)
+    cv2.imwrite(str(folder / "large.png"), large)
+    cv2.imwrite(str(folder / "photo.jpg"), cv2.resize(pixels(8, 8, seed=1), (24, 16)))
+    cv2.imwrite(str(folder / "color.png"), pixels(8, 8, seed=2))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    out = tmp_path_factory.mktemp("classify")
+    classify.train(classify.parse_args(["--limit", "400", "--epochs", "2", "--batch-size", "32",
+                                        "--out", str(out / "run"), "--no-progress"]))
+    return out / "run" / "model", _digit_images(out / "images")
+
+
+def assert_same_top(served, expected, tolerance=1e-4):
+    assert [r["image"] for r in served] == [r["image"] for r in expected]
+    for got, want in zip(served, expected):
+        assert got.keys() == want.keys()
+        for name in want["outputs"]:
+            assert [t["class"] for t in got["outputs"][name]] == \
+                [t["class"] for t in want["outputs"][name]], (got["image"], name)
+            np.testing.assert_allclose([t["probability"] for t in got["outputs"][name]],
+                                       [t["probability"] for t in want["outputs"][name]],
+                                       atol=tolerance, err_msg=f"{got['image']} {name}")
+
+
+def test_the_serving_environment_has_numpy_2_and_no_mxnet(serve_python):
+    result = run_serve(serve_python, "--help")
+    assert result.returncode == 0 and "MODEL.onnx" in result.stdout
+    import subprocess
+
+    probe = subprocess.run(
+        [serve_python, "-c", "import importlib.util, numpy, sys, gluonkit.serve; "
+         "print(numpy.__version__, importlib.util.find_spec('mxnet') is None, "
+         "any(m.startswith('mxnet') for m in sys.modules))"],
+        env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(gluonkit.__file__))),
+        capture_output=True, text=True, timeout=120)
+    version, no_mxnet, imported = probe.stdout.split()
+    assert int(version.split(".")[0]) >= 2 and no_mxnet == "True" and imported == "False"
+
+
+def test_recipe_classifier_served_equals_gluonkit_predict(serve_python, classifier):
+    prefix, images = classifier
+    assert (prefix.parent / "model.onnx").is_file()
+    expected = gluonkit.predict(str(prefix), [str(images)], top_k=10)
+    served = serve_json(serve_python, f"{prefix}.onnx", images, "--top-k", "10")
+    assert_same_top(served, expected)
+    # the text output is gluonkit-predict's, line for line
+    text = run_serve(serve_python, f"{prefix}.onnx", images, "--top-k", "3", "--batch-size", "4")
+    from gluonkit.results import format_results
+
+    assert text.stdout.splitlines() == format_results(
+        gluonkit.predict(str(prefix), [str(images)], top_k=3))
+
+
+def test_recipe_multitask_every_head_is_a_named_output(serve_python, tmp_path):
+    multitask.train(multitask.parse_args(["--epochs", "2", "--train-size", "320",
+                                          "--out", str(tmp_path / "run"), "--no-progress"]))
+    images = _digit_images(tmp_path / "images")
+    expected = gluonkit.predict(str(tmp_path / "run" / "model"), [str(images)], top_k=2)
+    served = serve_json(serve_python, tmp_path / "run" / "model.onnx", images, "--top-k", "2")
+    assert list(served[0]["outputs"]) == ["digit", "parity", "aux"]
+    assert_same_top(served, expected)
+
+
+def test_bad_input_is_named_in_one_line(serve_python, classifier, tmp_path):
+    prefix, images = classifier
+    model = f"{prefix}.onnx"
+    (tmp_path / "empty.png").write_bytes(b"")
+    (tmp_path / "cut.png").write_bytes((images / "0.png").read_bytes()[:60])
+    (tmp_path / "notonnx.onnx").write_bytes(b"not a model")
+    cases = [((model, tmp_path / "empty.png"), f"{tmp_path / 'empty.png'} is empty"),
+             ((model, tmp_path / "cut.png"), f"{tmp_path / 'cut.png'} is cut short"),
+             ((model, images / "large.png", "--max-image-pixels", "100"),
+              f"{images / 'large.png'} is 16x16 = 256 pixels, above the limit of 100"),
+             ((model, tmp_path / "missing.png"), "missing.png: no such image file"),
+             ((tmp_path / "notonnx.onnx", images / "0.png"),
+              f"{tmp_path / 'notonnx.onnx'} does not load as an ONNX model"),
+             ((tmp_path / "none.onnx", images / "0.png"), f"{tmp_path / 'none.onnx'} does not exist"),
+             ((model, images / "0.png", "--top-k", "0"), "--top-k")]
+    for args, message in cases:
+        result = run_serve(serve_python, *args)
+        assert result.returncode != 0, args
+        lines = result.stderr.strip().splitlines()
+        assert message in lines[-1] and "Traceback" not in result.stderr, (args, result.stderr)
+        assert len(lines) == 1 or "usage:" in result.stderr
+
+
+def test_an_onnx_file_without_gluonkit_metadata_is_refused(serve_python, classifier, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    prefix, images = classifier
+    model = onnx.load(f"{prefix}.onnx")
+    del model.metadata_props[:]
+    onnx.save(model, str(tmp_path / "bare.onnx"))
+    result = run_serve(serve_python, tmp_path / "bare.onnx", images / "0.png")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"gluonkit-serve: {tmp_path / 'bare.onnx'} carries no gluonkit metadata (class names, "
+        "preprocessing): it was not written by gluonkit.export_model; export the model again "
+        "with gluonkit (gluonkit.export_onnx(prefix)).")

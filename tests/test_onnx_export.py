@@ -1,0 +1,182 @@
+"""model.onnx beside every export (gluonkit.onnx_export): its graph as onnxruntime needs it,
+its metadata inside, and what happens without the onnx package or with an operator the
+converter does not know. (onnxruntime runs it in tests/serve, in an environment of its own.)"""
+import json
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import gluon, nd
+
+import gluonkit
+from gluonkit.data.images import read_image as mxnet_read
+from gluonkit.serve.images import read_image as pillow_read, resize
+from image_files import encoded, pixels
+
+onnx = pytest.importorskip("onnx")
+
+PREPROCESSING = {"channels": 1, "resize": [8, 8], "mean": [0.5], "std": [0.25]}
+
+
+def small_net():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(4, 3, activation="relu"), gluon.nn.BatchNorm(), gluon.nn.Dense(3))
+    net.initialize()
+    net(mx.nd.zeros((1, 1, 8, 8)))
+    return net
+
+
+def test_export_writes_model_onnx_with_its_metadata(tmp_path):
+    meta = gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), outputs=list("abc"),
+                                 preprocessing=PREPROCESSING, task="mine")
+    model = onnx.load(str(tmp_path / "model.onnx"))
+    onnx.checker.check_model(model)
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 13)]
+    assert [i.name for i in model.graph.input] == ["data"]          # no parameter as an input
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert not dims[0].HasField("dim_value") and [d.dim_value for d in dims[1:]] == [1, 8, 8]
+    assert [o.name for o in model.graph.output] == ["class"]
+    saved = json.loads((tmp_path / "model.json").read_text())
+    inside = json.loads({p.key: p.value for p in model.metadata_props}["gluonkit"])
+    assert inside == {k: v for k, v in saved.items() if k not in ("files", "sha256")}
+    assert inside["task"] == "mine" and inside["outputs"][0]["classes"] == ["a", "b", "c"]
+    assert saved["files"]["onnx"] == "model.onnx" == os.path.basename(meta["files"]["onnx"])
+    assert saved["sha256"]["onnx"] == gluonkit.metadata.file_sha256(tmp_path / "model.onnx")
+
+
+def test_every_head_of_a_multi_output_network_is_a_named_output(tmp_path):
+    from gluonkit.recipes.multitask import HEAD_CLASSES, MultiTaskNet
+
+    net = MultiTaskNet()
+    net.initialize()
+    net(mx.nd.zeros((1, 1, 8, 8)))
+    gluonkit.export_model(net, tmp_path / "model", (1, 8, 8), outputs=HEAD_CLASSES,
+                          preprocessing=PREPROCESSING)
+    model = onnx.load(str(tmp_path / "model.onnx"))
+    assert [o.name for o in model.graph.output] == list(HEAD_CLASSES) == ["digit", "parity", "aux"]
+    inside = json.loads(model.metadata_props[0].value)
+    assert [o["classes"] for o in inside["outputs"]] == list(HEAD_CLASSES.values())
+
+
+def test_without_the_onnx_package(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(ImportError, match=r'needs the onnx package.*pip install "onnx>=1.10,<1.16"'):
+        gluonkit.export_model(small_net(), tmp_path / "a" / "model", (1, 8, 8), onnx=True)
+    assert not (tmp_path / "a").exists()                      # nothing half-written
+    with pytest.warns(UserWarning, match=r"model.onnx was not written: .*pip install"):
+        gluonkit.export_model(small_net(), tmp_path / "b" / "model", (1, 8, 8))
+    assert sorted(os.listdir(tmp_path / "b")) == ["model-0000.params", "model-symbol.json",
+                                                  "model.json"]
+    assert "onnx" not in json.loads((tmp_path / "b" / "model.json").read_text())["files"]
+
+
+@gluonkit.autograd.custom_op
+def doubled(x):
+    return x * 2
+
+
+@doubled.backward
+def _(dy, x):
+    return dy * 2
+
+
+class Doubling(gluon.HybridBlock):
+    def hybrid_forward(self, F, x):
+        return doubled(x)
+
+
+def test_an_operator_the_converter_does_not_know(tmp_path):
+    with pytest.raises(ValueError, match=r"converter cannot translate the network .*Custom"):
+        gluonkit.export_model(Doubling(), tmp_path / "a" / "model", (3,), onnx=True)
+    assert not (tmp_path / "a").exists()
+    with pytest.warns(UserWarning, match="model.onnx was not written: MXNet's ONNX converter"):
+        gluonkit.export_model(Doubling(), tmp_path / "b" / "model", (3,))
+    assert gluonkit.predict(str(tmp_path / "b" / "model"), [np.ones(3, np.float32)])
+
+
+def test_export_onnx_converts_an_earlier_export(tmp_path):
+    net = small_net()
+    gluonkit.export_model(net, tmp_path / "model", (1, 8, 8), outputs=list("abc"), onnx=False,
+                          preprocessing=PREPROCESSING)
+    assert not (tmp_path / "model.onnx").exists()
+    path = gluonkit.export_onnx(tmp_path / "model")
+    assert path == str(tmp_path / "model.onnx")
+    saved = json.loads((tmp_path / "model.json").read_text())
+    assert saved["sha256"]["onnx"] == gluonkit.metadata.file_sha256(path)
+    assert gluonkit.load_model(tmp_path / "model")                # still a valid export
+    with pytest.raises(FileNotFoundError, match="missing.json does not exist"):
+        gluonkit.export_onnx(tmp_path / "missing")
+
+
+def test_the_serving_modules_import_no_mxnet():
+    code = ("import sys, gluonkit, gluonkit.serve, gluonkit.serve.command; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mxnet', 'gluoncv')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=os.path.dirname(os.path.dirname(gluonkit.__file__)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg", ".bmp", ".tif"])
+@pytest.mark.parametrize("channels", [3, 1])
+def test_pillow_decodes_as_mxnet(tmp_path, suffix, channels):
+    path = tmp_path / f"image{suffix}"
+    path.write_bytes(encoded(pixels(23, 31), suffix))
+    want = mxnet_read(str(path), channels).asnumpy()
+    got = pillow_read(str(path), channels, 10 ** 6, 100)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("interp", [1, 2])
+@pytest.mark.parametrize("size", [(8, 8), (96, 96), (50, 20), (31, 47)])
+def test_numpy_resize_is_opencv_s_within_one_level(size, interp):
+    image = pixels(29, 37)
+    want = mx.image.imresize(nd.array(image, dtype="uint8"), *size, interp=interp).asnumpy()
+    got = resize(image, *size, interp)
+    assert got.shape == want.shape
+    difference = np.abs(got.astype(int) - want)
+    assert difference.max() <= 1 and difference.mean() < 0.2
+
+
+def test_the_lazy_package_still_gives_its_submodules_as_attributes():
+    code = ("import gluonkit; print(gluonkit.export.read_metadata.__name__, "
+            "gluonkit.split.split_and_load.__name__, gluonkit.Epochs.__name__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=os.path.dirname(os.path.dirname(gluonkit.__file__)))
+    assert result.stdout.split() == ["read_metadata", "split_and_load", "Epochs"], result.stderr
+
+
+# the detect recipe's export preprocessing (gluonkit.recipes.detection_serving): GluonCV's
+# interp=9 resize (bicubic to enlarge, area to shrink), Faster R-CNN's resize_short_within and
+# the bucket padding of a run at the images' own sizes, each where it enlarges and shrinks
+DETECTION_PREPROCESSING = [("yolo3", (64, 64), None), ("yolo3", (16, 20), None),
+                           ("faster_rcnn", (24, 40), None), ("faster_rcnn", (60, 70), None),
+                           ("yolo3", None, [[32, 32], [48, 64]]), ("ssd", None, [[16, 16], [8, 24]])]
+
+
+@pytest.mark.parametrize("family, size, buckets", DETECTION_PREPROCESSING)
+def test_serve_preprocesses_a_detection_export_as_gluonkit_predict(tmp_path, family, size, buckets):
+    from gluonkit.recipes.detection_serving import serving_preprocessing
+    from gluonkit.serve.images import prepare
+
+    preprocessing = serving_preprocessing(family, size, buckets)
+    path = tmp_path / "image.png"
+    path.write_bytes(encoded(pixels(29, 37), ".png"))
+    want = gluonkit.inference.preprocess(str(path), preprocessing).asnumpy()
+    plan, got = prepare(str(path), preprocessing, 10 ** 6, 100)
+    assert got.shape == want.shape and plan.input_size == want.shape[:0:-1]
+    # one level of 255 at most (OpenCV resizes in fixed point), in normalized units
+    assert np.abs(got - want).max() <= 1.01 / 255 / min(preprocessing["std"])
+
+
+@pytest.mark.parametrize("interp", [0, 3, 4])
+def test_serve_refuses_an_interpolation_it_does_not_reproduce(interp):
+    from gluonkit.metadata import ExportError
+    from gluonkit.serve.images import check_interp
+
+    with pytest.raises(ExportError, match=f"model.onnx resizes images with OpenCV interpolation "
+                                          f"{interp}, which gluonkit.serve does not reproduce"):
+        check_interp({"channels": 3, "interp": interp}, "model.onnx")

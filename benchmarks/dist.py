@@ -126,7 +126,8 @@ def _launcher(kvstore, workers, timeout):
 
 
 def _run(command, env, timeout):
-    """Run ``command`` in its own session; the whole session is killed after ``timeout`` s."""
+    """Run ``command`` in a process group of its own; the whole group is killed after
+    ``timeout`` s."""
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     try:

@@ -16,7 +16,7 @@ from mxnet.gluon.data.vision import transforms
 
 from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
-from .metadata import ExportError, model_files, read_metadata
+from .metadata import ExportError, ExportedModel, model_files, read_metadata
 from .preprocessing import Plan, plan, short_within
 from .results import classified, detected, image_files
 
@@ -26,28 +26,12 @@ __all__ = ["Model", "load_model", "model_prefix", "predict", "iter_predict", "pr
 _EXPORT_FILE = re.compile(r"(-symbol\.json|-\d{4}\.params|\.json)$")
 
 
-class Model:
+class Model(ExportedModel):
     """An exported network loaded for inference: ``net`` (a ``gluon.SymbolBlock``),
     ``metadata`` (the ``PREFIX.json`` dict) and ``ctx``."""
 
     def __init__(self, net, metadata, ctx):
         self.net, self.metadata, self.ctx = net, metadata, ctx
-
-    @property
-    def kind(self):
-        """``'classifier'`` or ``'detector'``."""
-        return self.metadata["kind"]
-
-    @property
-    def score_threshold(self):
-        """A detector's default lowest score reported: the one its run recorded (the best F1
-        on its validation set), else 0.5."""
-        return self.metadata.get("score_threshold", 0.5)
-
-    @property
-    def outputs(self):
-        """``[{'name', 'classes'}, ...]``, one per network output."""
-        return self.metadata["outputs"]
 
 
 def model_prefix(path):

@@ -13,7 +13,7 @@ import re
 
 from .validate import is_int
 
-__all__ = ["FORMAT", "KINDS", "ExportError", "check_preprocessing", "description_problem",
+__all__ = ["FORMAT", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
            "read_metadata", "model_files", "file_sha256", "REDO"]
 
 #: Version of the metadata file's layout (2: with 'kind' and 'sha256').
@@ -28,6 +28,27 @@ REDO = "export the model again (gluonkit.export_model, or the recipe's --export)
 class ExportError(ValueError):
     """An exported model's files cannot be used together: damaged, incomplete, or from
     different exports. The message names the file."""
+
+
+class ExportedModel:
+    """What a loaded export tells from its ``metadata`` (the ``model.json`` dict), shared by
+    the MXNet and the onnxruntime side."""
+
+    @property
+    def kind(self):
+        """``'classifier'`` or ``'detector'``."""
+        return self.metadata["kind"]
+
+    @property
+    def score_threshold(self):
+        """A detector's default lowest score reported: the one its run recorded (the best F1
+        on its validation set), else 0.5."""
+        return self.metadata.get("score_threshold", 0.5)
+
+    @property
+    def outputs(self):
+        """``[{'name', 'classes'}, ...]``, one per network output."""
+        return self.metadata["outputs"]
 
 
 _PREPROCESSING_KEYS = ("channels", "mean", "std", "resize", "resize_short", "crop", "max_size",

@@ -2,7 +2,7 @@
 import json
 import os
 
-from ..metadata import ExportError, description_problem
+from ..metadata import ExportError, ExportedModel, description_problem
 
 __all__ = ["OnnxModel", "load"]
 
@@ -11,40 +11,24 @@ _INSTALL = 'pip install onnxruntime "numpy>=1.24" pillow'
 _REDO = "export the model again with gluonkit (gluonkit.export_onnx(prefix))"
 
 
-class OnnxModel:
-    """A ``model.onnx`` written by gluonkit, ready to run: ``session`` (an onnxruntime
+class OnnxModel(ExportedModel):
+    """A ``model.onnx`` written by gluonkit, ready to run: ``runtime`` (an onnxruntime
     ``InferenceSession``), ``metadata`` (kind, input, outputs with class names,
     preprocessing, as ``model.json``) and ``path``."""
 
-    def __init__(self, session, metadata, path):
-        self.session, self.metadata, self.path = session, metadata, path
-
-    @property
-    def kind(self):
-        """``'classifier'`` or ``'detector'``."""
-        return self.metadata["kind"]
-
-    @property
-    def score_threshold(self):
-        """A detector's default lowest score reported: the one its run recorded (the best F1
-        on its validation set), else 0.5."""
-        return self.metadata.get("score_threshold", 0.5)
-
-    @property
-    def outputs(self):
-        """``[{'name', 'classes'}, ...]``, one per network output."""
-        return self.metadata["outputs"]
+    def __init__(self, runtime, metadata, path):
+        self.runtime, self.metadata, self.path = runtime, metadata, path
 
     @property
     def batches(self):
         """Whether the network runs batches: one image per call where its input's height
         and width vary (as Faster R-CNN's graph, which the converter fixed at one image)."""
-        return all(isinstance(n, int) for n in self.session.get_inputs()[0].shape[2:])
+        return all(isinstance(n, int) for n in self.runtime.get_inputs()[0].shape[2:])
 
     def run(self, batch):
         """The network's outputs (NumPy arrays, in the metadata's order) for ``batch``
         (N, C, H, W float32)."""
-        return self.session.run([o["name"] for o in self.outputs],
+        return self.runtime.run([o["name"] for o in self.outputs],
                                 {self.metadata["input"]["name"]: batch})
 
 
@@ -75,11 +59,11 @@ def load(path, threads=None):
     if threads is not None:
         options.intra_op_num_threads = threads
     try:
-        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        runtime = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception:   # onnxruntime's errors have no common public base class
         raise ExportError(f"{path} does not load as an ONNX model (it is empty, cut short, "
                           f"damaged or another kind of file); {_REDO}.") from None
-    text = session.get_modelmeta().custom_metadata_map.get(_KEY)
+    text = runtime.get_modelmeta().custom_metadata_map.get(_KEY)
     if text is None:
         raise ExportError(f"{path} carries no gluonkit metadata (class names, preprocessing): "
                           f"it was not written by gluonkit.export_model; {_REDO}.")
@@ -91,9 +75,9 @@ def load(path, threads=None):
         else "holds metadata that is not JSON"
     if problem:
         raise ExportError(f"{path} {problem}; {_REDO}.")
-    names = {value.name for value in session.get_outputs()}
+    names = {value.name for value in runtime.get_outputs()}
     missing = [o["name"] for o in metadata["outputs"] if o["name"] not in names]
-    if missing or [i.name for i in session.get_inputs()] != [metadata["input"]["name"]]:
-        raise ExportError(f"{path} has inputs {[i.name for i in session.get_inputs()]} and "
+    if missing or [i.name for i in runtime.get_inputs()] != [metadata["input"]["name"]]:
+        raise ExportError(f"{path} has inputs {[i.name for i in runtime.get_inputs()]} and "
                           f"outputs {sorted(names)}, not those its metadata names; {_REDO}.")
-    return OnnxModel(session, metadata, path)
+    return OnnxModel(runtime, metadata, path)

@@ -312,11 +312,14 @@ def test_json_cut_short_by_its_reader_ends_quietly(trained, tmp_path):
     out, _, images, _ = trained
     code = ("import sys\nfrom gluonkit.recipes import predict\npredict.main(sys.argv[1:])\n")
     many = [str(images / f"{i % 6}.png") for i in range(300)]
-    done = subprocess.run(f"{sys.executable} -c '{code}' --model {out} --json {' '.join(many)} "
-                          "| head -c 100", shell=True, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert len(done.stdout) == 100
-    assert done.stderr == "", done.stderr
+    predict = subprocess.Popen([sys.executable, "-c", code, "--model", str(out), "--json", *many],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=dict(os.environ, OMP_NUM_THREADS="1"))
+    head = predict.stdout.read(100)          # as `| head -c 100`: read a little, then hang up
+    predict.stdout.close()
+    _, stderr = predict.communicate(timeout=300)
+    assert len(head) == 100
+    assert stderr.decode() == "", stderr.decode()
 
 
 def test_an_option_for_the_other_kind_of_model_is_refused(trained, detector, tmp_path):

@@ -9,6 +9,7 @@ without a round trip through MXNet's asynchronous engine). Every refusal is an
 """
 import io
 import os
+import warnings
 
 import cv2
 import mxnet as mx
@@ -87,7 +88,34 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
 
 class ImageFolderDataset(gluon.data.vision.ImageFolderDataset):
     """Gluon's ``ImageFolderDataset`` (one folder per class) whose images are read by
-    :func:`read_image`: within ``max_pixels`` and ``max_aspect``, errors naming the file."""
+    :func:`read_image`: within ``max_pixels`` and ``max_aspect``, errors naming the file.
+
+    Every format :func:`read_image` decodes is listed (:data:`SUFFIXES`, BMP and TIFF too,
+    where Gluon takes only JPEG and PNG); hidden entries (``.ipynb_checkpoints``,
+    ``.DS_Store``) are neither classes nor images; other files are left out with one
+    warning per folder.
+    """
+
+    def _list_images(self, root):
+        self.synsets, self.items = [], []
+        for folder in sorted(os.listdir(root)):
+            path = os.path.join(root, folder)
+            if folder.startswith(".") or not os.path.isdir(path):
+                continue
+            label = len(self.synsets)
+            self.synsets.append(folder)
+            others = []
+            for name in sorted(os.listdir(path)):
+                if name.startswith("."):
+                    continue
+                if name.lower().endswith(SUFFIXES):
+                    self.items.append((os.path.join(path, name), label))
+                else:
+                    others.append(name)
+            if others:
+                warnings.warn(f"{path}: left out {len(others)} file(s) that are not images "
+                              f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
+                              f"images are {', '.join(SUFFIXES)} files.", stacklevel=4)
 
     def __init__(self, root, flag=1, transform=None, *, max_pixels=MAX_PIXELS,
                  max_aspect=MAX_ASPECT):

@@ -333,7 +333,9 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             infinite number is a ``ValueError`` raised before anything changes; an NDArray
             count is checked when read, at the update, which then applies nothing. A step
             with no backward since the last update (no parameter got a gradient) is a
-            ``RuntimeError``, also raised before anything changes, whatever ``accumulate``.
+            ``RuntimeError``, also raised before anything changes, whatever ``accumulate``;
+            except a step of count 0, a micro-batch that got no sample (as on a worker or
+            rank whose share of it was empty), which adds nothing.
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -344,7 +346,8 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
         count = check_count(batch_size)
-        if not self._has_fresh_gradient():
+        nothing = not isinstance(count, mx.nd.NDArray) and count == 0   # a micro-batch of no sample
+        if not nothing and not self._has_fresh_gradient():
             raise RuntimeError(_NO_GRADIENT)
         self._window.add(count)
         if self._window.steps < self._accumulate:

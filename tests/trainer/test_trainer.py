@@ -398,6 +398,26 @@ def test_step_without_backward_is_refused_before_it_enters_the_window(accumulate
         trainer.step(4)
 
 
+def test_a_step_of_no_sample_without_backward_fills_the_window_and_changes_nothing():
+    """A micro-batch that got no sample (a worker's or rank's empty share) steps with count 0 and
+    no backward: it takes its place in the window, and the update equals one batch of the rest."""
+    net, ref = _mlp(), _mlp()
+    net.initialize(mx.init.Xavier())
+    _copy_params(net, ref, [mx.cpu()])
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5}, accumulate=2)
+    reference = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.5})
+    x, y = nd.array(np.random.RandomState(3).randn(4, 4)), nd.array([0, 1, 2, 1])
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    assert trainer.step(0) is False and trainer.pending == (1, 0)
+    for model, opt in [(net, trainer), (ref, reference)]:
+        with autograd.record():
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        assert opt.step(4) in (True, None)          # the second micro-batch completes the window
+    for k, v in _params(ref).items():
+        assert_allclose(_params(net)[k], v, rtol=1e-6, atol=1e-7, err_msg=k)
+
+
 def test_unused_parameters_are_warned_about_once():
     net = _TwoHeads()
     net.initialize()

@@ -671,5 +671,5 @@ def run_command(module, parse_args, train, argv=None):
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {str(err).rstrip('.')}{fix}")
     except CheckpointError as err:
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {_checkpoint_fix(err)}")
-    except (OSError, CheckpointError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
+    except (OSError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")

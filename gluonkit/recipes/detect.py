@@ -22,7 +22,6 @@ Ctrl-C or SIGTERM stop after the current step and save a checkpoint --resume con
 """
 import argparse
 import logging
-import math
 import os
 import time
 

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from ..imagefiles import MAX_ASPECT, MAX_PIXELS, check_limits
+from ..imagefiles import MAX_ASPECT, MAX_PIXELS, ImageError, check_limits
 from ..metadata import ExportError
 from ..results import classified, detected, image_files, softmax
 from ..validate import finite_real, positive_int
@@ -31,9 +31,13 @@ def _results(model, batch, top_k, threshold):
 
 
 def iter_predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
-                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+                 max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT, on_error="raise"):
     """Like :func:`predict`, one result at a time: the images are read, preprocessed and run
-    ``batch_size`` at a time. Arguments are checked, and the model loaded, at the call."""
+    ``batch_size`` at a time. Arguments are checked, and the model loaded, at the call.
+    ``on_error='report'``: an image that cannot be used gives ``{'image', 'error'}`` in its
+    place and the others go on (``'raise'``: its ``ImageError`` ends the stream)."""
+    if on_error not in ("raise", "report"):
+        raise ValueError(f"on_error must be 'raise' or 'report', got {on_error!r}.")
     top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
     threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold")
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
@@ -56,9 +60,17 @@ def iter_predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
 
     def stream():
         for start in range(0, len(names), batch_size):
-            batch = [(name, *prepare(name, preprocessing, max_pixels, max_aspect))
-                     for name in names[start:start + batch_size]]
-            yield from _results(model, batch, top_k, threshold)
+            batch, failed = [], {}
+            for name in names[start:start + batch_size]:
+                try:
+                    batch.append((name, *prepare(name, preprocessing, max_pixels, max_aspect)))
+                except ImageError as err:
+                    if on_error == "raise":
+                        raise
+                    failed[name] = str(err)
+            results = iter(_results(model, batch, top_k, threshold) if batch else ())
+            for name in names[start:start + batch_size]:
+                yield {"image": name, "error": failed[name]} if name in failed else next(results)
     return stream()
 
 

@@ -281,13 +281,6 @@ class ModelCheckpoint(Callback):
         if self._monitor and "best" in state:
             self._monitor.best = state["best"]
 
-    def state_dict(self):
-        return {"best": self._monitor.best if self._monitor else None}
-
-    def load_state_dict(self, state):
-        if self._monitor:
-            self._monitor.best = state["best"]
-
 
 class EarlyStopping(Callback):
     """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs.

@@ -4,7 +4,6 @@ import os
 import warnings
 
 import mxnet as mx
-import numpy as np
 from mxnet import gluon
 
 from ..names import first_names, network_names, select

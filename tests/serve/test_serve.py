@@ -123,3 +123,15 @@ def test_an_onnx_file_without_gluonkit_metadata_is_refused(serve_python, classif
         f"gluonkit-serve: {tmp_path / 'bare.onnx'} carries no gluonkit metadata (class names, "
         "preprocessing): it was not written by gluonkit.export_model; export the model again "
         "with gluonkit (gluonkit.export_onnx(prefix)).")
+
+
+def test_one_refused_image_is_reported_and_the_others_served(serve_python, classifier, tmp_path):
+    prefix, images = classifier
+    (tmp_path / "cut.png").write_bytes((images / "0.png").read_bytes()[:60])
+    alone = run_serve(serve_python, f"{prefix}.onnx", images / "0.png", images / "1.png")
+    mixed = run_serve(serve_python, f"{prefix}.onnx", images / "0.png", tmp_path / "cut.png",
+                      images / "1.png")
+    assert alone.returncode == 0 and mixed.returncode == 1
+    assert mixed.stdout == alone.stdout                        # the good images, as alone
+    assert mixed.stderr.strip() == f"gluonkit-serve: {tmp_path / 'cut.png'} is cut short: its " \
+                                   "PNG data ends before the image does; copy the file again."

@@ -433,11 +433,14 @@ def check_output_options(parser, args):
     taken now (:func:`runs.check_folder`: in use, or holding a run that would be overwritten);
     in a worker of ``gluonkit-launch``, if ``--kvstore`` is not distributed. On a restart
     attempt of ``gluonkit-launch --max-restarts`` (``GLUONKIT_LAUNCH_ATTEMPT`` above 0) the
-    run in ``--out`` is continued, as with ``--resume``.
+    run in ``--out`` is continued, as with ``--resume``, if it saved a checkpoint (else it
+    starts again).
     """
     export = getattr(args, "export", False)
     if args.out and not export and os.environ.get("GLUONKIT_LAUNCH_ATTEMPT", "0") != "0":
-        args.resume, args.overwrite = True, False   # a restart of gluonkit-launch: continue the run
+        checkpoints = os.path.join(args.out, "checkpoints")  # a restart of gluonkit-launch:
+        if os.path.isdir(checkpoints) and Checkpoint(checkpoints).latest_epoch is not None:
+            args.resume, args.overwrite = True, False        # continue the run it checkpointed
     if (args.resume or export) and not args.out:
         parser.error(f"--{'resume' if args.resume else 'export'} reads the checkpoints in "
                      "--out; pass --out DIR.")

@@ -52,7 +52,7 @@ def test_classify_on_two_horovod_ranks_tests_the_export_on_the_whole_test_split_
                                          str(never / "model-0000.params"))
     assert abs(np.mean(model(nd.array(x)).argmax(axis=1).asnumpy() == y) - accuracy) < 1e-4
     assert sorted(os.listdir(never)) == ["args.json", "checkpoints", "curves.png", "history.csv",
-                                         "model-0000.params", "model-symbol.json", "model.json"]
+                                         "model-0000.params", "model-symbol.json", "model.json", "model.onnx"]
     assert output.count("exported epoch") == 1
 
     _classify(tmp_path, "--epochs", "1", "--out", str(resumed))

@@ -1,9 +1,11 @@
 """What a worker started by the launcher checks before training: the environment the launcher
 sets (DMLC_ROLE, DMLC_NUM_WORKER, GLUONKIT_LAUNCH_ATTEMPT) without a job around it."""
+import mxnet as mx
 import pytest
 from mxnet import gluon
 
 import gluonkit
+from gluonkit import Checkpoint
 from gluonkit.recipes import classify
 
 
@@ -30,6 +32,12 @@ def test_a_restart_attempt_continues_the_run_with_the_same_command_line(monkeypa
     command = ["--out", str(tmp_path / "run"), "--overwrite"]
     assert not classify.parse_args(command).resume
     monkeypatch.setenv("GLUONKIT_LAUNCH_ATTEMPT", "1")
+    args = classify.parse_args(command)      # the first attempt died before its first checkpoint
+    assert not args.resume and args.overwrite
+    net = mx.gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    Checkpoint(tmp_path / "run" / "checkpoints").save(
+        net, gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}), 1)
     args = classify.parse_args(command)
     assert args.resume and not args.overwrite   # the first attempt's checkpoints are kept, and resumed
 

@@ -118,7 +118,8 @@ def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
     assert output.count("test accuracy:") == 1
     assert output.count("images split over 2 workers, 10 classes") == 1   # the job's images, logged once
     assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv",
-                                       "model-0000.params", "model-symbol.json", "model.json"]
+                                       "model-0000.params", "model-symbol.json", "model.json",
+                                       "model.onnx"]
     with open(out / "history.csv") as f:
         assert len(f.read().strip().splitlines()) == 3     # a header and one row per epoch
 

@@ -28,14 +28,13 @@ __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFF
 
 
 def _decode(data, name, header, channels):
-    """The image that ``data`` (whose checked ``header`` it is) encodes, as an (H, W,
-    ``channels``) uint8 NDArray, RGB: refused unless whole, and of the header's size.
+    """The image that ``data`` (whose checked ``header`` it is, and found whole) encodes, as
+    an (H, W, ``channels``) uint8 NDArray, RGB, refused unless of the header's size.
 
     OpenCV decodes it in this thread, as MXNet's ``imdecode`` would (the same pixels) but
     without a trip through MXNet's engine and a wait for it; the NDArray holds OpenCV's buffer.
     """
     fmt, width, height = header
-    check_whole(data, name, header)
     flag = cv2.IMREAD_COLOR if channels == 3 else cv2.IMREAD_GRAYSCALE
     pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
     if pixels is None:
@@ -69,6 +68,7 @@ def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MA
     """
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     header = check_header(io.BytesIO(data), name, max_pixels, max_aspect)
+    check_whole(data, name, header)
     return _decode(data, name, header, channels)
 
 

@@ -14,16 +14,16 @@ import onnxruntime
 
 
 def main(path, shape, batch, calls, repeats):
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    runtime = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     x = np.random.RandomState(0).uniform(-1, 1, (batch,) + shape).astype(np.float32)
-    feed = {session.get_inputs()[0].name: x}
+    feed = {runtime.get_inputs()[0].name: x}
     for _ in range(3):
-        session.run(None, feed)
+        runtime.run(None, feed)
     times = []
     for _ in range(repeats):
         tic = time.perf_counter()
         for _ in range(calls):
-            session.run(None, feed)
+            runtime.run(None, feed)
         times.append((time.perf_counter() - tic) / calls)
     return times
 

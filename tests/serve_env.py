@@ -46,8 +46,8 @@ import numpy as np
 import onnxruntime
 folder = sys.argv[1]
 case = np.load(folder + "/case.npz")
-session = onnxruntime.InferenceSession(folder + "/model.onnx", providers=["CPUExecutionProvider"])
-outputs = session.run(None, {session.get_inputs()[0].name: case["input"]})
+runtime = onnxruntime.InferenceSession(folder + "/model.onnx", providers=["CPUExecutionProvider"])
+outputs = runtime.run(None, {runtime.get_inputs()[0].name: case["input"]})
 np.savez(folder + "/got.npz", *outputs)
 """
 

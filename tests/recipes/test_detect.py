@@ -114,8 +114,12 @@ def test_a_voc_folder_made_here_is_read_and_trained(tmp_path):
 def test_missing_data_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="ImageSets"):
         detect.load_detection(f"voc:{tmp_path}")
-    with pytest.raises(ValueError, match="not 'shapes', 'voc:DIR' or 'rec:TRAIN.rec,VAL.rec'"):
-        detect.load_detection("coco")
+    for unknown in ("coco", "mnist"):          # coco needs its two files
+        with pytest.raises(ValueError, match="not 'shapes', 'voc:DIR', 'rec:TRAIN.rec,VAL.rec' or "
+                                             "'coco:TRAIN.json,VAL.json'"):
+            detect.load_detection(unknown)
+    with pytest.raises(ValueError, match="pass two files, coco:TRAIN.json,VAL.json"):
+        detect.load_detection(f"coco:{tmp_path / 'a.json'}")
     with pytest.raises(FileNotFoundError, match=r"a\.idx"):
         detect.load_detection(f"rec:{tmp_path / 'a.rec'},{tmp_path / 'b.rec'}")
     with pytest.raises(ValueError, match="rec:TRAIN.rec,VAL.rec"):

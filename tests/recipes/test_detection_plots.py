@@ -28,7 +28,7 @@ def test_curves_show_loss_on_a_log_scale_and_the_ap_of_every_class(tmp_path):
     loss, aps, _ = fig.axes
     assert loss.get_yscale() == "log"
     lines = {line.get_label(): list(line.get_ydata()) for line in aps.get_lines()}
-    assert lines == {"AP circle": [0.1, 0.5, 0.9], "AP square": [0.0, 0.4, 0.7], "mAP": [0.05, 0.45, 0.8]}
+    assert lines == {"AP circle": [0.1, 0.5, 0.9], "AP square": [0.0, 0.4, 0.7], "VOC07 mAP": [0.05, 0.45, 0.8]}
 
 
 class _Fixed(mx.gluon.Block):

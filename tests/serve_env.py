@@ -16,7 +16,7 @@ from conftest import ROOT
 REQUIRE = "GLUONKIT_REQUIRE_SERVE_TESTS"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")   # the environment itself is built once and reused
 def serve_python():
     """The serving environment's Python."""
     try:

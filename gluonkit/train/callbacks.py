@@ -149,8 +149,12 @@ class ModelCheckpoint(Callback):
     ``rank-r`` folder. Each holds the worker's own data position, generators, pending window
     and running sums (and the parameters, so that a file alone resumes). A resume takes, on
     every worker, the newest checkpoint that every rank saved (a worker lost while saving
-    leaves its set incomplete, and the one before is taken: keep at least 2), by rank: the worker that has rank ``r`` now, and so reads
-    shard ``r``, resumes rank ``r``'s state, whichever order the workers started in. The
+    leaves its set incomplete, and the one before is taken: keep at least 2), by rank: the
+    worker that has rank ``r`` now, and so reads shard ``r``, resumes rank ``r``'s state,
+    whichever order the workers started in. Each checkpoint records the number of workers
+    that saved it: when none is complete (a worker lost before its first save), a job of as
+    many workers trains from the start (a warning says so) and one of another number is
+    refused with ``CheckpointError``. The
     directory must be one every worker sees (a shared folder); otherwise copy every worker's
     folder to every host before resuming.
 
@@ -199,8 +203,10 @@ class ModelCheckpoint(Callback):
         return Checkpoint(os.path.join(self.checkpoint.directory, f"rank-{rank}"), keep=self.checkpoint.keep)
 
     def _newest_complete(self, rank, workers):
-        """The path of this rank's part of the newest checkpoint every rank saved; None if no rank
-        saved any; CheckpointError if some did but no checkpoint is complete."""
+        """The path of this rank's part of the newest checkpoint every rank saved, or None to
+        train from the start: no rank saved any, or this job's workers saved some but no set
+        is complete (a worker was lost before its first save). ``CheckpointError`` if no set is
+        complete and the checkpoints were saved by another number of workers."""
         saved = []
         for r in range(workers):
             by_position = {}
@@ -212,14 +218,23 @@ class ModelCheckpoint(Callback):
             saved.append(by_position)
         if not any(saved):
             return None
+        newest = lambda position: position[::-1]   # (step, epoch): mid-epoch saves order by step
         common = set.intersection(*(set(positions) for positions in saved))
-        if not common:
-            missing = [r for r, positions in enumerate(saved) if not positions]
-            raise CheckpointError(
-                f"{self.checkpoint.directory} holds no checkpoint that all {workers} workers saved "
-                f"(none of rank(s) {missing or 'any'} matches rank 0's); resume with the number of workers "
-                "that saved them, or start without resuming.")
-        return saved[rank][max(common, key=lambda position: position[::-1])]
+        if common:
+            return saved[rank][max(common, key=newest)]
+        missing = [r for r, positions in enumerate(saved) if not positions]
+        detail = f"rank(s) {missing} saved none" if missing else "the ranks saved different epochs"
+        last = max((item for positions in saved for item in positions.items()), key=lambda item: newest(item[0]))
+        saved_by = Checkpoint.saved_state(last[1]).get("workers")
+        if saved_by == workers:
+            if rank == 0:
+                log.warning("%s holds no checkpoint that all %d workers saved (%s): training from the start.",
+                            self.checkpoint.directory, workers, detail)
+            return None
+        fix = (f"resume with the {saved_by} worker(s) that saved them" if saved_by
+               else "resume with the number of workers that saved them")
+        raise CheckpointError(f"{self.checkpoint.directory} holds no checkpoint that all {workers} workers "
+                              f"saved ({detail}); {fix}, or start without resuming.")
 
     @property
     def monitor(self):
@@ -255,7 +270,8 @@ class ModelCheckpoint(Callback):
     def _save(self, state, best=False):
         position = state.position
         best = best and state.is_main_process
-        path = self._own.save(state.net, state.trainer, position[0], best=best, fit=state.snapshot())
+        path = self._own.save(state.net, state.trainer, position[0], best=best, fit=state.snapshot(),
+                              workers=getattr(state.trainer, "num_workers", 1))
         self._saved_at = position
         if best and self.save_best_params:
             directory, name = os.path.split(os.path.abspath(self.save_best_params))

@@ -231,6 +231,14 @@ class Checkpoint:
         meta = Checkpoint._read(os.fspath(path), trusted=False)[0]
         return meta["epoch"], meta["step"]
 
+    @staticmethod
+    def saved_state(path):
+        """The ``**state`` a checkpoint file was saved with, read without loading it into a network.
+
+        ``CheckpointError`` naming the file if it is damaged or not a checkpoint.
+        """
+        return Checkpoint._read(os.fspath(path), trusted=False)[3]
+
     def load(self, net, trainer=None, *, best=False, path=None, trusted=False):
         """Restore the latest checkpoint (or the best, or ``path``) into ``net`` and ``trainer``.
 

@@ -1,6 +1,7 @@
 """Distributed jobs over loopback that stop, resume, and hold shards making different numbers of
 updates: real launcher, scheduler, server and 2 workers."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose
 
+import gluonkit
+from gluonkit.callbacks import ModelCheckpoint
 from gluonkit.params import select
 from job_check import load_job
 from watch import Watched, no_process_left
@@ -118,6 +121,40 @@ def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_like_one_never_
         expected, got = _weights(never / f"final{rank}.params"), _weights(killed / f"final{rank}.params")
         for name in expected:
             assert np.array_equal(got[name], expected[name]), (rank, name)
+
+
+def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worker_counts_are_refused(tmp_path):
+    never, lost, single = tmp_path / "never", tmp_path / "lost", tmp_path / "single"
+    for folder in (never, lost, single):
+        folder.mkdir()
+    reference = Watched(_command(never, "fit", 2), timeout=240)
+    code, output = Watched(_command(lost, "fit", 1), timeout=240).finish()
+    assert code == 0, output[-3000:]
+    shutil.rmtree(lost / "checkpoints" / "rank-1")     # as if worker 1 died before its first save
+    code, output = Watched(_command(lost, "fit", 2), timeout=240).finish()
+    assert code == 0, output[-3000:]
+    assert output.count("holds no checkpoint that all 2 workers saved (rank(s) [1] saved none): "
+                        "training from the start.") == 1 and "Resumed from" not in output
+    code, output = reference.finish()
+    assert code == 0, output[-3000:]
+    for rank in (0, 1):
+        expected, got = _weights(never / f"final{rank}.params"), _weights(lost / f"final{rank}.params")
+        for name in expected:
+            assert np.array_equal(got[name], expected[name]), (rank, name)
+
+    job = load_job(RESUME_JOB)     # one process saves; two workers may not resume it
+    net = job.make_net()
+    net.initialize()
+    trainer = gluonkit.Trainer(net.collect_params(), job.OPTIMIZER[0], dict(job.OPTIMIZER[1]),
+                               accumulate=job.ACCUMULATE)
+    loader = gluon.data.DataLoader(gluon.data.ArrayDataset(*job.data(32)), batch_size=16)
+    gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=1, progress=False,
+                 callbacks=[ModelCheckpoint(str(single / "checkpoints"))])
+    code, output = Watched(_command(single, "fit", 2), timeout=240).finish()
+    assert code != 0
+    assert (f"{single / 'checkpoints'} holds no checkpoint that all 2 workers saved (rank(s) [1] saved none); "
+            "resume with the 1 worker(s) that saved them, or start without resuming.") in output
+    assert not (single / "final0.params").exists()
 
 
 def _classify(out, *extra, restarts=0):

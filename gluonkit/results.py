@@ -14,7 +14,8 @@ import numpy as np
 
 from .imagefiles import SUFFIXES
 
-__all__ = ["image_files", "softmax", "classified", "detected", "format_results", "print_stream"]
+__all__ = ["image_files", "softmax", "classified", "detected", "format_results", "print_stream",
+           "exit_as_command"]
 
 
 def image_files(paths):
@@ -122,3 +123,19 @@ def print_stream(results, as_json, prog="gluonkit-predict"):
         print("\n]", flush=True)
     return failed
 
+
+def exit_as_command(prog, body, errors=(OSError, ValueError)):
+    """Run ``body()``, the work of the command ``prog`` that prints results and returns the
+    number of images that failed, and exit as a command does: status 1 if an image failed
+    (each was named on stderr) or stdout's reader went away (``| head``), and one line
+    ``prog: message`` on any of ``errors`` (a file not there or unreadable, a damaged model)."""
+    try:
+        failed = body()
+    except BrokenPipeError:   # the reader stopped: nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except errors as err:
+        sys.stdout.flush()
+        sys.exit(f"{prog}: {err}")
+    if failed:
+        sys.exit(1)

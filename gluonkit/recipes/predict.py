@@ -24,7 +24,7 @@ from gluonkit.data.coco import coco_image_ids
 from gluonkit.inference import iter_predict, load_model
 from gluonkit.recipes import common
 from gluonkit.recipes.coco_metric import coco_results
-from gluonkit.results import format_results, print_stream
+from gluonkit.results import exit_as_command, format_results, print_stream
 
 __all__ = ["parse_args", "main", "format_results"]
 
@@ -108,7 +108,8 @@ def main(argv=None):
     if argv is None:
         common.apply_threads(_MODULE)
     args = parse_args(argv)
-    try:
+
+    def predict():
         model = load_model(args.model, common.parse_ctx(args.ctx)[0])
         top_k, threshold = _option_for(model, args)
         if model.kind == "detector":       # on stderr: the results stay one line per image
@@ -121,21 +122,14 @@ def main(argv=None):
                                score_threshold=threshold, max_pixels=args.max_image_pixels,
                                max_aspect=args.max_aspect_ratio,
                                on_error="raise" if args.coco is not None else "report")
-        failed = 0
-        if args.coco is not None:
-            if model.kind != "detector":
-                raise ValueError(f"--coco writes detections; {args.model} is a {model.kind}.")
-            _print_coco(results, model, args.coco, args.coco_images)
-        else:
-            failed = print_stream(results, args.json, prog="gluonkit-predict")
-    except BrokenPipeError:   # the reader stopped (| head): nothing more to say to it
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
-    except (OSError, ValueError) as err:   # a file not there or unreadable; ExportError
-        sys.stdout.flush()
-        sys.exit(f"gluonkit-predict: {err}")
-    if failed:
-        sys.exit(1)     # each image that failed was named on stderr
+        if args.coco is None:
+            return print_stream(results, args.json, prog="gluonkit-predict")
+        if model.kind != "detector":
+            raise ValueError(f"--coco writes detections; {args.model} is a {model.kind}.")
+        _print_coco(results, model, args.coco, args.coco_images)
+        return 0
+
+    exit_as_command("gluonkit-predict", predict)   # ExportError, ImageError: ValueErrors
 
 
 if __name__ == "__main__":

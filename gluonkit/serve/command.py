@@ -11,11 +11,9 @@ their probabilities, or the boxes with class, score and corners in the image's o
 image beyond the limits) ends the command with one line naming it, and status 1.
 """
 import argparse
-import os
-import sys
 
 from ..imagefiles import add_limit_options
-from ..results import print_stream
+from ..results import exit_as_command, print_stream
 from ..validate import finite_real, positive_int
 from .model import load
 from .predict import iter_predict
@@ -61,21 +59,17 @@ def parse_args(argv=None):
 def main(argv=None):
     """The ``gluonkit-serve`` command."""
     args = parse_args(argv)
-    try:
+
+    def serve():
         model = load(args.model, args.threads)
         results = iter_predict(model, args.images, top_k=args.top_k, batch_size=args.batch_size,
                                score_threshold=args.score_threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio,
                                on_error="report")
-        failed = print_stream(results, args.json, prog="gluonkit-serve")
-    except BrokenPipeError:   # the reader stopped (| head): nothing more to say to it
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
-    except (OSError, ValueError, ImportError) as err:   # ImageError, ExportError: ValueErrors
-        sys.stdout.flush()
-        sys.exit(f"gluonkit-serve: {err}")
-    if failed:
-        sys.exit(1)     # each image that failed was named on stderr
+        return print_stream(results, args.json, prog="gluonkit-serve")
+
+    exit_as_command("gluonkit-serve", serve, (OSError, ValueError, ImportError))   # no onnxruntime: ImportError
+
 
 if __name__ == "__main__":
     main()

@@ -32,7 +32,8 @@ from mxnet import gluon
 from gluonkit.data import bucket_loader, multiscale_loader
 from gluonkit.inference import load_model
 from gluonkit.nn import ShapeCache
-from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.evaluate import evaluate
+from gluonkit.train.loop import fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer, amp
 from gluonkit.recipes import common

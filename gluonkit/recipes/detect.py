@@ -25,7 +25,6 @@ import logging
 import os
 import time
 
-import mxnet as mx
 import numpy as np
 
 from gluonkit.recipes import common
@@ -40,7 +39,8 @@ from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection
     load_voc
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, DetectionRecordDataset
 from gluonkit.train.checkpoint import Checkpoint
-from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.evaluate import evaluate
+from gluonkit.train.loop import fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer, amp
 

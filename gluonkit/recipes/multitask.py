@@ -36,7 +36,8 @@ from mxnet.gluon import nn
 from gluonkit.data import digits
 from gluonkit.inference import load_model
 from gluonkit.nn import Branches
-from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.evaluate import evaluate
+from gluonkit.train.loop import fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer
 from gluonkit.split import split_and_load

@@ -2,7 +2,10 @@
 
 Which module holds what:
 
-- ``loop``: ``fit`` and ``evaluate``, and the step contract of ``batch_fn`` and ``eval_fn``;
+- ``loop``: ``fit``, and the step contract of ``batch_fn``;
+- ``evaluate``: ``evaluate``, and the contract of ``eval_fn``;
+- ``batches``: what both do with a batch (check it, split it over the devices, run the
+  network and the loss);
 - ``state``: the run's working state (private) and ``FitState``, the read-only view that
   callbacks and a ``batch_fn`` see;
 - ``tally``: losses and metrics summed on the devices, read at a few points per epoch;

@@ -10,20 +10,21 @@ import threading
 import time
 
 import mxnet as mx
-import numpy as np
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
-from ..validate import check_count, context_list, non_negative_int
 from ..nn.norm import check_sync_batchnorm
+from ..split import split_and_load
+from ..validate import check_count, non_negative_int
+from .batches import (as_dtype, check_arrays, check_hook, compiled_loss, contexts, input_dtype,
+                      output_names, per_device, per_sample_losses, single_output, unpack_batch)
 from .callbacks import Callback
+from .evaluate import evaluate_batches
 from .metrics import make_metrics
 from .resume import batch_length
 from .state import FitState, Run
-from .tally import Tally
-from ..split import split_and_load
 
-__all__ = ["fit", "evaluate", "FitState"]
+__all__ = ["fit", "FitState"]
 
 log = logging.getLogger("gluonkit")
 SETTLE_SECONDS = 0.5   # how often the running loss and metrics are counted (and the bar refreshed)
@@ -34,19 +35,6 @@ def _call(run, hook):
     for cb in run.callbacks:
         if run.is_main_process or not cb.main_process_only:
             getattr(cb, hook)(run.view)
-
-
-def _contexts(ctx, net):
-    if ctx is not None:
-        return context_list(ctx)
-    params = list(net.collect_params().values())
-    if not params:
-        return [mx.current_context()]
-    try:
-        return params[0].list_ctx()
-    except RuntimeError as err:
-        raise ValueError(f"The network is not initialized ({err}); call "
-                         "net.initialize(ctx=...) before fit.") from err
 
 
 def _check_callbacks(callbacks):
@@ -64,63 +52,6 @@ def _check_callbacks(callbacks):
     return callbacks
 
 
-def _unpack(batch, index, name):
-    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-        kind = type(batch).__name__
-        size = f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else ""
-        raise TypeError(f"{name} must yield (data, label) pairs, but batch {index} is a {kind}{size}; "
-                        "build it from gluon.data.ArrayDataset(data, label) or a dataset whose "
-                        "samples are (data, label).")
-    data, label = batch
-    if not (hasattr(data, "shape") and hasattr(label, "shape")):
-        raise TypeError(f"Batch {index} of {name} holds {type(data).__name__} and "
-                        f"{type(label).__name__}; data and label must be NDArrays or numpy arrays.")
-    if data.shape[0] != label.shape[0]:
-        raise ValueError(f"Batch {index} of {name} has {data.shape[0]} samples of data but "
-                         f"{label.shape[0]} labels; data and label must have the same batch size.")
-    return data, label
-
-
-def _input_dtype(net):
-    """The dtype of the network's first floating-point parameter (None if it has none)."""
-    for param in net.collect_params().values():
-        if param.dtype is not None and np.issubdtype(np.dtype(param.dtype), np.floating):
-            return np.dtype(param.dtype)
-    return None
-
-
-def _as_dtype(data, dtype):
-    """Floating-point data of another precision than the network's, cast to the network's."""
-    if dtype is None or not np.issubdtype(np.dtype(data.dtype), np.floating) or data.dtype == dtype:
-        return data
-    return data.astype(dtype)
-
-
-class _LossGraph(gluon.HybridBlock):
-    """A loss of ``mxnet.gluon.loss`` run as one cached graph with static memory.
-
-    Imperatively such a loss is a few operators, each a host round trip and a node for
-    backward to visit; hybridized it is one. The caller's loss block is left as it was: it
-    becomes this block's child only after this block is hybridized (``hybridize`` would pass
-    to it), and is traced inside this block's graph.
-    """
-
-    def __init__(self, loss):
-        super().__init__()
-        self.hybridize(static_alloc=True)
-        self.loss = loss
-
-    def hybrid_forward(self, F, output, label):
-        return self.loss(output, label)
-
-
-def _compiled(loss):
-    """A built-in gluon loss as a ``_LossGraph``; any other loss (or None) as it is."""
-    if loss is None or type(loss).__module__ != gluon.loss.__name__:
-        return loss
-    return _LossGraph(loss)
-
-
 def _class_axis(loss):
     """The axis of the outputs that ``loss`` picks its labels from (a softmax cross-entropy
     with class-index labels), else None."""
@@ -130,40 +61,9 @@ def _class_axis(loss):
     return None
 
 
-def _per_sample_losses(loss, outputs, ys):
-    """``loss`` on each device's outputs; ValueError if it returns a mean, not one per sample."""
-    losses = [loss(out, y) for out, y in zip(outputs, ys)]
-    for y, value in zip(ys, losses):
-        if value.ndim == 0 or value.shape[0] != y.shape[0]:
-            raise ValueError(f"loss returned shape {value.shape} for {y.shape[0]} samples; it must "
-                             "return one value per sample (gluon.loss losses do), not a mean.")
-    return losses
-
-
-def _output(out, several=False):
-    """The network's output with a 1-tuple unwrapped (a ``Branches`` with one head returns
-    one); several outputs are a TypeError unless ``several`` (metrics that take fields)."""
-    if not isinstance(out, (tuple, list)) or several and len(out) != 1:
-        return out
-    if len(out) != 1:
-        raise TypeError(f"the network returned {len(out)} outputs, and fit's loss takes one; train "
-                        "a network of several outputs with a batch_fn (docs/fit.md), or one of "
-                        "a Branches network's heads through net.route(name).")
-    return out[0]
-
-
 def _forward_losses(net, loss, xs, ys):
-    outputs = [_output(net(x)) for x in xs]
-    return outputs, _per_sample_losses(loss, outputs, ys)
-
-
-def _check_arrays(value, what, index, fn="batch_fn"):
-    items = _per_device(value)
-    if not isinstance(items, (list, tuple)) or not items or not all(
-            isinstance(v, mx.nd.NDArray) for v in items):
-        raise TypeError(f"{fn} returned {what} {value!r} for batch {index}; return a non-empty "
-                        "list of NDArrays, one per device.")
-    return list(items)
+    outputs = [single_output(net(x)) for x in xs]
+    return outputs, per_sample_losses(loss, outputs, ys)
 
 
 def _check_count(count, index):
@@ -176,18 +76,13 @@ def _check_count(count, index):
                         "the losses are normalized by.") from None
 
 
-def _per_device(value):
-    """Outputs or labels as a list over the devices: a bare NDArray is one device's."""
-    return [value] if isinstance(value, mx.nd.NDArray) else value
-
-
 def _unpack_step(result, index):
     """(losses, count, outputs, labels) from what a batch_fn returned."""
     if not isinstance(result, (tuple, list)) or len(result) not in (2, 4):
         raise TypeError(f"batch_fn must return (losses, count) or (losses, count, outputs, labels), "
                         f"got {type(result).__name__} for batch {index}.")
-    losses, count = _check_arrays(result[0], "losses", index), _check_count(result[1], index)
-    outputs, labels = (_per_device(result[2]), _per_device(result[3])) if len(result) == 4 else (None, None)
+    losses, count = check_arrays(result[0], "losses", index), _check_count(result[1], index)
+    outputs, labels = (per_device(result[2]), per_device(result[3])) if len(result) == 4 else (None, None)
     return losses, count, outputs, labels
 
 
@@ -217,74 +112,18 @@ def _train_batch(run, batch):
         losses, count, outputs, labels = _unpack_step(result, run.batch)
         _step(run, losses, count, labels, outputs)
         return batch_length(batch)
-    data, label = _unpack(batch, run.batch, "train_data")
-    xs = split_and_load(_as_dtype(data, run.dtype), run.ctx)
+    data, label = unpack_batch(batch, run.batch, "train_data")
+    xs = split_and_load(as_dtype(data, run.dtype), run.ctx)
     if run.every_device and len(xs) < len(run.ctx):
         raise ValueError(f"batch {run.batch} of epoch {run.epoch + 1} has {data.shape[0]} sample(s) for "
                          f"{len(run.ctx)} devices, and the network's SyncBatchNorm layers wait for "
                          "every device: give every batch at least one sample per device (e.g. "
                          "DataLoader(..., last_batch='discard') or 'rollover').")
-    ys = split_and_load(_as_dtype(label, run.dtype), run.ctx)
+    ys = split_and_load(as_dtype(label, run.dtype), run.ctx)
     with autograd.record():
         outputs, losses = _forward_losses(run.net, run.loss_graph, xs, ys)
     _step(run, losses, data.shape[0], ys, outputs)
     return data.shape[0]
-
-
-def _scored(loss, outputs, labels, index, name, per_sample):
-    """``loss`` on one evaluation batch (None without a loss); a one-line ValueError naming
-    the shapes where it cannot take them (instead of MXNet's reshape error)."""
-    if loss is None:
-        return None
-    try:
-        if per_sample:
-            return _per_sample_losses(loss, [_output(out) for out in outputs], labels)
-        return [loss(out, label) for out, label in zip(outputs, labels)]
-    except mx.base.MXNetError:
-        shapes = [getattr(a, "shape", type(a).__name__) for a in (*labels, *outputs)]
-        raise ValueError(f"the loss cannot take batch {index} of {name}: labels of shape "
-                         f"{shapes[:len(labels)]} with outputs of shape {shapes[len(labels):]}; pass "
-                         "a loss that takes these labels, or an eval_fn that returns (outputs, "
-                         "labels, losses).") from None
-
-
-def _eval_batch(net, batch, index, ctx, loss, name, eval_fn, dtype):
-    """(labels, outputs, losses or None, samples) of one evaluation batch."""
-    if eval_fn is None:
-        x, y = _unpack(batch, index, name)
-        ys = split_and_load(y, ctx)
-        outputs = [_output(net(part), several=True) for part in split_and_load(_as_dtype(x, dtype), ctx)]
-        return ys, outputs, _scored(loss, outputs, ys, index, name, per_sample=True), x.shape[0]
-    result = eval_fn(net, batch, ctx)
-    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
-        raise TypeError(f"eval_fn must return (outputs, labels) or (outputs, labels, losses), lists "
-                        f"over the devices; got {type(result).__name__} for batch {index}.")
-    outputs, ys, count = _per_device(result[0]), _per_device(result[1]), batch_length(batch)
-    if len(result) == 2:
-        return ys, outputs, _scored(loss, outputs, ys, index, name, per_sample=False), count
-    losses = _check_arrays(result[2], "losses", index, "eval_fn")
-    if sum(value.size for value in losses) != count:
-        raise ValueError(f"eval_fn returned {sum(v.size for v in losses)} losses for batch {index} of "
-                         f"{count} samples; return one loss per sample on each device, not a mean.")
-    return ys, outputs, losses, count
-
-
-def _evaluate(net, data, ctx, metrics, loss, name, eval_fn=None):
-    tally = Tally(metrics)
-    tally.reset()
-    dtype, scored = _input_dtype(net), None
-    for index, batch in enumerate(data):
-        ys, outputs, losses, count = _eval_batch(net, batch, index, ctx, loss, name, eval_fn, dtype)
-        if scored is not None and scored != (losses is not None):
-            raise TypeError(f"eval_fn returned losses for some batches of {name} only (not for batch "
-                            f"{index}); return them for every batch or for none.")
-        scored = losses is not None
-        tally.add(ys, outputs, losses, count)
-    logs = tally.values(loss=bool(scored))
-    if not tally.samples:
-        raise ValueError(f"{name} yielded no batches; pass a non-empty loader (a generator "
-                         "is exhausted after one pass: use a gluon.data.DataLoader).")
-    return logs
 
 
 def _check_validation(run, val_data, val_metrics):
@@ -292,7 +131,7 @@ def _check_validation(run, val_data, val_metrics):
     cannot take the validation batches fails now, not after an epoch; say if no val_loss comes."""
     if val_data is None or isinstance(val_data, collections.abc.Iterator):   # one pass only: not spent
         return
-    logs = _evaluate(run.net, itertools.islice(val_data, 1), run.ctx, make_metrics(val_metrics),
+    logs = evaluate_batches(run.net, itertools.islice(val_data, 1), run.ctx, make_metrics(val_metrics),
                      run.loss_graph, "val_data", run.eval_fn)
     if "loss" in logs:
         return
@@ -305,57 +144,6 @@ def _check_validation(run, val_data, val_metrics):
     if run.is_main_process:
         log.info("fit: the history will have no val_loss: loss is None and %s; return (outputs, "
                  "labels, losses) from eval_fn to get one.", reason)
-
-
-def evaluate(net, data, *, ctx=None, metrics="acc", loss=None, eval_fn=None):
-    """Evaluate ``net`` on every batch of ``data`` (prediction mode, no gradients).
-
-    Parameters
-    ----------
-    net : Block
-    data : iterable of (data, label), or of any batch ``eval_fn`` takes
-        E.g. a ``gluon.data.DataLoader``.
-    ctx : Context or list of Context, optional
-        Defaults to the contexts of the network's parameters.
-    metrics : str, EvalMetric, list of them, or per output, default 'acc'
-        Accuracy-type metrics see class indices also for one-hot labels; a metric whose
-        ``update`` takes more fields (GluonCV's ``VOC07MApMetric``) gets
-        ``update(*output_fields, *label_fields)`` (see ``gluonkit.train.metrics``). Per
-        output, as Keras takes them: ``{output: metrics}`` (a position, a key of each
-        device's dict of outputs, or a ``Branches`` head's name) or a list of lists, one per
-        output position; results are named ``<output>_<metric>``.
-    loss : gluon.loss.Loss, optional
-        Also report the mean per-sample loss under 'loss'.
-    eval_fn : callable, optional
-        ``eval_fn(net, batch, ctx_list) -> (outputs, labels[, losses])``, lists with one entry
-        per device (an array, or a tuple of arrays; a bare array is one device's), for batches
-        that are not (data, label). ``losses``, one loss per sample on each device, give
-        'loss' (their mean) instead of ``loss``.
-
-    Returns
-    -------
-    dict
-        Metric name -> value, e.g. ``{'accuracy': 0.97}``.
-
-    Example::
-
-        >>> evaluate(net, test_loader)["accuracy"]
-        0.9721
-    """
-    _check_hook(eval_fn, "eval_fn")
-    return _evaluate(net, data, _contexts(ctx, net), make_metrics(metrics, _output_names(net)), _compiled(loss),
-                     "data", eval_fn)
-
-
-def _output_names(net):
-    """The names of the network's outputs in order (a ``Branches`` network's heads), or None."""
-    names = getattr(net, "names", None)
-    return names if isinstance(names, tuple) and all(isinstance(n, str) for n in names) else None
-
-
-def _check_hook(fn, name):
-    if fn is not None and not callable(fn):
-        raise TypeError(f"{name} must be a function of (net, batch, ctx_list) or None, got {fn!r}.")
 
 
 def _takes_state(fn):
@@ -495,7 +283,7 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
     train_time = time.perf_counter() - tic
     logs = {"epoch": run.epoch + 1, **run.tally.values()}
     if val_data is not None:
-        val = _evaluate(run.net, val_data, run.ctx, val_metrics, run.loss_graph, "val_data",
+        val = evaluate_batches(run.net, val_data, run.ctx, val_metrics, run.loss_graph, "val_data",
                         run.eval_fn)
         logs.update({f"val_{k}": v for k, v in val.items()})
     if getattr(run.trainer, "on_nonfinite", "ignore") == "skip":
@@ -622,18 +410,18 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     """
     epochs = non_negative_int(epochs, "epochs", "the number of epochs to reach")
     _check_trainer(trainer, net)
-    _check_hook(batch_fn, "batch_fn")
-    _check_hook(eval_fn, "eval_fn")
+    check_hook(batch_fn, "batch_fn")
+    check_hook(eval_fn, "eval_fn")
     if loss is None and batch_fn is None:
         raise ValueError("loss is None; pass a gluon.loss.Loss, or a batch_fn that computes the "
                          "losses itself.")
-    names = _output_names(net)
-    run = Run(net, loss, trainer, _contexts(ctx, net), epochs, _check_callbacks(callbacks),
+    names = output_names(net)
+    run = Run(net, loss, trainer, contexts(ctx, net), epochs, _check_callbacks(callbacks),
               make_metrics(metrics, names), outputs_optional=val_data is not None)
     run.train_data = train_data
-    run.batch_fn, run.eval_fn, run.dtype = batch_fn, eval_fn, _input_dtype(net)
+    run.batch_fn, run.eval_fn, run.dtype = batch_fn, eval_fn, input_dtype(net)
     run.batch_fn_keywords = {"state": run.view} if batch_fn is not None and _takes_state(batch_fn) else {}
-    run.loss_graph = _compiled(loss)
+    run.loss_graph = compiled_loss(loss)
     run.tally.class_axis = None if batch_fn is not None else _class_axis(loss)
     run.every_device = check_sync_batchnorm(net, run.ctx)
     if hasattr(trainer, "name_params"):

@@ -3,7 +3,6 @@ updates: real launcher, scheduler, server and 2 workers."""
 import os
 import shutil
 import signal
-import subprocess
 import sys
 
 import mxnet as mx

@@ -8,7 +8,7 @@ from mxnet import autograd
 from numpy.testing import assert_allclose, assert_array_equal
 
 from detection_files import shapes_voc, with_empty_images, write_rec
-from gluonkit.data import DataFileError, ShapesDetection
+from gluonkit.data import ShapesDetection
 from gluonkit.recipes import detect, detection as det, rcnn
 
 TINY = ["--epochs", "1", "--image-size", "64", "--no-progress", "--seed", "3"]

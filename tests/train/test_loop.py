@@ -15,7 +15,8 @@ from mxnet import autograd, gluon
 
 from conftest import params_of
 from gluonkit.callbacks import Callback, ModelCheckpoint
-from gluonkit.train.loop import evaluate, fit
+from gluonkit.train.evaluate import evaluate
+from gluonkit.train.loop import fit
 from gluonkit.train.tally import Tally
 from gluonkit.trainer import Trainer
 
@@ -271,11 +272,11 @@ def test_sigterm_to_a_training_subprocess_then_resume(tmp_path):
 def test_fit_traces_a_builtin_loss_once_and_runs_other_losses_as_they_are(monkeypatch):
     """A loss of mxnet.gluon.loss runs as a cached graph (traced once, not called per batch),
     the caller's loss block untouched; a custom loss that cannot be hybridized still works."""
-    from gluonkit.train import loop
+    from gluonkit.train.batches import LossGraph
 
     traced = []
-    original = loop._LossGraph.hybrid_forward
-    monkeypatch.setattr(loop._LossGraph, "hybrid_forward",
+    original = LossGraph.hybrid_forward
+    monkeypatch.setattr(LossGraph, "hybrid_forward",
                         lambda self, F, *args: traced.append(F) or original(self, F, *args))
     x, y = make_data()
     net = make_net(mx.cpu())

@@ -2,14 +2,13 @@
 that gluonkit.predict finds with the MXNet export (class equal, score within 1e-4, corners
 within 0.5 px): YOLOv3, SSD and Faster R-CNN, each trained by the recipe for a short run."""
 import cv2
-import mxnet as mx
 import numpy as np
 import pytest
-from gluoncv.model_zoo import get_mobilenet
 
 import gluonkit
 from gluonkit.data import ShapesDetection
 from gluonkit.recipes import detect
+from conftest import mobilenet_backbone_file
 from serve_env import serve_json, serve_python  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -23,7 +22,14 @@ RUNS = {
     "ssd_300_mobilenet0.25_custom": (["--limit", "64", "--epochs", "4", "--batch-size", "8"],
                                      0.01),
 }
-# four steps from a backbone file (--pretrained-file, see _backbone_file)
+# four steps from a backbone file whose features depend on the image (--pretrained-file).
+# From MXNet's default initialization (uniform within 0.07) a few steps leave a backbone that,
+# in inference, shrinks what depends on the image about threefold per layer (to 1e-8 of the
+# features): the scores then depend on a box's place only, every region proposal scores 0.5
+# within 0.002 with hundreds of exact ties, and the last bit of float32 arithmetic picks which
+# tied boxes survive suppression, in MXNet with and without MKLDNN as in onnxruntime. From the
+# file, the closest scores that a suppression or a cut compares are 1e-6 apart, float32 noise
+# 1e-7.
 FASTER_RCNN = ["--model", "faster_rcnn_mobilenet0.25_custom", "--limit", "8", "--epochs", "1",
                "--batch-size", "2", "--lr", "0.05", "--warmup-epochs", "0", "--image-size", "96",
                "--no-progress"]
@@ -41,24 +47,6 @@ def _images(folder, sizes):
         image = cv2.resize(val[i][0].asnumpy(), size, interpolation=cv2.INTER_AREA)
         cv2.imwrite(str(folder / f"{i}.png"), image[:, :, ::-1])
     return folder
-
-
-def _backbone_file(path):
-    """A mobilenet0.25 whose features depend on the image, as an ImageNet backbone's do (He
-    initialization), saved as the recipe's --pretrained-file takes it.
-
-    From MXNet's default initialization (uniform within 0.07) a few steps leave a backbone
-    that, in inference, shrinks what depends on the image about threefold per layer (to 1e-8
-    of the features): the network's scores then depend on a box's place only, every region
-    proposal scores 0.5 within 0.002 with hundreds of exact ties, and the last bit of float32
-    arithmetic picks which tied boxes survive suppression, in MXNet with and without MKLDNN
-    as in onnxruntime. From this file four steps give scores that the image decides: the
-    closest of them that a suppression or a cut compares are 1e-6 apart, float32 noise 1e-7."""
-    base = get_mobilenet(0.25)
-    base.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
-    base(mx.nd.zeros((1, 3, 32, 32)))
-    base.save_parameters(str(path))
-    return path
 
 
 def _assert_same_boxes(served, expected):
@@ -95,7 +83,7 @@ def test_detector_served_finds_the_boxes_mxnet_finds(serve_python, tmp_path, mod
 def test_faster_rcnn_served_finds_the_boxes_mxnet_finds_on_images_of_their_own_sizes(
         serve_python, tmp_path):
     out = tmp_path / "run"
-    backbone = _backbone_file(tmp_path / "mobilenet0.25.params")
+    backbone = mobilenet_backbone_file(tmp_path / "mobilenet0.25.params")
     detect.train(detect.parse_args([*FASTER_RCNN, "--pretrained-file", str(backbone),
                                     "--out", str(out)]))
     images = _images(tmp_path / "images", OWN_SIZES)

@@ -41,6 +41,19 @@ def params_of(net):
     return {name: p.data(p.list_ctx()[0]).asnumpy() for name, p in select(net).items()}
 
 
+def mobilenet_backbone_file(path):
+    """Save at ``path`` a GluonCV mobilenet0.25 for the detect recipe's ``--pretrained-file``,
+    He-initialized: its features depend on the image, as an ImageNet backbone's do (after a
+    few steps from MXNet's default initialization they hardly do); returns ``path``."""
+    from gluoncv.model_zoo import get_mobilenet
+
+    base = get_mobilenet(0.25)
+    base.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+    base(mx.nd.zeros((1, 3, 32, 32)))
+    base.save_parameters(str(path))
+    return path
+
+
 @pytest.fixture(params=[1, 2], ids=["1ctx", "2ctx"])
 def ctx_list(request):
     """One and two CPU contexts (several devices are simulated as cpu(0), cpu(1))."""

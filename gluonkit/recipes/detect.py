@@ -409,7 +409,7 @@ def _train(args, folder):
         train_set = common.worker_shard(train_set, kvstore)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,
                              batchnorm=args.batchnorm, num_devices=len(ctx), **rcnn_options)
-    net.initialize(ctx=ctx)
+    det.initialize(net, ctx)
     if family == "faster_rcnn":
         rcnn.place_target_generator(net, ctx)
     train_loader, val_loader = make_loaders(

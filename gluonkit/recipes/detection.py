@@ -26,8 +26,8 @@ from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset
 from gluonkit.nn import freeze_batchnorm
 from gluonkit.split import split_and_load
 
-__all__ = ["FAMILIES", "model_family", "build_detector", "one_image_network", "no_object_row",
-           "YOLO3TrainTransform", "YOLO3FlipTrainTransform", "SSDTrainTransform",
+__all__ = ["FAMILIES", "model_family", "build_detector", "initialize", "one_image_network",
+           "no_object_row", "YOLO3TrainTransform", "YOLO3FlipTrainTransform", "SSDTrainTransform",
            "train_transforms", "val_transforms", "train_batchify", "val_batchify", "SizedTransform",
            "BucketSizes", "bucket_sampler", "sample_shapes", "detection_loader", "nms_for_eval",
            "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "voc_metric"]
@@ -98,6 +98,17 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
                                       classes=list(classes), **norm)
     if batchnorm == "frozen":
         freeze_batchnorm(net)
+    return net
+
+
+def initialize(net, ctx):
+    """Initialize ``net``'s parameters on the devices ``ctx``; those already loaded (the
+    backbone's ``pretrained_base`` or ``pretrained_file`` weights, on the CPU) keep their
+    values and are copied to ``ctx``, as every parameter must be on the same devices."""
+    with warnings.catch_warnings():   # MXNet's note for each loaded parameter it leaves alone
+        warnings.filterwarnings("ignore", message="Parameter '.*' is already initialized")
+        net.initialize(ctx=ctx)
+    net.collect_params().reset_ctx(ctx)
     return net
 
 

@@ -13,6 +13,7 @@ from gluonkit import Trainer, fit
 from gluonkit.data import ShapesDetection
 from gluonkit.recipes import detect, rcnn
 from gluonkit.train.resume import get_rng_state, reseed_mxnet, set_rng_state
+from conftest import mobilenet_backbone_file
 
 NAME = "faster_rcnn_mobilenet0.25_custom"
 TINY = ["--model", NAME, "--limit", "4", "--epochs", "1", "--image-size", "64", "--no-progress"]
@@ -89,8 +90,13 @@ def _run(tmp_path, *extra, out="out"):
     return detect.train(detect.parse_args(TINY + ["--out", str(tmp_path / out)] + list(extra)))
 
 
-def test_faster_rcnn_trains_validates_exports_at_one_image_per_device(tmp_path):
-    result = _run(tmp_path, "--ctx", "cpu:0,cpu:1", "--accumulate", "2", "--clip-global-norm", "100")
+def test_faster_rcnn_trains_validates_exports_at_one_image_per_device(tmp_path, recwarn):
+    # from a backbone file: its weights, loaded on the CPU, go to both devices, without a note
+    # from MXNet for each parameter that initialize() leaves as loaded
+    backbone = mobilenet_backbone_file(tmp_path / "mobilenet0.25.params")
+    result = _run(tmp_path, "--ctx", "cpu:0,cpu:1", "--accumulate", "2", "--clip-global-norm", "100",
+                  "--pretrained-file", str(backbone))
+    assert not [w for w in recwarn if "already initialized" in str(w.message)]
     out = tmp_path / "out"
     args = json.loads((out / "args.json").read_text())
     assert (args["per_device"], args["batch_size"], args["max_size"]) == (1, 2, 96)

@@ -1,0 +1,55 @@
+"""The --num-workers default: what the CPUs this process may use leave room for."""
+import json
+import logging
+import os
+import subprocess
+import sys
+
+from gluonkit.recipes import classify
+from gluonkit.recipes.workers import MAX_WORKERS, default_num_workers, usable_cpus
+
+from conftest import CLONE_ENV
+
+_ASK = "from gluonkit.recipes.workers import default_num_workers as d; print(d({!r}))"
+
+
+def _default_in_a_process(dataset, cpus=None, **env):
+    """``default_num_workers(dataset)`` in a new process whose affinity is ``cpus`` (a set of
+    CPU numbers, default this process's) and whose environment has ``env`` added."""
+    def restrict():
+        os.sched_setaffinity(0, cpus)
+    proc = subprocess.run([sys.executable, "-c", _ASK.format(dataset)], capture_output=True,
+                          text=True, env={**CLONE_ENV, **env}, timeout=120,
+                          preexec_fn=restrict if cpus else None)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return int(proc.stdout)
+
+
+def test_files_get_one_worker_per_usable_cpu_but_one_and_memory_none():
+    cpus = len(os.sched_getaffinity(0))
+    assert usable_cpus() == cpus
+    for dataset in ("voc:data/VOC", "coco:a.json,b.json", "rec:a.rec,b.rec", "imagefolder:d"):
+        assert default_num_workers(dataset) == min(cpus - 1, MAX_WORKERS)
+    for dataset in ("digits", "cifar10", "shapes"):
+        assert default_num_workers(dataset) == 0
+
+
+def test_the_affinity_counts_not_the_machines_cpus():
+    first = min(os.sched_getaffinity(0))
+    assert _default_in_a_process("voc:data", {first}) == 0       # taskset -c <one cpu>
+    assert _default_in_a_process("voc:data") == min(len(os.sched_getaffinity(0)) - 1, MAX_WORKERS)
+
+
+def test_horovod_ranks_on_a_machine_share_its_cpus():
+    cpus = len(os.sched_getaffinity(0))
+    assert _default_in_a_process("voc:data", HOROVOD_LOCAL_SIZE=str(cpus)) == 0
+    assert _default_in_a_process("voc:data", HOROVOD_LOCAL_SIZE="1") == min(cpus - 1, MAX_WORKERS)
+
+
+def test_the_recipe_logs_and_records_the_number_chosen(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, "gluonkit"):
+        classify.train(classify.parse_args(["--no-progress", "--out", str(tmp_path / "run"),
+                                            "--epochs", "0", "--limit", "20"]))
+    assert "Loading data in this process (--num-workers 0, the default for data in memory)." \
+        in caplog.messages
+    assert json.loads((tmp_path / "run" / "args.json").read_text())["num_workers"] == 0

@@ -13,16 +13,21 @@ from conftest import CLONE_ENV
 _ASK = "from gluonkit.recipes.workers import default_num_workers as d; print(d({!r}))"
 
 
-def _default_in_a_process(dataset, cpus=None, **env):
-    """``default_num_workers(dataset)`` in a new process whose affinity is ``cpus`` (a set of
+def _in_a_process(code, cpus=None, **env):
+    """The output of ``python -c code`` in a new process whose affinity is ``cpus`` (a set of
     CPU numbers, default this process's) and whose environment has ``env`` added."""
     def restrict():
         os.sched_setaffinity(0, cpus)
-    proc = subprocess.run([sys.executable, "-c", _ASK.format(dataset)], capture_output=True,
-                          text=True, env={**CLONE_ENV, **env}, timeout=120,
-                          preexec_fn=restrict if cpus else None)
+    clean = {k: v for k, v in CLONE_ENV.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**clean, **env}, timeout=120, preexec_fn=restrict if cpus else None)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return int(proc.stdout)
+    return proc.stdout.strip()
+
+
+def _default_in_a_process(dataset, cpus=None, **env):
+    """``default_num_workers(dataset)`` in a new process (see ``_in_a_process``)."""
+    return int(_in_a_process(_ASK.format(dataset), cpus, **env))
 
 
 def test_files_get_one_worker_per_usable_cpu_but_one_and_memory_none():
@@ -38,6 +43,14 @@ def test_the_affinity_counts_not_the_machines_cpus():
     first = min(os.sched_getaffinity(0))
     assert _default_in_a_process("voc:data", {first}) == 0       # taskset -c <one cpu>
     assert _default_in_a_process("voc:data") == min(len(os.sched_getaffinity(0)) - 1, MAX_WORKERS)
+
+
+def test_training_threads_count_the_same_cpus():
+    first = min(os.sched_getaffinity(0))
+    code = "import os; from gluonkit.recipes import common; common.apply_threads(); " \
+           "print(os.environ['OMP_NUM_THREADS'])"
+    assert _in_a_process(code, {first}) == "1"
+    assert _in_a_process(code) == str(len(os.sched_getaffinity(0)))
 
 
 def test_horovod_ranks_on_a_machine_share_its_cpus():

@@ -14,7 +14,7 @@ _DESCRIPTION = ("Launch a parameter-server job on MXNet's kvstore, on this machi
 
 def parse_args(argv):
     """The options of ``argv`` (a list of str, without the program name) as a namespace."""
-    parser = argparse.ArgumentParser(prog="python -m gluonkit.launch", description=_DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="python -m gluonkit.launch", description=_DESCRIPTION, allow_abbrev=False)
     job = parser.add_argument_group("job")
     job.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
     job.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")
@@ -70,10 +70,10 @@ def main(argv=None):
         say(str(err))
         return 1
     except KeyboardInterrupt:
-        say("interrupted; every process was ended.")
+        say("interrupted.")
         return 128 + signal.SIGINT
     except SystemExit as stop:
-        say("stopped; every process was ended.")
+        say("stopped.")
         return stop.code
 
 

@@ -125,12 +125,16 @@ class _Role:
 
     def stop(self, grace=None):
         """Ask the wrapper to end the role (it ends the process group when its stdin closes);
-        with ``grace``, the program first gets SIGTERM alone and that many seconds to end."""
+        with ``grace``, the program first gets SIGTERM alone and that many seconds to end,
+        which a call without ``grace`` cuts short."""
         try:
-            if grace and not self.proc.stdin.closed:
+            if self.proc.stdin.closed:
+                return
+            if grace:
                 self.proc.stdin.write(f"term {grace:g}\n".encode())
                 self.proc.stdin.flush()
-            self.proc.stdin.close()
+            else:
+                self.proc.stdin.close()
         except OSError:
             pass
 
@@ -404,3 +408,5 @@ def _end(roles, grace=None):
     unsure = [f"{r.name}{r.where} (pid {r.pid})" for r in roles if r.pid is not None and r.left != 0]
     if unsure:
         say(f"could not confirm that every process ended: {', '.join(unsure)}; check those hosts.")
+    elif grace:
+        say("every process ended.")

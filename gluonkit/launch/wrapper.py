@@ -12,13 +12,15 @@ each, prefixed with :data:`MARK`: ``started PID``, ``exited CODE`` (negative: ki
 signal), ``cannot-start MESSAGE`` and ``ended LEFT`` (processes of the group still alive
 after the clean-up; 0 when none is left). When its stdin closes (the launcher asks it to
 stop, or the ssh connection broke) it ends the group: SIGTERM, then SIGKILL. A line
-``term SECONDS`` before that first gives the program alone SIGTERM and that many seconds
-to end by itself (a worker finishing its step and writing its checkpoint).
+``term SECONDS`` first gives the program alone SIGTERM and that many seconds to end by
+itself (a worker finishing its step and writing its checkpoint); stdin closing during those
+seconds ends the group at once.
 
 An uncaught exception in a role's Python program makes the interpreter exit at once with
-code 1 after printing the traceback, through a ``sitecustomize`` placed first on
-``PYTHONPATH``: otherwise MXNet's exit barrier would keep a failed worker waiting for the
-others, and them for it, forever.
+code 1 after printing the traceback, and ``sys.exit`` with a non-zero status (a command's
+one-line error) once its clean-up (``finally`` blocks, context managers) has run, through a
+``sitecustomize`` placed first on ``PYTHONPATH``: otherwise MXNet's exit barrier would keep a
+failed worker waiting for the others, and them for it, forever.
 """
 import json
 import os
@@ -37,19 +39,33 @@ _TERM_SECONDS = 3.0
 _KILL_SECONDS = 5.0
 
 _EXIT_ON_EXCEPTION = '''\
-"""Exit at once on an uncaught exception (see gluonkit/launch/wrapper.py), then chain on."""
+"""Exit at once on an uncaught exception or a failed sys.exit (see gluonkit/launch/wrapper.py),
+then chain on."""
+import atexit
 import os
 import sys
 
 
-def _exit_now(kind, value, traceback, _print=sys.excepthook):
-    _print(kind, value, traceback)
+def _end_now(code):
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
-    os._exit(128 + 2 if issubclass(kind, KeyboardInterrupt) else 1)
+    os._exit(code)
+
+
+def _exit_now(kind, value, traceback, _print=sys.excepthook):
+    _print(kind, value, traceback)
+    _end_now(128 + 2 if issubclass(kind, KeyboardInterrupt) else 1)
+
+
+def _exit_after_clean_up(status=None, _exit=sys.exit):
+    """sys.exit; a failure ends the process once the exception has unwound (the last exit
+    handler registered runs first), before MXNet's barrier."""
+    if status is not None and status != 0:
+        atexit.register(_end_now, status if isinstance(status, int) else 1)
+    _exit(status)
 
 
 def _run_hidden_sitecustomize():
@@ -64,6 +80,7 @@ def _run_hidden_sitecustomize():
 
 
 sys.excepthook = _exit_now
+sys.exit = _exit_after_clean_up
 _run_hidden_sitecustomize()
 '''
 
@@ -118,18 +135,23 @@ def _end_group(pgid):
     return _group_alive(pgid)
 
 
-def _stop(proc, grace=0.0):
+def _stop(proc, grace=0.0, now=None):
     """End the program (SIGTERM, then SIGKILL) and return its exit status.
 
     With ``grace``, the program alone first gets SIGTERM and that many seconds to end by itself
-    (its children, such as data loading processes, keep running meanwhile).
+    (its children, such as data loading processes, keep running meanwhile), unless the event
+    ``now`` is set meanwhile.
     """
     if grace:
         try:
             os.kill(proc.pid, signal.SIGTERM)
-            return proc.wait(grace)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except ProcessLookupError:
             pass
+        deadline = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < deadline and not (now and now.wait(0.05)):
+            pass
+        if proc.returncode is not None:
+            return proc.returncode
     for sig, seconds in ((signal.SIGTERM, _TERM_SECONDS), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
@@ -153,9 +175,14 @@ def read_spec():
 
 
 class _Stop(threading.Event):
-    """Set when the role must end; ``grace``: the seconds the program gets after SIGTERM alone."""
+    """Set when the role must end; ``grace``: the seconds the program gets after SIGTERM alone,
+    cut short when ``now`` is set (stdin closed after the ``term`` line)."""
 
     grace = 0.0
+
+    def __init__(self):
+        super().__init__()
+        self.now = threading.Event()
 
 
 def _watch_stdin(stop):
@@ -167,15 +194,16 @@ def _watch_stdin(stop):
                 break
             data = (data + chunk)[-256:]
             words = data.split(b"\n")[0].split()
-            if b"\n" in data and len(words) == 2 and words[0] == b"term":
+            if b"\n" in data and len(words) == 2 and words[0] == b"term" and not stop.is_set():
                 try:
                     stop.grace = max(0.0, float(words[1]))
                 except ValueError:
                     pass
-                break
+                stop.set()   # the program gets its grace; stdin closing now cuts it short
     except OSError:
         pass
     stop.set()
+    stop.now.set()
 
 
 def _start(spec, hook_dir):
@@ -211,7 +239,7 @@ def run(spec):
         _report("started", proc.pid)
         while proc.poll() is None and not stop.wait(0.1):
             pass
-        code = _stop(proc, stop.grace) if proc.returncode is None else proc.returncode
+        code = _stop(proc, stop.grace, stop.now) if proc.returncode is None else proc.returncode
         _report("exited", code)
         _report("ended", int(_end_group(proc.pid)))  # what the program left behind in its group
         return code if code >= 0 else 128 - code

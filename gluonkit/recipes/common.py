@@ -27,6 +27,7 @@ from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
 from gluonkit.recipes.workers import usable_cpus
 from gluonkit.trainer import Horovod
+from gluonkit.trainer.horovod import launched_ranks
 
 __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule", "updates_per_epoch",
            "create_kvstore", "worker_shard",
@@ -628,6 +629,15 @@ def create_kvstore(name):
             return Horovod()
         except (ImportError, RuntimeError) as err:   # not installed, or not under horovodrun
             raise OptionError(f"--kvstore horovod: {err}") from None
+    ranks = launched_ranks()
+    if ranks is not None and ranks > 1:
+        raise OptionError(f"--kvstore {name} in one of {ranks} ranks that horovodrun started: every rank "
+                          "would train a copy of its own and write into --out; pass --kvstore horovod.")
+    if name.startswith("dist") and "DMLC_ROLE" not in os.environ:
+        raise OptionError(f"--kvstore {name} trains across the processes that gluonkit-launch starts "
+                          f"(DMLC_ROLE is not set): run `gluonkit-launch -n WORKERS -s SERVERS -- "
+                          f"COMMAND ... --kvstore {name}` (docs/distributed.md), or pass --kvstore device "
+                          "in a single process.")
     return mx.kv.create(name) if name.startswith("dist") else name
 
 

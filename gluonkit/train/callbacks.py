@@ -153,8 +153,8 @@ class ModelCheckpoint(Callback):
     worker that has rank ``r`` now, and so reads shard ``r``, resumes rank ``r``'s state,
     whichever order the workers started in. Each checkpoint records the number of workers
     that saved it: when none is complete (a worker lost before its first save), a job of as
-    many workers trains from the start (a warning says so) and one of another number is
-    refused with ``CheckpointError``. The
+    many workers trains from the start (a warning says so); resuming a checkpoint that another
+    number of workers saved (one process included) is refused with ``CheckpointError``. The
     directory must be one every worker sees (a shared folder); otherwise copy every worker's
     folder to every host before resuming.
 
@@ -261,6 +261,11 @@ class ModelCheckpoint(Callback):
             if state.is_main_process:
                 log.info("No checkpoint in %s: training from the start.", self.checkpoint.directory)
             return
+        saved_by = Checkpoint.saved_state(path).get("workers")
+        if saved_by is not None and saved_by != workers:
+            raise CheckpointError(f"{path} was saved by a job of {saved_by} worker(s) and this one has "
+                                  f"{workers}: each worker resumes its own shard's position; resume with "
+                                  f"{saved_by} worker(s), or start without resuming.")
         saved = self._own.load(state.net, state.trainer, path=path)
         state.restore(saved)
         self._saved_at = state.position

@@ -10,13 +10,23 @@ import zlib
 
 import mxnet as mx
 
-__all__ = ["Horovod", "INSTALL", "import_horovod", "is_horovod"]
+__all__ = ["Horovod", "INSTALL", "import_horovod", "is_horovod", "launched_ranks"]
 
 INSTALL = ("pip install wheel && HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
            "HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 pip install --no-cache-dir --no-build-isolation "
            "horovod==0.28.1")
 # what horovodrun (Gloo) or mpirun (Open MPI, MPICH, Intel MPI) sets in each rank's environment
 _LAUNCHED_BY = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def launched_ranks():
+    """The number of ranks of the job ``horovodrun`` or ``mpirun`` started this process in (from
+    their environment), or None outside such a job."""
+    for rank, size in zip(_LAUNCHED_BY, ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")):
+        if rank in os.environ:
+            value = os.environ.get(size, "")
+            return int(value) if value.isdigit() else 1
+    return None
 
 
 def is_horovod(kvstore):

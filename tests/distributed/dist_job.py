@@ -3,12 +3,14 @@
 ``python dist_job.py OUT_DIR train [ARG...]`` trains with uneven shards and accumulation, and
 records the extra arguments, its task id, working directory and ``GLUONKIT_JOB_NOTE``;
 ``python dist_job.py OUT_DIR slow`` steps slowly for a long time (for fault tests);
-``python dist_job.py OUT_DIR raise`` steps slowly, and worker 1 raises at its third step;
+``python dist_job.py OUT_DIR raise`` steps slowly, and worker 1 raises at its third step
+(``exit``: calls ``sys.exit`` with a message there); ``deaf`` steps slowly ignoring SIGTERM;
 ``python dist_job.py OUT_DIR first-step T0`` takes one step (on kvstore 'local' when not
 launched) and records the seconds since the time stamp ``T0``.
 """
 import json
 import os
+import signal
 import sys
 import time
 
@@ -75,7 +77,7 @@ def train(out_dir):
                    "note": os.environ.get("GLUONKIT_JOB_NOTE")}, f)
 
 
-def slow(out_dir, fail_at=None):
+def slow(out_dir, fail_at=None, how="raise"):
     kv = mx.kv.create("dist_sync")
     net = make_net()
     net.initialize()
@@ -88,8 +90,19 @@ def slow(out_dir, fail_at=None):
         trainer.step(4)
         print(f"worker {kv.rank} step {step}", flush=True)
         if kv.rank == 1 and step == fail_at:
-            raise ValueError(f"worker 1 gives up at step {step}")
+            if how == "raise":
+                raise ValueError(f"worker 1 gives up at step {step}")
+            try:   # a command's one-line error: the clean-up runs, then the process ends at once
+                sys.exit(f"worker 1 gives up at step {step}")
+            finally:
+                open(os.path.join(out_dir, "cleaned-up"), "w").close()
         time.sleep(0.1)
+
+
+def deaf(out_dir):
+    """``slow``, ignoring SIGTERM."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    slow(out_dir)
 
 
 def first_step(out_dir, t0):
@@ -109,5 +122,7 @@ def first_step(out_dir, t0):
 
 if __name__ == "__main__":
     modes = {"train": train, "slow": slow, "raise": lambda out: slow(out, fail_at=3),
+             "exit": lambda out: slow(out, fail_at=3, how="exit"),
+             "deaf": deaf,
              "first-step": lambda out: first_step(out, sys.argv[3])}
     modes[sys.argv[2]](sys.argv[1])

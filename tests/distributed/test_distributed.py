@@ -38,14 +38,17 @@ def test_a_killed_server_ends_the_job_with_a_report_and_no_process_left(tmp_path
     assert no_process_left(run.pids()) == []
 
 
-def test_a_worker_that_raises_ends_the_job_at_once_naming_it_and_its_error(tmp_path):
-    run = Watched(_launch_command(tmp_path, "raise", 120), timeout=150)
+@pytest.mark.parametrize("how, error", [("raise", "ValueError: worker 1 gives up at step 3"),
+                                        ("exit", "worker 1 gives up at step 3")])
+def test_a_worker_that_raises_or_exits_with_an_error_ends_the_job_at_once_naming_it(tmp_path, how, error):
+    run = Watched(_launch_command(tmp_path, how, 120), timeout=150)
     code, output = run.finish()
     assert code == 1, output[-3000:]  # not 124: without the launcher's help it would hang until the timeout
     report = output[output.index("exited with code 1; ending the job"):]
     assert re.search(r"worker \d exited with code 1; ending the job", output)
-    assert "ValueError: worker 1 gives up at step 3" in report   # the error is named in the report
+    assert error in report   # the error is named in the report
     assert len(run.pids()) == 4 and no_process_left(run.pids()) == []
+    assert how == "raise" or (tmp_path / "cleaned-up").exists()   # sys.exit's clean-up ran first
 
 
 def test_a_missing_program_is_named_before_any_process_starts_training(tmp_path):
@@ -68,6 +71,20 @@ def test_two_jobs_launched_together_get_different_scheduler_ports(tmp_path):
     assert ports[0] != ports[1]
 
 
+def test_a_second_sigterm_ends_workers_that_ignore_the_first_without_waiting_their_grace(tmp_path):
+    command = _launch_command(tmp_path, "deaf", 600)
+    run = Watched(command[:3] + ["--stop-timeout", "300"] + command[3:], timeout=90)   # not 300 s of grace
+    run.wait_for(r"worker \d step 3")
+    run.proc.send_signal(signal.SIGTERM)
+    run.wait_for(r"stopping the workers first")
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == 143, output[-3000:]
+    assert "interrupted again: ending every process now." in output
+    assert "every process ended." in output and "could not confirm" not in output
+    assert len(run.pids()) == 4 and no_process_left(run.pids()) == []
+
+
 def test_timeout_ends_every_process_and_names_what_was_running(tmp_path):
     run = Watched(_launch_command(tmp_path, "slow", 8), timeout=90)
     code, output = run.finish()
@@ -84,6 +101,9 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--launcher", "ssh", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "needs --hostfile" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--max-restart", "1", "--", "true"],
+                            capture_output=True, text=True, timeout=60)   # no option is taken for a typo of it
+    assert result.returncode == 2 and "unrecognized arguments: --max-restart" in result.stderr
 
 
 @pytest.mark.parametrize("options, error, message", [

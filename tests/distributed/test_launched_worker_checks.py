@@ -48,3 +48,22 @@ def test_a_recipe_that_does_not_train_across_workers_is_refused_in_a_launched_wo
     with pytest.raises(SystemExit):
         multitask.parse_args(["--out", str(tmp_path / "run")])
     assert "does not train across workers, but runs in a worker of gluonkit-launch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("environment, kvstore, message", [
+    ({}, "dist_sync", "--kvstore dist_sync trains across the processes that gluonkit-launch starts (DMLC_ROLE is "
+                      "not set): run `gluonkit-launch -n WORKERS -s SERVERS -- COMMAND ... --kvstore dist_sync`"),
+    ({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}, "device",
+     "--kvstore device in one of 2 ranks that horovodrun started: every rank would train a copy of its own"),
+])
+def test_a_kvstore_that_does_not_fit_how_the_recipe_was_started_is_one_line_and_writes_nothing(
+        monkeypatch, tmp_path, environment, kvstore, message):
+    monkeypatch.chdir(tmp_path)
+    for name in ("DMLC_ROLE", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as info:     # not MXNet's "Check notnull: DMLC_NUM_WORKER"
+        classify.main(["--kvstore", kvstore, "--epochs", "1", "--limit", "40", "--out", "run", "--no-progress"])
+    assert str(info.value).startswith(f"gluonkit-classify: {message}") and "\n" not in str(info.value)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

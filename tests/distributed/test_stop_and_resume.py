@@ -7,6 +7,7 @@ import sys
 
 import mxnet as mx
 import numpy as np
+import pytest
 from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose
 
@@ -154,6 +155,15 @@ def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worke
     assert (f"{single / 'checkpoints'} holds no checkpoint that all 2 workers saved (rank(s) [1] saved none); "
             "resume with the 1 worker(s) that saved them, or start without resuming.") in output
     assert not (single / "final0.params").exists()
+
+    net.initialize(force_reinit=True)    # and one process may not resume two workers' checkpoints
+    before = {name: p.data().asnumpy() for name, p in select(net).items()}
+    with pytest.raises(gluonkit.CheckpointError, match=r"epoch0002.ckpt was saved by a job of 2 worker\(s\) and "
+                                                       r"this one has 1: .* resume with 2 worker\(s\)"):
+        gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=3, progress=False,
+                     callbacks=[ModelCheckpoint(str(lost / "checkpoints"), resume=True)])
+    for name, p in select(net).items():
+        assert np.array_equal(p.data().asnumpy(), before[name]), name
 
 
 def _classify(out, *extra, restarts=0):

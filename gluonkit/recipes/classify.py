@@ -87,9 +87,8 @@ def _build_parser():
                       help="use only N training, N validation and N test images, every class "
                            "in proportion (drawn with --seed)")
     data.add_argument("--num-workers", type=common.non_negative_int,
-                      help="data loading processes (default: 0 for digits, cifar10, whose samples are "
-                           "in memory; else one per CPU this process may use, minus one for "
-                           "training, at most 4)")
+                      help="data loading processes (default 0: seeded runs and resumes stay exact; the "
+                           "log names the number this machine has room for)")
     common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="cnn",

@@ -107,9 +107,8 @@ def _build_parser():
     data.add_argument("--limit", type=common.positive_int, metavar="N",
                       help="use only the first N training and N validation images")
     data.add_argument("--num-workers", type=common.non_negative_int,
-                      help="data loading processes (default: 0 for shapes, whose samples are "
-                           "in memory; else one per CPU this process may use, minus one for "
-                           "training, at most 4)")
+                      help="data loading processes (default 0: seeded runs and resumes stay exact; the "
+                           "log names the number this machine has room for)")
     common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="yolo3_mobilenet0.25_custom",

@@ -1,6 +1,11 @@
-"""How many data-loading processes a recipe starts when ``--num-workers`` is not given.
+"""How many data-loading processes a recipe starts, and how many the machine has room for.
 
-The rule, measured on a 2-core machine (docs/benchmarks.md, "Data-loading workers"):
+``--num-workers`` defaults to 0: the samples are read and augmented in the training process,
+whose generators ``fit`` checkpoints, so a seeded run is reproducible and a resumed run
+continues bit for bit. Worker processes draw augmentations from generators no checkpoint
+holds. The recipes log the number the machine has room for (:func:`room_for_workers`), the
+value to pass for speed when exactness does not matter. The rule, measured on a 2-core
+machine (docs/benchmarks.md, "Data-loading workers"):
 
 - samples already in memory (``digits``, ``cifar10``, ``shapes``): 0. A worker process has to
   pickle every batch back to the training process, which costs more than taking a few
@@ -13,7 +18,7 @@ The rule, measured on a 2-core machine (docs/benchmarks.md, "Data-loading worker
 import logging
 import os
 
-__all__ = ["MAX_WORKERS", "IN_MEMORY", "usable_cpus", "default_num_workers", "choose_num_workers"]
+__all__ = ["MAX_WORKERS", "IN_MEMORY", "usable_cpus", "room_for_workers", "choose_num_workers"]
 
 log = logging.getLogger("gluonkit")
 
@@ -36,32 +41,36 @@ def usable_cpus():
     return max(1, cpus // ranks)
 
 
-def default_num_workers(dataset):
-    """The data-loading processes for ``dataset`` (a recipe's ``--dataset`` value): 0 for
-    :data:`IN_MEMORY` datasets, else ``min(usable_cpus() - 1, MAX_WORKERS)``.
+def room_for_workers(dataset):
+    """The data-loading processes this machine has room for, for ``dataset`` (a recipe's
+    ``--dataset`` value): 0 for :data:`IN_MEMORY` datasets, else
+    ``min(usable_cpus() - 1, MAX_WORKERS)``.
 
     Example::
 
-        >>> default_num_workers("digits")
+        >>> room_for_workers("digits")
         0
-        >>> default_num_workers("voc:data/VOC") == min(usable_cpus() - 1, MAX_WORKERS)
+        >>> room_for_workers("voc:data/VOC") == min(usable_cpus() - 1, MAX_WORKERS)
         True
     """
     if dataset.split(":", 1)[0] in IN_MEMORY:
         return 0
-    return min(usable_cpus() - 1, MAX_WORKERS)
+    return max(0, min(usable_cpus() - 1, MAX_WORKERS))
 
 
 def choose_num_workers(num_workers, dataset):
-    """``num_workers`` (``--num-workers``), or :func:`default_num_workers` of ``dataset`` if it
-    is None; logs the number chosen and why."""
-    if num_workers is not None:
-        reason = "as given"
+    """``num_workers`` (``--num-workers``), 0 if it is None; logs the number, and the room
+    :func:`room_for_workers` finds when it is more."""
+    given = num_workers is not None
+    num_workers = num_workers if given else 0
+    room = room_for_workers(dataset)
+    where = ("this process" if num_workers == 0 else
+             f"{num_workers} worker process{'es' if num_workers > 1 else ''}")
+    if given or room == 0:
+        log.info("Loading data in %s (--num-workers %d%s).", where, num_workers,
+                 "" if given else ", the default")
     else:
-        num_workers = default_num_workers(dataset)
-        reason = ("the default for data in memory" if dataset.split(":", 1)[0] in IN_MEMORY else
-                  f"the default for data read from files on {usable_cpus()} usable CPUs")
-    log.info("Loading data in %s (--num-workers %d, %s).",
-             "this process" if num_workers == 0 else
-             f"{num_workers} worker process{'es' if num_workers > 1 else ''}", num_workers, reason)
+        log.info("Loading data in this process (--num-workers 0, the default: seeded runs and resumes "
+                 "are exact). This machine has room for --num-workers %d, which loads in parallel but "
+                 "draws the augmentations where no checkpoint holds them.", room)
     return num_workers

@@ -1,4 +1,4 @@
-"""The --num-workers default: what the CPUs this process may use leave room for."""
+"""The --num-workers default (0), and the room the CPUs this process may use leave for workers."""
 import json
 import logging
 import os
@@ -6,11 +6,11 @@ import subprocess
 import sys
 
 from gluonkit.recipes import classify
-from gluonkit.recipes.workers import MAX_WORKERS, default_num_workers, usable_cpus
+from gluonkit.recipes.workers import MAX_WORKERS, room_for_workers, usable_cpus
 
 from conftest import CLONE_ENV
 
-_ASK = "from gluonkit.recipes.workers import default_num_workers as d; print(d({!r}))"
+_ASK = "from gluonkit.recipes.workers import room_for_workers as r; print(r({!r}))"
 
 
 def _in_a_process(code, cpus=None, **env):
@@ -26,7 +26,7 @@ def _in_a_process(code, cpus=None, **env):
 
 
 def _default_in_a_process(dataset, cpus=None, **env):
-    """``default_num_workers(dataset)`` in a new process (see ``_in_a_process``)."""
+    """``room_for_workers(dataset)`` in a new process (see ``_in_a_process``)."""
     return int(_in_a_process(_ASK.format(dataset), cpus, **env))
 
 
@@ -34,9 +34,9 @@ def test_files_get_one_worker_per_usable_cpu_but_one_and_memory_none():
     cpus = len(os.sched_getaffinity(0))
     assert usable_cpus() == cpus
     for dataset in ("voc:data/VOC", "coco:a.json,b.json", "rec:a.rec,b.rec", "imagefolder:d"):
-        assert default_num_workers(dataset) == min(cpus - 1, MAX_WORKERS)
+        assert room_for_workers(dataset) == min(cpus - 1, MAX_WORKERS)
     for dataset in ("digits", "cifar10", "shapes"):
-        assert default_num_workers(dataset) == 0
+        assert room_for_workers(dataset) == 0
 
 
 def test_the_affinity_counts_not_the_machines_cpus():
@@ -63,6 +63,18 @@ def test_the_recipe_logs_and_records_the_number_chosen(tmp_path, caplog):
     with caplog.at_level(logging.INFO, "gluonkit"):
         classify.train(classify.parse_args(["--no-progress", "--out", str(tmp_path / "run"),
                                             "--epochs", "0", "--limit", "20"]))
-    assert "Loading data in this process (--num-workers 0, the default for data in memory)." \
-        in caplog.messages
+    assert "Loading data in this process (--num-workers 0, the default)." in caplog.messages
     assert json.loads((tmp_path / "run" / "args.json").read_text())["num_workers"] == 0
+
+
+def test_the_default_is_zero_and_the_log_names_the_room_for_files(caplog):
+    from gluonkit.recipes.workers import choose_num_workers
+
+    room = room_for_workers("voc:data/VOC")
+    with caplog.at_level(logging.INFO, "gluonkit"):
+        assert choose_num_workers(None, "voc:data/VOC") == 0
+        assert choose_num_workers(3, "voc:data/VOC") == 3
+    expected = (f"This machine has room for --num-workers {room}, which loads in parallel" if room else
+                "Loading data in this process (--num-workers 0, the default).")
+    assert expected in caplog.messages[0]
+    assert caplog.messages[1] == "Loading data in 3 worker processes (--num-workers 3)."

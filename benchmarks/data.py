@@ -5,11 +5,22 @@
 
 Two measurements, in one process, repeats interleaved:
 
-- *pipeline*: images/s of a whole epoch of decode, augmentation and batching: a VOC folder
-  read by ``gluonkit.data.load_voc`` (every annotation checked, every image's header checked
-  before it is decoded) against GluonCV's ``CustomVOCDetectionBase`` (``mx.image.imread``), both
-  through GluonCV's ``YOLO3DefaultTrainTransform`` and the same ``DataLoader``, batchify and
-  number of workers.
+- *pipeline*: images/s of a whole epoch of decode, augmentation and batching into a batch on
+  ``cpu(0)``, ready for a network. gluonkit: what ``gluonkit-detect`` builds, a VOC folder read
+  by ``gluonkit.data.load_voc`` (every annotation checked, every image's header checked before
+  it is decoded) through its ``detection_loader`` (``MultiScaleDataset``, ``SizedTransform``,
+  ``MultiScaleSampler``, gluonkit's ``DataLoader``). GluonCV: its ``CustomVOCDetectionBase``
+  (``mx.image.imread``) with ``dataset.transform(...)`` in a ``gluon.data.DataLoader``, each
+  batch moved to ``cpu(0)`` as GluonCV's training scripts' ``split_and_load`` moves it. Like
+  with like: the same JPEG files, the same ``YOLO3DefaultTrainTransform``, batchify, batch size
+  (8), order and number of workers; every image seeds Python's and NumPy's generators (which
+  that transform draws from) with its index before it is read, so both pipelines do the same
+  augmentations, image for image, in every repeat and worker, and deliver equal batches. The
+  first epoch of each is a warm-up, not timed; the ratio is the median over repeats of
+  gluonkit's figure over GluonCV's in the same round, its range the spread of those ratios.
+- *pipeline CPU*: the CPU time of those epochs per image, this process's threads and its
+  worker processes' (each repeat starts new loaders and ends their workers to count them):
+  the work done, which other processes on the machine disturb far less than images/s.
 - *read*: the CPU time (``time.process_time``, every thread of the process) of reading one image
   by ``gluonkit.data.images.read_image`` (the header checked, then one synchronous OpenCV
   decode), by MXNet's asynchronous ``imdecode`` waited for image by image (what
@@ -18,7 +29,10 @@ Two measurements, in one process, repeats interleaved:
   waits for all of them at the end). Run it with another gluonkit on the path to measure that
   one's ``read_image``.
 """
+import gc
 import os
+import random
+import resource
 import statistics
 import tempfile
 import time
@@ -31,14 +45,15 @@ from gluoncv.data.batchify import Pad, Stack, Tuple
 from gluoncv.data.transforms.presets.yolo import YOLO3DefaultTrainTransform
 from mxnet import gluon
 
-from gluonkit.data import load_voc
+from gluonkit.data import MultiScaleSampler, load_voc
 from gluonkit.data.images import read_image
+from gluonkit.recipes.detection import SizedTransform, detection_loader
 
 from ._common import add_output_options, apply_defaults, benchmark_parser, parse_with_config, \
     set_env, write_outputs
-from ._harness import machine, markdown_table
+from ._harness import machine, markdown_table, measured_on, paired
 
-__all__ = ["write_voc", "pipeline", "read_costs", "main"]
+__all__ = ["write_voc", "Seeded", "loaders", "pipeline", "read_costs", "main"]
 
 _CLASSES = ("box",)
 
@@ -65,30 +80,66 @@ def write_voc(root, count, width, height, seed=0):
         f.write("".join(f"{i}\n" for i in range(count)))
 
 
-def _loader(dataset, size, workers):
+class Seeded(gluon.data.Dataset):
+    """``dataset`` whose item ``idx`` first seeds Python's and NumPy's generators with ``idx``:
+    GluonCV's transforms draw from both, so each image is augmented the same way (the same
+    work) in either pipeline, in any worker process, in every repeat."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, idx):
+        random.seed(idx)
+        np.random.seed(idx)
+        return self.dataset[idx]
+
+
+def loaders(root, size, workers, batch_size=8):
+    """``{'gluoncv': loader, 'gluonkit': loader}`` of the VOC folder ``root`` (its train.txt)
+    through ``YOLO3DefaultTrainTransform(size, size)``, in order, with ``workers`` processes."""
     transform = YOLO3DefaultTrainTransform(size, size)
-    return gluon.data.DataLoader(dataset.transform(transform), batch_size=8, shuffle=False,
-                                 batchify_fn=Tuple(Stack(), Pad(pad_val=-1)),
-                                 last_batch="keep", num_workers=workers)
+    batchify = Tuple(Stack(), Pad(pad_val=-1))
+    theirs = CustomVOCDetectionBase(classes=_CLASSES, root=root, splits=(("", "train"),))
+    ours = load_voc(root, splits=("train",), classes=_CLASSES)[0][0]
+    sampler = MultiScaleSampler(len(ours), batch_size, [size], shuffle=False, seed=0)
+    return {"gluoncv": gluon.data.DataLoader(Seeded(theirs).transform(transform), batch_size,
+                                             batchify_fn=batchify, num_workers=workers),
+            "gluonkit": detection_loader(Seeded(ours), sampler,
+                                         SizedTransform({(size, size): transform}), batchify,
+                                         workers)}
+
+
+def _cpu_seconds():
+    """CPU seconds used so far by this process (every thread) and its children that ended."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def pipeline(root, size, workers, repeats):
-    """Images/s of an epoch, per repeat, for 'gluoncv' and 'gluonkit' (interleaved)."""
-    datasets = {"gluoncv": CustomVOCDetectionBase(classes=_CLASSES, root=root,
-                                                  splits=(("", "train"),)),
-                "gluonkit": load_voc(root, splits=("train",), classes=_CLASSES)[0][0]}
-    loaders = {name: _loader(dataset, size, workers) for name, dataset in datasets.items()}
-    rates = {name: [] for name in loaders}
+    """Per repeat, for 'gluoncv' and 'gluonkit' (interleaved): images/s of an epoch, and its
+    CPU milliseconds per image (this process's and its worker processes', which each repeat
+    starts and ends: the figure a loaded machine disturbs least)."""
+    rates, costs = {"gluoncv": [], "gluonkit": []}, {"gluoncv": [], "gluonkit": []}
     for repeat in range(repeats + 1):
-        order = list(loaders) if repeat % 2 else list(loaders)[::-1]
-        for name in order:
-            tic, seen = time.perf_counter(), 0
-            for images, _ in loaders[name]:
-                images.wait_to_read()
-                seen += images.shape[0]
-            if repeat:                         # the first epoch warms up (workers, caches)
-                rates[name].append(seen / (time.perf_counter() - tic))
-    return rates
+        made = loaders(root, size, workers)
+        for name in (list(made) if repeat % 2 else list(made)[::-1]):
+            gc.collect()
+            cpu, tic, seen = _cpu_seconds(), time.perf_counter(), 0
+            for batch in made[name]:           # on cpu(0): a copy of gluon's workers' batches
+                mx.nd.waitall()
+                for field in batch:
+                    field.as_in_context(mx.cpu(0)).wait_to_read()
+                seen += batch[0].shape[0]
+            wall = time.perf_counter() - tic
+            del made[name]                     # its workers end (and count as children)
+            gc.collect()
+            if repeat:                         # the first epoch warms up (caches, imports)
+                rates[name].append(seen / wall)
+                costs[name].append((_cpu_seconds() - cpu) / seen * 1e3)
+    return rates, costs
 
 
 def _decode_waited(path):
@@ -129,46 +180,49 @@ def main(argv=None):
     quick = args.quick
     apply_defaults(args, {"images": 16 if quick else 400, "repeats": 1 if quick else 5,
                           "workers": "0" if quick else "0,2"}, "data")
+    info = machine()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for width, height in ((96, 96), (400, 300)):
             root = os.path.join(tmp, f"{width}x{height}")
             write_voc(root, args.images, width, height)
             paths = [os.path.join(root, "JPEGImages", f"{i}.jpg") for i in range(args.images)]
-            for name, costs in read_costs(paths, args.repeats).items():
-                rows.append({"measure": "read", "image": f"{width}x{height}", "contestant": name,
-                             "workers": 0, "median": statistics.median(costs), "unit": "CPU ms/image",
-                             "runs": costs})
+            rows += _rows("read", f"{width}x{height}", 0, read_costs(paths, args.repeats),
+                          "CPU ms/image", "read_image")
             for workers in (int(w) for w in str(args.workers).split(",")):
-                rates = pipeline(root, 416 if width > 96 else 96, workers, args.repeats)
-                for name, rate in rates.items():
-                    rows.append({"measure": "pipeline", "image": f"{width}x{height}",
-                                 "contestant": name, "workers": workers,
-                                 "median": statistics.median(rate), "unit": "images/s",
-                                 "runs": rate})
-    _add_ratios(rows)
+                rates, costs = pipeline(root, 416 if width > 96 else 96, workers, args.repeats)
+                rows += _rows("pipeline", f"{width}x{height}", workers, rates, "images/s",
+                              "gluoncv")
+                rows += _rows("pipeline CPU", f"{width}x{height}", workers, costs,
+                              "CPU ms/image", "gluoncv")
+    info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     table = markdown_table(rows, [
         ("measure", "measure"), ("image", "image"), ("workers", "workers"),
         ("contestant", "contestant"),
         ("median", lambda r: f"{r['median']:.3f}" if r["measure"] == "read"
-         else f"{r['median']:.0f}"),
+         else f"{r['median']:.1f}"),
         ("unit", "unit"), ("range", lambda r: f"{min(r['runs']):.3g}-{max(r['runs']):.3g}"),
-        ("ratio", lambda r: f"{r['ratio']:.2f}x")])
+        ("ratio (range)", lambda r: f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})")])
     section = ("## The detection input pipeline (`data.py`)\n\n" + __doc__.split("\n\n", 2)[2]
                + "\n\nThe ratio is to GluonCV's pipeline (images/s) or to `read_image` (CPU "
-               "time).\n\n" + table)
-    write_outputs(args, "data", {"machine": machine(), "images": args.images,
+               "time), over the repeats of one round (median, and the range).\n\n"
+               + measured_on(info, f"{args.images} images per size, {args.repeats} repeats")
+               + "\n\n" + table)
+    write_outputs(args, "data", {"machine": info, "images": args.images,
                                  "repeats": args.repeats, "rows": rows}, section)
     print(table)
 
 
-def _add_ratios(rows):
-    """Each row's median over its reference's: GluonCV's pipeline, or ``read_image``'s cost."""
-    for row in rows:
-        reference = next(r for r in rows if (r["measure"], r["image"], r["workers"]) ==
-                         (row["measure"], row["image"], row["workers"]) and r["contestant"] in
-                         ("gluoncv", "read_image"))
-        row["ratio"] = row["median"] / reference["median"]
+def _rows(measure, image, workers, runs, unit, reference):
+    """A row per contestant of ``runs`` (name -> a figure per repeat), with its median and
+    its figures' ratios to ``reference``'s of the same repeats."""
+    rows = []
+    for name, figures in runs.items():
+        ratio, low, high = paired(figures, runs[reference])
+        rows.append({"measure": measure, "image": image, "contestant": name, "workers": workers,
+                     "median": statistics.median(figures), "unit": unit, "runs": figures,
+                     "ratio": ratio, "ratio_min": low, "ratio_max": high})
+    return rows
 
 
 if __name__ == "__main__":

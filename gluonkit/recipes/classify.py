@@ -40,6 +40,7 @@ from gluonkit.recipes import common
 from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset
 from gluonkit.recipes.models import build_model, check_input_shape, check_model_name
 from gluonkit.recipes.runs import RunFolder
+from gluonkit.recipes.workers import choose_num_workers
 
 __all__ = ["parse_args", "train", "export_checkpoint", "main", "make_loaders", "no_wd_on_bias"]
 
@@ -85,8 +86,9 @@ def _build_parser():
     data.add_argument("--limit", type=common.positive_int, metavar="N",
                       help="use only N training, N validation and N test images, every class "
                            "in proportion (drawn with --seed)")
-    data.add_argument("--num-workers", type=common.non_negative_int, default=0,
-                      help="data loading processes")
+    data.add_argument("--num-workers", type=common.non_negative_int,
+                      help="data loading processes (default 0: seeded runs and resumes stay exact; the "
+                           "log names the number this machine has room for)")
     common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="cnn",
@@ -253,6 +255,7 @@ def _train(args, callbacks, folder):
     ctx = common.parse_ctx(args.ctx)
     if args.amp and not args.export:
         amp.init(ctx)     # before anything is loaded, built or written
+    args.num_workers = choose_num_workers(args.num_workers, args.dataset)
     seed_all(args.seed)
     data = load_dataset(args.dataset, args.data_dir, args.image_size, args.limit, args.max_size,
                         args.seed, val_fraction=args.val_fraction,

@@ -25,6 +25,7 @@ from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from gluonkit.train.resume import BatchSizeError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
+from gluonkit.recipes.workers import usable_cpus
 from gluonkit.trainer import Horovod
 from gluonkit.trainer.horovod import launched_ranks
 
@@ -344,24 +345,18 @@ def sizes_type(text):
     return sizes
 
 
-def _threads_per_process():
-    """The cores of this machine shared by the Horovod ranks started on it (all of them for one)."""
-    local = os.environ.get("HOROVOD_LOCAL_SIZE", "1")
-    ranks = int(local) if local.isdigit() and int(local) > 0 else 1
-    return max(1, (os.cpu_count() or 1) // ranks)
-
-
 def apply_threads(module=None, argv=None):
     """Give MXNet one OpenMP thread per core and passive waiting, unless the user set them.
 
-    Under ``horovodrun`` the ranks on one machine share its cores (``HOROVOD_LOCAL_SIZE``).
+    The cores are those this process may run on, shared by the ``horovodrun`` ranks of the
+    machine (:func:`gluonkit.recipes.workers.usable_cpus`).
 
     MXNet's thread count is left at half the cores by default, and spinning OpenMP threads
     slowed training 15-35x whenever other processes kept the cores busy. Both variables are
     read when MXNet loads, so when MXNet is already imported and ``module`` is given, the
     command restarts once as ``python -m module argv`` with them set.
     """
-    settings = {"OMP_NUM_THREADS": str(_threads_per_process()), "OMP_WAIT_POLICY": _WAIT_POLICY}
+    settings = {"OMP_NUM_THREADS": str(usable_cpus()), "OMP_WAIT_POLICY": _WAIT_POLICY}
     unset = {name: value for name, value in settings.items() if name not in os.environ}
     os.environ.update(unset)
     if unset and module and "mxnet" in sys.modules and _REEXEC not in os.environ:

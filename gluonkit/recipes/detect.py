@@ -35,6 +35,7 @@ from gluonkit.recipes.coco_metric import COCOBatchMetric, COCOMetric, coco_groun
 from gluonkit.recipes.detection_plots import (DetectionCurves, best_f1_threshold, draw_detections,
                                               draw_predictions)
 from gluonkit.recipes.runs import RunFolder
+from gluonkit.recipes.workers import choose_num_workers
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_coco, \
     load_voc
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, DetectionRecordDataset
@@ -105,8 +106,9 @@ def _build_parser():
                            "flip) or flip (colour and flip only: objects keep their sizes)")
     data.add_argument("--limit", type=common.positive_int, metavar="N",
                       help="use only the first N training and N validation images")
-    data.add_argument("--num-workers", type=common.non_negative_int, default=0,
-                      help="data loading processes")
+    data.add_argument("--num-workers", type=common.non_negative_int,
+                      help="data loading processes (default 0: seeded runs and resumes stay exact; the "
+                           "log names the number this machine has room for)")
     common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="yolo3_mobilenet0.25_custom",
@@ -392,6 +394,7 @@ def _train(args, folder):
     ctx = common.parse_ctx(args.ctx)
     if args.amp:
         amp.init(ctx)     # before anything is loaded, built or written
+    args.num_workers = choose_num_workers(args.num_workers, args.dataset)
     seed_all(args.seed)
     family = det.model_family(args.model)
     train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes,

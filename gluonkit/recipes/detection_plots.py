@@ -6,8 +6,15 @@ ones), the validation mAP with the AP of every class, and the learning rate. ``d
 draws predictions.png: validation images with their ground truth dashed and the detections
 that score at least a threshold solid, one label per box, and per image how many objects
 were found.
+
+Class names are drawn in matplotlib's default font, or where it lacks their glyphs (Chinese or
+Japanese names in DejaVu Sans) in an installed font that has them; a name that no installed
+font can draw is shown as 'class <id>', and one log line says so (instead of a matplotlib
+warning per glyph per picture).
 """
+import functools
 import io
+import logging
 import os
 
 import mxnet as mx
@@ -17,7 +24,9 @@ from gluonkit.atomic import atomic_write
 from gluonkit.callbacks import Callback
 
 __all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",
-           "best_f1_threshold", "best_threshold", "draw_detections"]
+           "best_f1_threshold", "best_threshold", "draw_detections", "drawable_names"]
+
+log = logging.getLogger("gluonkit")
 
 _MEAN, _STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 _PALETTE = ["#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#9467bd", "#7f7f7f", "#2ca02c",
@@ -31,6 +40,48 @@ def _write_png(fig, path):
     directory = os.path.dirname(os.path.abspath(path))
     atomic_write(directory, os.path.basename(path), lambda f: f.write(buf.getvalue()))
     return fig
+
+
+@functools.lru_cache(maxsize=None)
+def _characters(path):
+    """The code points the font file ``path`` has glyphs for (an empty set if unreadable)."""
+    from matplotlib import ft2font
+
+    try:
+        return frozenset(ft2font.FT2Font(path).get_charmap())
+    except (OSError, RuntimeError, ValueError):
+        return frozenset()
+
+
+@functools.lru_cache(maxsize=16)
+def drawable_names(classes):
+    """``(fonts, names)``: the font families to draw the class names with, and each name as
+    drawn, for the tuple ``classes``.
+
+    ``fonts`` is matplotlib's default sans-serif font, followed by the first installed font
+    that has every glyph the default lacks (matplotlib then takes each glyph from the first
+    font that has it). Without such a font, a name with a missing glyph is drawn as
+    'class <id>' and one log line (once per process and class list) names those classes and
+    the fix.
+    """
+    from matplotlib import font_manager
+
+    default = font_manager.findfont(font_manager.FontProperties(family=["sans-serif"]))
+    fonts = [font_manager.FontProperties(fname=default).get_name()]
+    have = _characters(default)
+    missing = {c for name in classes for c in name if ord(c) not in have and not c.isspace()}
+    if missing:
+        for entry in font_manager.fontManager.ttflist:
+            if {ord(c) for c in missing} <= _characters(entry.fname):
+                return tuple(fonts + [entry.name]), tuple(classes)
+        unreadable = [(i, name) for i, name in enumerate(classes) if set(name) & missing]
+        log.warning("No installed font draws the class name(s) %s: the pictures call them %s. "
+                    "Install a font that has their characters (e.g. fonts-noto-cjk) to see them.",
+                    ", ".join(repr(name) for _, name in unreadable),
+                    ", ".join(f"'class {i}'" for i, _ in unreadable))
+        classes = tuple(f"class {i}" if set(name) & missing else name
+                        for i, name in enumerate(classes))
+    return tuple(fonts), tuple(classes)
 
 
 def plot_detection_curves(history, classes, path):
@@ -50,10 +101,11 @@ def plot_detection_curves(history, classes, path):
     if np.isfinite(values).any() and (values[np.isfinite(values)] > 0).all():
         loss.set_yscale("log")
     loss.set_title("training loss (log scale)")
-    for i, name in enumerate(classes):
+    fonts, shown = drawable_names(tuple(classes))
+    for i, (name, drawn) in enumerate(zip(classes, shown)):
         if f"val_{name}" in history:
             aps.plot(epochs, history[f"val_{name}"], marker=".", lw=1, color=_PALETTE[i % len(_PALETTE)],
-                     label=f"AP {name}")
+                     label=f"AP {drawn}")
     title = []
     if "val_mAP" in history:
         aps.plot(epochs, history["val_mAP"], marker="o", lw=2.5, color="black", label="VOC07 mAP")
@@ -70,7 +122,7 @@ def plot_detection_curves(history, classes, path):
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3, which="both")
     loss.legend()
-    aps.legend(fontsize=8, loc="lower right")
+    aps.legend(prop={"family": list(fonts), "size": 8}, loc="lower right")
     return _write_png(fig, path)
 
 
@@ -103,7 +155,7 @@ def match_detections(boxes, ids, gt_boxes, gt_ids, iou=0.5):
     return hit.any(axis=0), hit.any(axis=1)
 
 
-def _label(ax, box, text, colour, width, taken, top=8):
+def _label(ax, box, text, colour, width, taken, fonts, top=8):
     """A class-and-score label above the box's left corner (its right corner in the right part
     of the picture; inside the box at the picture's top edge), or under the box where a label
     in ``taken`` (anchors drawn so far, appended to) is already there."""
@@ -113,8 +165,8 @@ def _label(ax, box, text, colour, width, taken, top=8):
     if any(abs(x - u) < 0.25 * width and abs(y - v) < 10 for u, v in taken):
         y, below = y1, True
     taken.append((x, y))
-    ax.text(x, y, text, fontsize=7, color="white", ha="right" if right else "left",
-            va="top" if below else "bottom",
+    ax.text(x, y, text, fontsize=7, fontfamily=list(fonts), color="white",
+            ha="right" if right else "left", va="top" if below else "bottom",
             bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "edgecolor": "none"}, clip_on=True)
 
 
@@ -164,6 +216,7 @@ def _draw(panels, classes, path, thresh, columns):
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
+    fonts, names = drawable_names(tuple(classes))
     rows = -(-len(panels) // columns)
     fig = Figure(figsize=(3.4 * min(len(panels), columns), 3.6 * rows + 0.5))
     FigureCanvasAgg(fig)
@@ -185,7 +238,7 @@ def _draw(panels, classes, path, thresh, columns):
             colour = _PALETTE[cls % len(_PALETTE)]
             ax.add_patch(Rectangle(box[:2], box[2] - box[0], box[3] - box[1], fill=False, lw=1.5,
                                    edgecolor=colour))
-            _label(ax, box, f"{classes[cls]} {score:.2f}", colour, pixels.shape[1], taken)
+            _label(ax, box, f"{names[cls]} {score:.2f}", colour, pixels.shape[1], taken, fonts)
         scored = ~difficult
         ax.set_title(f"found {int(found[scored].sum())}/{int(scored.sum())}, "
                      f"{int((~correct).sum())} false", fontsize=9)

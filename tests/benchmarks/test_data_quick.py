@@ -7,9 +7,7 @@ import numpy as np
 
 from conftest import CLONE_ENV as ENV
 
-from benchmarks.data import _loader, write_voc  # noqa: E402
-from gluoncv.data import CustomVOCDetectionBase
-from gluonkit.data import load_voc
+from benchmarks.data import loaders, write_voc  # noqa: E402
 
 
 def test_quick_run_writes_every_row(tmp_path):
@@ -24,16 +22,18 @@ def test_quick_run_writes_every_row(tmp_path):
     assert {(r["measure"], r["image"], r["contestant"]) for r in rows} == {
         (m, i, c) for i in ("96x96", "400x300") for m, c in
         [("read", "read_image"), ("read", "MXNet decode, waited"), ("read", "mx.image.imread"),
-         ("pipeline", "gluoncv"), ("pipeline", "gluonkit")]}
+         ("pipeline", "gluoncv"), ("pipeline", "gluonkit"), ("pipeline CPU", "gluoncv"),
+         ("pipeline CPU", "gluonkit")]}
     assert all(r["median"] > 0 for r in rows)
     assert "STALE-SECTION" not in readme.read_text() and "| pipeline | 96x96 | 0 | gluonkit |" in readme.read_text()
 
 
-def test_the_two_pipelines_give_the_same_images_and_labels(tmp_path):
-    write_voc(str(tmp_path), 6, 50, 40)
-    ours = load_voc(str(tmp_path), splits=("train",), classes=("box",))[0][0]
-    theirs = CustomVOCDetectionBase(classes=("box",), root=str(tmp_path), splits=(("", "train"),))
-    for i in range(len(ours)):
-        assert (ours[i][0].asnumpy() == theirs[i][0].asnumpy()).all()
-        np.testing.assert_allclose(ours[i][1], theirs[i][1])
-    assert len(list(_loader(ours, 32, 0))) == 1
+def test_the_two_pipelines_do_the_same_work_and_give_the_same_batches(tmp_path):
+    write_voc(str(tmp_path), 10, 50, 40)
+    for workers in (0, 2):
+        made = loaders(str(tmp_path), 32, workers, batch_size=4)
+        theirs, ours = (list(made[name]) for name in ("gluoncv", "gluonkit"))
+        assert [b[0].shape for b in ours] == [(4, 3, 32, 32), (4, 3, 32, 32), (2, 3, 32, 32)]
+        for (image, label), (their_image, their_label) in zip(ours, theirs):
+            np.testing.assert_array_equal(image.asnumpy(), their_image.asnumpy())
+            np.testing.assert_array_equal(label.asnumpy(), their_label.asnumpy())

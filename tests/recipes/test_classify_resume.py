@@ -45,8 +45,10 @@ def test_a_stop_inside_a_window_on_two_devices_with_batchnorm_resumes_bit_identi
     # the second window, after the first update (the kvstore set up, each device's BatchNorm
     # statistics its own), so every exported epoch is trained after the stop
     data = image_folder(tmp_path / "photos")
+    # augmentations drawn in this process (no worker's generator to lose at the stop)
     argv = ["--no-progress", "--dataset", f"imagefolder:{data}", "--model", "cifar_resnet20_v1",
-            "--ctx", "cpu:0,cpu:1", "--accumulate", "2", "--batch-size", "4", "--epochs", "2"]
+            "--ctx", "cpu:0,cpu:1", "--accumulate", "2", "--batch-size", "4", "--epochs", "2",
+            "--num-workers", "0"]
     straight = classify.train(classify.parse_args(argv + ["--out", str(tmp_path / "a")]))
     with pytest.raises(SystemExit) as stop:
         classify.train(classify.parse_args(argv + ["--out", str(tmp_path / "b")]),

@@ -83,8 +83,10 @@ def coco_run(data, tmp_path_factory):
 def _train(tmp_path, *options):
     result = tmp_path / "result.json"
     env = dict(CLONE_ENV, MXNET_ENGINE_TYPE="NaiveEngine", OMP_NUM_THREADS="1")
+    # --num-workers 0: the augmentations drawn in this process, so the two runs draw the same
     proc = subprocess.run([sys.executable, "-c", _RUN, str(result), "--epochs", "2",
-                           "--image-size", "64", "--lr", "0.0005", "--no-progress", *options],
+                           "--image-size", "64", "--lr", "0.0005", "--no-progress",
+                           "--num-workers", "0", *options],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(result.read_text())

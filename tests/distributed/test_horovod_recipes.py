@@ -89,7 +89,7 @@ def test_classify_stopped_by_sigterm_on_both_ranks_then_resumed_ends_like_the_ru
     run.wait_for(r"epoch 1/3: ")   # rank 0 finished epoch 1 (after every rank's last update of it)
     # SIGTERM to both ranks, as a cluster's preemption sends it: not through horovodrun, which
     # kills the ranks 5 s after it passes a signal on, however far their checkpoints got
-    ranks = rank_pids(run)
+    ranks = rank_pids(run, 2)
     assert sorted(ranks) == [0, 1], run.seen[-40:]
     for pid in ranks.values():
         os.kill(pid, signal.SIGTERM)

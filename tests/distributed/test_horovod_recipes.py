@@ -90,7 +90,9 @@ def test_classify_stopped_by_sigterm_on_both_ranks_then_resumed_ends_like_the_ru
     # SIGTERM to both ranks, as a cluster's preemption sends it: not through horovodrun, which
     # kills the ranks 5 s after it passes a signal on, however far their checkpoints got
     ranks = rank_pids(run, 2)
-    assert sorted(ranks) == [0, 1], run.seen[-40:]
+    if sorted(ranks) != [0, 1]:
+        run.proc.kill()   # leaves no job training on: horovodrun's helpers end the ranks when it dies
+        pytest.fail(f"found ranks {ranks} below horovodrun; output:\n" + "".join(run.seen[-40:]))
     for pid in ranks.values():
         os.kill(pid, signal.SIGTERM)
     code, output = run.finish()

@@ -341,7 +341,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     ``ModelCheckpoint`` saves), then raise ``KeyboardInterrupt`` or ``SystemExit(143)``; a
     second signal aborts at once. With several workers (a distributed ``gluonkit.Trainer``)
     the signal asks the job to stop (``trainer.request_stop()``) and every worker stops after
-    the same update, those that got no signal too (as if by SIGTERM). A worker out of data at
+    the same update, those that got no signal too (as if by SIGTERM), and none leaves ``fit``
+    before every worker ran ``on_train_end`` (``horovodrun`` ends the other ranks as soon as
+    one exits, and would cut their checkpoints short). A worker out of data at
     the end of an epoch takes part in the others' updates with a count of 0
     (``trainer.flush``), ``on_batch_end`` running after each, so shards may differ in size. The handlers are installed only while ``fit`` runs (from
     the main thread) and the previous ones are restored.
@@ -441,6 +443,8 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
         message = (f"training stopped by {run.interrupted.name} after {epoch} epoch(s) "
                    f"and {batch} batch(es)")
         log.warning("%s.", message)
+        if run.workers > 1 and run.trainer.stopping:   # every worker stopped here: leave together
+            run.trainer.sum_over_workers([0.0])
         if run.interrupted == signal.SIGTERM:
             raise SystemExit(128 + signal.SIGTERM)
         raise KeyboardInterrupt(message)

@@ -2,7 +2,7 @@
 import os
 import time
 
-__all__ = ["WAITING_ROLE", "role_files", "leaks", "wait_for_files"]
+__all__ = ["WAITING_ROLE", "descendants", "role_files", "leaks", "wait_for_files"]
 
 # Every role writes $GK_SECRET and $GK_WORKER_SECRET to OUT/<role><task id>, then waits for OUT/stop.
 WAITING_ROLE = """\
@@ -45,6 +45,11 @@ def _descendants(found, root):
         if not more:
             return below
         below |= more
+
+
+def descendants(pid):
+    """The ids of the processes below ``pid`` (its children, theirs, ...)."""
+    return _descendants(_command_lines(), pid)
 
 
 def leaks(secrets):

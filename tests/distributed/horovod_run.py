@@ -7,12 +7,14 @@ import importlib.util
 import os
 import shlex
 import sys
+import time
 
 import pytest
 
+from command_lines import descendants
 from watch import Watched
 
-__all__ = ["HOROVODRUN", "horovodrun", "require_horovod", "start"]
+__all__ = ["HOROVODRUN", "horovodrun", "rank_pids", "require_horovod", "start"]
 
 REQUIRE = "GLUONKIT_REQUIRE_HOROVOD_TESTS"
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
@@ -50,3 +52,25 @@ def start(ranks, command, timeout, cwd=None):
 def horovodrun(ranks, command, timeout, cwd=None):
     """Run ``command`` on ``ranks`` ranks to the end; ``(exit code, output)``."""
     return start(ranks, command, timeout, cwd).finish()
+
+
+def rank_pids(run, ranks, seconds=30):
+    """``{rank: pid}`` of the ranks of a ``start``-ed run: the Python processes below horovodrun
+    whose environment holds ``HOROVOD_RANK`` (not the shells that start them). Looks again
+    for up to ``seconds`` until all ``ranks`` are found."""
+    python, deadline = os.path.realpath(sys.executable), time.monotonic() + seconds
+    while True:
+        found = {}
+        for pid in descendants(run.proc.pid):
+            try:
+                if os.path.realpath(f"/proc/{pid}/exe") != python:
+                    continue
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    variables = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            except OSError:   # gone meanwhile
+                continue
+            if b"HOROVOD_RANK" in variables:
+                found[int(variables[b"HOROVOD_RANK"])] = pid
+        if len(found) == ranks or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)

@@ -5,11 +5,15 @@
 ``uneven-first`` steps the first 3 only and saves a ``Checkpoint`` in mid-window into
 ``OUT_DIR/rank-{rank}``, which ``uneven-rest`` loads (by rank) before stepping the rest.
 
-``python resume_job.py OUT_DIR fit|fit-dropout [EPOCHS]`` trains with ``fit`` (dropout in the
-network with ``fit-dropout``) on shuffled shards of
+``python resume_job.py OUT_DIR fit|fit-dropout [EPOCHS [wait]]`` trains with ``fit`` (dropout in
+the network with ``fit-dropout``) on shuffled shards of
 ``SHARDS`` samples (batch 16, accumulate 2) with ``ModelCheckpoint(OUT_DIR/checkpoints,
 resume=True)``, printing ``worker R epoch E batch B`` after each batch (slowly, so that a
-test can stop it mid-epoch), and saves ``final{rank}.params`` when training is over.
+test can stop it mid-epoch), and saves ``final{rank}.params`` when training is over. With
+``wait``, worker 0 of the launcher's first attempt prints ``worker 0 waits for a signal`` after
+its first batch of epoch 2 (0-based epoch 1: inside an accumulation window) and waits there
+until a signal asks it to stop (or the launcher ends it), so that a stop or a kill lands at
+that point however slowly it comes.
 """
 import logging
 import os
@@ -83,17 +87,25 @@ def uneven(out_dir, part="all"):
 
 
 class _Slowly(Callback):
-    """Print where the worker is after every batch, slowly enough to be stopped mid-epoch."""
+    """Print where the worker is after every batch, slowly enough to be stopped mid-epoch;
+    with ``wait``, worker 0 of the first attempt waits for a signal (60 s at most) after batch 1
+    of epoch 1."""
 
-    def __init__(self, rank):
+    def __init__(self, rank, wait=False):
         self.rank = rank
+        self.wait = wait and os.environ.get("GLUONKIT_LAUNCH_ATTEMPT", "0") == "0"
 
     def on_batch_end(self, state):
         print(f"worker {self.rank} epoch {state.epoch} batch {state.batch}", flush=True)
         time.sleep(0.1)
+        if self.wait and self.rank == 0 and (state.epoch, state.batch) == (1, 1):
+            print("worker 0 waits for a signal", flush=True)
+            deadline = time.monotonic() + 60
+            while state.interrupted is None and time.monotonic() < deadline:
+                time.sleep(0.01)
 
 
-def fit(out_dir, epochs, dropout=0.0):
+def fit(out_dir, epochs, dropout=0.0, wait=False):
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     kv = mx.kv.create("dist_sync")
     random.seed(10 + kv.rank)        # each worker shuffles its shard in its own order; fit reseeds
@@ -108,8 +120,8 @@ def fit(out_dir, epochs, dropout=0.0):
     shard = gluon.data.ArrayDataset(x[begin:begin + SHARDS[kv.rank]], y[begin:begin + SHARDS[kv.rank]])
     loader = gluon.data.DataLoader(shard, batch_size=16, shuffle=True)
     checkpoints = ModelCheckpoint(os.path.join(out_dir, "checkpoints"), resume=True)
-    gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=epochs, callbacks=[checkpoints, _Slowly(kv.rank)],
-                 progress=False)
+    gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=epochs,
+                 callbacks=[checkpoints, _Slowly(kv.rank, wait)], progress=False)
     net.save_parameters(os.path.join(out_dir, f"final{kv.rank}.params"))
 
 
@@ -117,4 +129,5 @@ if __name__ == "__main__":
     if sys.argv[2].startswith("uneven"):
         uneven(sys.argv[1], sys.argv[2].partition("-")[2] or "all")
     else:
-        fit(sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 3, 0.3 if sys.argv[2] == "fit-dropout" else 0.0)
+        fit(sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 3, 0.3 if sys.argv[2] == "fit-dropout" else 0.0,
+            sys.argv[4:] == ["wait"])

@@ -123,3 +123,15 @@ def test_fit_on_two_ranks_validates_alike_and_early_stopping_stops_both_after_th
     assert reports[0]["val_loss"] == reports[1]["val_loss"]
     assert reports[0]["val_accuracy"] == reports[1]["val_accuracy"]
     assert reports[0]["shard"] + reports[1]["shard"] == len(gluonkit.data.digits())
+
+
+def test_a_sigterm_to_one_rank_stops_both_and_neither_leaves_before_the_other_ended_training(tmp_path):
+    # horovodrun ends the other ranks as soon as one exits: rank 1, slow to write its
+    # checkpoint, would be cut short if rank 0 left fit without waiting for it
+    require_horovod()
+    job = os.path.join(os.path.dirname(__file__), "horovod_fit_job.py")
+    code, output = horovodrun(2, [sys.executable, job, str(tmp_path), "stop"], timeout=200)
+    assert code != 0, output[-3000:]
+    assert output.count("SIGTERM received") == 1, output[-3000:]            # rank 0's own
+    assert output.count("training stopped by SIGTERM after 0 epoch(s) and 4 batch(es)") == 2, output[-3000:]
+    assert (tmp_path / "ended1").read_text() == "0 4"

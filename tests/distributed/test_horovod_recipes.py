@@ -12,7 +12,7 @@ from mxnet import nd
 
 import gluonkit
 from gluonkit.recipes import classify
-from horovod_run import horovodrun, require_horovod, start
+from horovod_run import horovodrun, rank_pids, require_horovod, start
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
 OPTIONS = ["--kvstore", "horovod", "--limit", "400", "--batch-size", "16", "--no-progress"]
@@ -86,12 +86,23 @@ def test_classify_stopped_by_sigterm_on_both_ranks_then_resumed_ends_like_the_ru
     options = ["--kvstore", "horovod", "--epochs", "3", "--batch-size", "8", "--no-progress"]
     never, stopped = tmp_path / "never", tmp_path / "stopped"
     run = start(2, [CLASSIFY, *options, "--out", str(stopped)], timeout=300, cwd=tmp_path)
-    run.wait_for(r"epoch 1/3: ")          # rank 0 finished epoch 1: SIGTERM lands inside epoch 2
-    run.proc.send_signal(signal.SIGTERM)  # horovodrun passes it to both ranks
+    run.wait_for(r"epoch 1/3: ")   # rank 0 finished epoch 1 (after every rank's last update of it)
+    # SIGTERM to both ranks, as a cluster's preemption sends it: not through horovodrun, which
+    # kills the ranks 5 s after it passes a signal on, however far their checkpoints got
+    ranks = rank_pids(run, 2)
+    if sorted(ranks) != [0, 1]:
+        run.proc.kill()   # leaves no job training on: horovodrun's helpers end the ranks when it dies
+        pytest.fail(f"found ranks {ranks} below horovodrun; output:\n" + "".join(run.seen[-40:]))
+    for pid in ranks.values():
+        os.kill(pid, signal.SIGTERM)
     code, output = run.finish()
     assert code != 0, output[-3000:]
     assert output.count("SIGTERM received") == 2, output[-3000:]   # both ranks were asked to stop
-    assert "training stopped by SIGTERM after 1 epoch(s)" in output
+    # both ranks stopped after the same update of epoch 2 and wrote their checkpoints; neither
+    # was cut short when the other exited (horovodrun then ends the rest)
+    assert output.count("training stopped by SIGTERM after 1 epoch(s)") == 2, output[-3000:]
+    for folder in (stopped / "checkpoints", stopped / "checkpoints" / "rank-1"):
+        assert sorted(p.name for p in folder.glob("0*.ckpt")) == ["000001-epoch0001.ckpt", "000002-epoch0001.ckpt"]
     assert not (stopped / "model-symbol.json").exists()            # stopped before the export
     code, output = horovodrun(2, [CLASSIFY, *options, "--out", str(stopped), "--resume"], timeout=300, cwd=tmp_path)
     assert code == 0, output[-3000:]

@@ -33,6 +33,7 @@ __all__ = ["export_model", "read_metadata", "model_files", "check_preprocessing"
            "FORMAT", "KINDS"]
 
 _DATA = "data"
+_BATCHNORMS = ("BatchNorm", "_contrib_SyncBatchNorm")     # inputs: data, gamma, beta, mean, var
 _DETECTOR_OUTPUTS = ("ids", "scores", "bboxes")
 
 
@@ -85,6 +86,27 @@ def _detector_shapes(probe):
     return count == count2 == count3 and one == one2 == 1 and four == 4
 
 
+def _check_running_variances(symbol, arrays):
+    """Refuse a graph whose BatchNorm normalizes with a negative or non-finite running variance:
+    MXNet's output is then wrong (or finite by chance) and onnxruntime's is NaN."""
+    nodes = json.loads(symbol.tojson())["nodes"]
+    for node in nodes:
+        if node["op"] not in _BATCHNORMS:
+            continue
+        name = nodes[node["inputs"][4][0]]["name"]
+        variance = arrays.get("aux:" + name)
+        if variance is None:
+            continue
+        variance = variance.asnumpy()
+        bad = ~(variance >= 0) | ~(variance < float("inf"))      # NaN fails both
+        if bad.any():
+            raise ExportError(f"BatchNorm running variance {name!r} holds {int(bad.sum())} negative "
+                              f"or non-finite value(s) (e.g. {variance[bad][0]}); no runtime "
+                              "computes this layer right. Initialize BatchNorm running variances "
+                              "to ones (gluonkit.nn.declare_norm_init for layers built as "
+                              "symbols) and retrain, or check the training for NaN.")
+
+
 def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epoch=0,
                  kind="classifier", onnx=None, **extra):
     """Write ``net`` as a symbol, its parameters and a metadata file, for inference.
@@ -126,6 +148,12 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     -------
     dict
         The metadata written to ``PREFIX.json``, with the three file paths under 'files'.
+
+    Raises
+    ------
+    ExportError
+        If a BatchNorm layer's running variance is negative or not finite (named); nothing
+        is written.
 
     Example::
 
@@ -188,6 +216,7 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise ValueError(f"the traced graph has inputs other than {_DATA!r} that are not "
                          f"parameters: {missing}; export a network that takes one input.")
 
+    _check_running_variances(symbol, arrays)
     onnx_text = _onnx_text(symbol, arrays, metadata, onnx)     # before anything is written
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     files = {"symbol": f"{prefix}-symbol.json", "params": f"{prefix}-{epoch:04d}.params",

@@ -10,13 +10,19 @@ Pillow (:mod:`gluonkit.serve`), passes these checks:
    refused before a byte of pixels is allocated;
 3. a PNG or JPEG whose data ends before the image does (a cut file) is refused (MXNet's
    decoder would return blank pixels for some);
-4. the decoded image must have the header's size.
+4. the decoded image must have the header's size, or, where the decoder turned it upright
+   (OpenCV does, for JPEG and PNG), the size its EXIF orientation gives: orientations
+   5 to 8 swap width and height (:func:`check_decoded`). The orientation is read from the
+   header too (a JPEG's APP1 segment, a PNG's eXIf chunk), within bounded reads; malformed
+   EXIF data counts as no orientation. A TIFF is always turned: Pillow's header size and
+   OpenCV's decode (with or without ``IMREAD_IGNORE_ORIENTATION``) both apply its orientation.
 
 Every refusal is an :class:`ImageError` (a ``ValueError``) naming the file. Resizes are checked
 before they run (:func:`check_resize`): no image is resized to more than ``max_pixels``.
 This module imports neither mxnet nor numpy.
 """
 import argparse
+import collections
 import os
 import struct
 import warnings
@@ -26,7 +32,7 @@ from PIL import Image
 from .errors import DataFileError
 from .validate import finite_real, positive_int
 
-__all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
+__all__ = ["ImageError", "ImageHeader", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
            "check_limits", "check_header", "image_size", "read_checked", "check_whole",
            "check_decoded", "check_resize", "add_limit_options"]
 
@@ -42,12 +48,56 @@ _FORMATS = ("PNG", "JPEG", "BMP", "TIFF")   # Pillow's names for them
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _BYTES_PER_PIXEL = 8                          # 16-bit RGBA, uncompressed: the largest they hold
 _METADATA_BYTES = 64 << 20                    # room for profiles, thumbnails and text chunks
+_ORIENTATION_TAG = 0x0112
+_EXIF_BYTES = 1 << 16                         # a JPEG segment's most; a PNG eXIf chunk beyond is skipped
 _RAISE = "raise the limit (max_pixels=, or --max-image-pixels on the commands) if you trust it"
 
 
 class ImageError(DataFileError):
     """An image that gluonkit does not decode: empty, not an image, cut short, damaged or
     beyond the limits. The message names the file (a ``DataFileError``, so a ``ValueError``)."""
+
+
+class ImageHeader(collections.namedtuple("ImageHeader", "format width height")):
+    """What an image file's header says: ``(format, width, height)``, and ``orientation``,
+    its EXIF orientation (1 to 8; 1, upright, without EXIF data or a valid tag)."""
+
+    def __new__(cls, fmt, width, height, orientation=1):
+        header = super().__new__(cls, fmt, width, height)
+        header.orientation = orientation if orientation in range(1, 9) else 1
+        return header
+
+
+def _exif_orientation(tiff):
+    """The orientation tag of ``tiff`` (bytes of an EXIF block: a TIFF header and IFD0), or 1
+    where the block is malformed or has none. Reads only inside ``tiff``."""
+    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+    if order is None or len(tiff) < 8:
+        return 1
+    offset = struct.unpack_from(order + "I", tiff, 4)[0]
+    if offset + 2 > len(tiff):
+        return 1
+    count = struct.unpack_from(order + "H", tiff, offset)[0]
+    for entry in range(offset + 2, min(offset + 2 + 12 * count, len(tiff) - 11), 12):
+        tag, kind = struct.unpack_from(order + "HH", tiff, entry)
+        if tag == _ORIENTATION_TAG and kind == 3:          # a SHORT, stored in the entry
+            return struct.unpack_from(order + "H", tiff, entry + 8)[0]
+    return 1
+
+
+def _png_orientation(f):
+    """The EXIF orientation of the PNG file ``f`` (from its eXIf chunk, before the pixels)."""
+    f.seek(8)
+    while True:
+        head = f.read(8)
+        if len(head) < 8:
+            return 1
+        length, kind = struct.unpack(">I4s", head)
+        if kind in (b"IDAT", b"IEND"):
+            return 1
+        if kind == b"eXIf" and length <= _EXIF_BYTES:
+            return _exif_orientation(f.read(length))
+        f.seek(length + 4, 1)                              # the data and its CRC
 
 
 def check_limits(max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
@@ -61,12 +111,14 @@ def check_limits(max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
 
 
 def _jpeg_size(f):
-    """``(width, height)`` from the frame header of the JPEG file ``f``, or None.
+    """``(width, height, orientation)`` from the frame header of the JPEG file ``f`` and its
+    EXIF segment (APP1) before it, or None.
 
     The marker segments are walked by their lengths up to the first frame header (SOFn);
     Pillow's JPEG plugin parses every segment, which cost more than a small image's decode.
     """
     f.seek(2)
+    orientation = 1
     while True:
         marker = f.read(2)
         if len(marker) < 2 or marker[0] != 0xFF:
@@ -82,19 +134,25 @@ def _jpeg_size(f):
                 return None
             if 0xC0 <= code <= 0xCF and code not in (0xC4, 0xC8, 0xCC):
                 frame = f.read(5)              # precision, height, width
-                return (int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")) \
-                    if len(frame) == 5 else None
-            f.seek(int.from_bytes(length, "big") - 2, 1)
+                return (int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big"),
+                        orientation) if len(frame) == 5 else None
+            segment = int.from_bytes(length, "big") - 2        # at most 65533 bytes
+            if code == 0xE1 and orientation == 1:
+                data = f.read(segment)
+                if data[:6] == b"Exif\0\0":
+                    orientation = _exif_orientation(data[6:])
+            else:
+                f.seek(segment, 1)
 
 
 def _identify(f, name):
-    """``(format, width, height)`` from the header of the open binary file ``f``."""
+    """The :class:`ImageHeader` of the open binary file ``f``."""
     prefix = f.read(24)
     if not prefix:
         raise ImageError(f"{name} is empty (0 bytes); remove it or replace it with an image.")
     size = None
     if prefix[:8] == _PNG_SIGNATURE and prefix[12:16] == b"IHDR":  # the first chunk, always
-        size, fmt = struct.unpack(">II", prefix[16:24]), "PNG"
+        size, fmt = struct.unpack(">II", prefix[16:24]) + (_png_orientation(f),), "PNG"
     elif prefix[:3] == b"\xff\xd8\xff":
         size, fmt = _jpeg_size(f), "JPEG"
     else:
@@ -107,7 +165,7 @@ def _identify(f, name):
             try:
                 with warnings.catch_warnings():    # such as Pillow's on damaged EXIF data
                     warnings.simplefilter("ignore")
-                    size = factory(f, name).size
+                    size = factory(f, name).size  # a TIFF's turned already, as OpenCV's decode
                 break
             except (SyntaxError, ValueError, IndexError, TypeError, OSError, struct.error):
                 continue
@@ -115,13 +173,15 @@ def _identify(f, name):
         raise ImageError(f"{name} cannot be decoded as an image: it is not a whole PNG, JPEG, "
                          "BMP or TIFF file (the formats MXNet decodes); remove it, or convert "
                          "it to PNG.")
-    return fmt, size[0], size[1]
+    return ImageHeader(fmt, *size)
 
 
 def check_header(f, name, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
-    """The ``(format, width, height)`` of the image file open as ``f`` (a binary file), read
-    from its header alone; ``ImageError`` for a file that is not an image within the limits."""
-    fmt, width, height = _identify(f, name)
+    """The :class:`ImageHeader` ``(format, width, height)`` (and ``orientation``) of the image
+    file open as ``f`` (a binary file), read from its header alone; ``ImageError`` for a file
+    that is not an image within the limits."""
+    header = _identify(f, name)
+    fmt, width, height = header
     if width < 1 or height < 1:
         raise ImageError(f"{name} has a header of {width}x{height} pixels; the file is damaged.")
     if width * height > max_pixels:
@@ -131,7 +191,7 @@ def check_header(f, name, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
         raise ImageError(f"{name} is {width}x{height} pixels, an aspect ratio above the limit "
                          f"of {max_aspect:g}:1; crop it, or raise the limit (max_aspect=, or "
                          "--max-aspect-ratio on the commands).")
-    return fmt, width, height
+    return header
 
 
 def _png_complete(data):
@@ -212,12 +272,16 @@ def check_whole(data, name, header):
                          "copy the file again.")
 
 
-def check_decoded(shape, name, header):
-    """``ImageError`` unless the decoded image's ``shape`` (HWC) has the header's size."""
+def check_decoded(shape, name, header, upright=False):
+    """``ImageError`` unless the decoded image's ``shape`` (HWC) has the header's size; with
+    ``upright`` (a decoder that applies the EXIF orientation), the size once turned by the
+    header's ``orientation`` (5 to 8 swap width and height)."""
     _, width, height = header
-    if tuple(shape[:2]) != (height, width):
-        raise ImageError(f"{name} decodes to {shape[1]}x{shape[0]} pixels but its "
-                         f"header says {width}x{height}; the file is damaged.")
+    turned = upright and getattr(header, "orientation", 1) >= 5
+    if tuple(shape[:2]) != ((width, height) if turned else (height, width)):
+        says = f" turned by its EXIF orientation {header.orientation}" if turned else ""
+        raise ImageError(f"{name} decodes to {shape[1]}x{shape[0]} pixels but its header says "
+                         f"{width}x{height}{says}; the file is damaged.")
 
 
 def check_resize(name, size, new_size, max_pixels=MAX_PIXELS):

@@ -288,3 +288,30 @@ def test_bad_preprocessing_kind_or_extra_is_refused_before_writing(tmp_path):
         with pytest.raises(error, match=message):
             gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), **options)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", [-0.07, float("nan"), float("inf")])
+def test_a_batchnorm_running_variance_no_runtime_can_serve_is_refused_by_name(tmp_path, value):
+    net = small_cnn(3)
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 8, 8)))
+    variance = next(p for n, p in net.collect_params().items() if n.endswith("running_var"))
+    changed = variance.data().asnumpy()
+    changed[1] = value
+    variance.set_data(mx.nd.array(changed))
+    with pytest.raises(gluonkit.ExportError, match=f"{variance.name}.* 1 negative or non-finite"):
+        gluonkit.export_model(net, str(tmp_path / "model"), (3, 8, 8), onnx=False)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_symbol_built_batchnorm_with_a_negative_variance_is_refused(tmp_path):
+    data = mx.sym.var("data")
+    block = gluon.SymbolBlock(mx.sym.BatchNorm(mx.sym.Convolution(data, num_filter=2, kernel=(1, 1),
+                                                                  name="conv"), name="bn"), data)
+    block.initialize()          # no init declared: moving_var from Uniform(0.07), as SSD's extra layers
+    block(mx.nd.zeros((1, 3, 4, 4)))
+    block.collect_params()["bn_moving_var"].set_data(mx.nd.array([0.5, -0.01]))
+    with pytest.raises(gluonkit.ExportError, match="'bn_moving_var'"):
+        gluonkit.export_model(block, str(tmp_path / "model"), (3, 4, 4), onnx=False)
+    block.collect_params()["bn_moving_var"].set_data(mx.nd.array([0.5, 0.0]))
+    gluonkit.export_model(block, str(tmp_path / "model"), (3, 4, 4), onnx=False)

@@ -191,7 +191,7 @@ class COCOFile(gluon.data.Dataset):
     def __getitem__(self, idx):
         rows = [box + [cls, crowd] for box, cls, crowd, _ in self._boxes[idx]
                 if self.crowd_as_difficult or not crowd]
-        return read_image(self.images[idx], **self.limits), \
+        return read_image(self.images[idx], upright=False, **self.limits), \
             np.array(rows, dtype=np.float64).reshape(-1, 6)
 
     def take(self, count):

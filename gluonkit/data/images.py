@@ -4,7 +4,9 @@ Every image gluonkit reads from a file (an image folder, a RecordIO record, ``gl
 goes through :func:`decode_image` or :func:`read_image`: the checks of
 :mod:`gluonkit.imagefiles` first (header, limits, a whole file), then OpenCV decodes it at once,
 in the calling thread (the pixels MXNet's ``imdecode`` gives, since that calls OpenCV too,
-without a round trip through MXNet's asynchronous engine). Every refusal is an
+without a round trip through MXNet's asynchronous engine), turned upright by the image's EXIF
+orientation unless ``upright=False`` (MXNet's decoder does not turn them; the detection
+datasets read them as stored, the frame of their boxes). Every refusal is an
 :class:`ImageError` naming the file.
 """
 import io
@@ -27,27 +29,31 @@ __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFF
            "ImageFolderDataset", "ImageRecordDataset", "DetectionRecordDataset"]
 
 
-def _decode(data, name, header, channels):
+def _decode(data, name, header, channels, upright):
     """The image that ``data`` (whose checked ``header`` it is, and found whole) encodes, as
-    an (H, W, ``channels``) uint8 NDArray, RGB, refused unless of the header's size.
+    an (H, W, ``channels``) uint8 NDArray, RGB, turned by its EXIF orientation if ``upright``,
+    refused unless of the header's size (turned).
 
     OpenCV decodes it in this thread, as MXNet's ``imdecode`` would (the same pixels) but
     without a trip through MXNet's engine and a wait for it; the NDArray holds OpenCV's buffer.
     """
     fmt, width, height = header
     flag = cv2.IMREAD_COLOR if channels == 3 else cv2.IMREAD_GRAYSCALE
+    if not upright:
+        flag |= cv2.IMREAD_IGNORE_ORIENTATION
     pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
     if pixels is None:
         raise ImageError(f"{name} cannot be decoded: its {fmt} data ({width}x{height} pixels) "
                          "is damaged or cut short; copy the file again.")
-    check_decoded(pixels.shape, name, header)
+    check_decoded(pixels.shape, name, header, upright)
     if channels == 3:
         cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB, dst=pixels)
     # the NDArray takes over OpenCV's buffer (DLPack): no copy of the pixels
-    return mx.nd.from_numpy(pixels.reshape(height, width, channels), zero_copy=True)
+    return mx.nd.from_numpy(pixels.reshape(pixels.shape[:2] + (channels,)), zero_copy=True)
 
 
-def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+def decode_image(data, name, channels=3, *, upright=True, max_pixels=MAX_PIXELS,
+                 max_aspect=MAX_ASPECT):
     """The image encoded in ``data`` (bytes) as an (H, W, ``channels``) uint8 NDArray, RGB.
 
     Parameters
@@ -58,6 +64,10 @@ def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MA
         What the errors call it: the file, or a record of a file.
     channels : {3, 1}
         RGB, or grayscale.
+    upright : bool, default True
+        Turn the image by its EXIF orientation (a phone photo stored sideways comes out as
+        it is shown). False: the pixels as stored, the frame of boxes annotated on them (the
+        detection datasets read images so; MXNet's own ``imdecode`` does too).
     max_pixels, max_aspect
         The limits (see the module's description).
 
@@ -69,10 +79,10 @@ def decode_image(data, name, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MA
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     header = check_header(io.BytesIO(data), name, max_pixels, max_aspect)
     check_whole(data, name, header)
-    return _decode(data, name, header, channels)
+    return _decode(data, name, header, channels, upright)
 
 
-def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+def read_image(path, channels=3, *, upright=True, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """The image file ``path`` as an (H, W, ``channels``) uint8 NDArray, RGB; like
     :func:`decode_image`, and the file is read only once its header passed the checks.
 
@@ -83,7 +93,7 @@ def read_image(path, channels=3, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT
     """
     data, header = read_checked(path, max_pixels, max_aspect)
     # the bytes checked are the bytes decoded: a file replaced meanwhile is not read again
-    return _decode(data, os.fspath(path), header, channels)
+    return _decode(data, os.fspath(path), header, channels, upright)
 
 
 class ImageFolderDataset(gluon.data.vision.ImageFolderDataset):
@@ -133,7 +143,9 @@ class ImageFolderDataset(gluon.data.vision.ImageFolderDataset):
 class ImageRecordDataset(gluon.data.vision.ImageRecordDataset):
     """Gluon's ``ImageRecordDataset`` (a RecordIO file of images) whose images are decoded by
     :func:`decode_image`: within ``max_pixels`` and ``max_aspect``, errors naming the file
-    and the record."""
+    and the record; turned upright by their EXIF orientation."""
+
+    _upright = True
 
     def __init__(self, filename, flag=1, transform=None, *, max_pixels=MAX_PIXELS,
                  max_aspect=MAX_ASPECT):
@@ -144,7 +156,7 @@ class ImageRecordDataset(gluon.data.vision.ImageRecordDataset):
         record = super(gluon.data.vision.ImageRecordDataset, self).__getitem__(idx)   # raw bytes
         header, data = mx.recordio.unpack(record)
         image = decode_image(data, f"{self.filename} (record {idx})", 3 if self._flag else 1,
-                             **self._limits)
+                             upright=self._upright, **self._limits)
         if self._transform is not None:
             return self._transform(image, header.label)
         return image, header.label
@@ -155,7 +167,10 @@ class DetectionRecordDataset(RecordFileDetection, ImageRecordDataset):
     by :func:`decode_image`, as :class:`ImageRecordDataset` decodes them: within the limits,
     errors naming the file and the record. Samples and labels are GluonCV's: an (objects, 5+)
     array of xmin, ymin, xmax, ymax in pixels, class id, (more); an image without objects,
-    stored as a label header alone (which ``RecordFileDetection`` refuses), has none."""
+    stored as a label header alone (which ``RecordFileDetection`` refuses), has none. The
+    pixels are as stored, not turned by an EXIF orientation: the frame the boxes are in."""
+
+    _upright = False
 
     def __init__(self, filename, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
         ImageRecordDataset.__init__(self, filename, max_pixels=max_pixels, max_aspect=max_aspect)

@@ -100,7 +100,8 @@ class VOCFolder(gluon.data.Dataset):
 
     Build it with :func:`load_voc`. A sample is ``(image, label)`` as GluonCV's
     ``VOCDetection`` gives it: an (H, W, 3) uint8 RGB NDArray and an (objects, 6) float array
-    of xmin, ymin, xmax, ymax (0-based pixels), class id, difficult.
+    of xmin, ymin, xmax, ymax (0-based pixels), class id, difficult. The pixels are as stored,
+    not turned by an EXIF orientation: annotation files give boxes in that frame.
 
     Parameters
     ----------
@@ -120,7 +121,7 @@ class VOCFolder(gluon.data.Dataset):
         return len(self.images)
 
     def __getitem__(self, idx):
-        return read_image(self.images[idx], **self.limits), self.labels[idx].copy()
+        return read_image(self.images[idx], upright=False, **self.limits), self.labels[idx].copy()
 
 
 def _listed(root, split):

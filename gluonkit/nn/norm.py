@@ -6,13 +6,23 @@ the forward in ``autograd.predict_mode()`` is not the way: in MXNet 1.9.1 the in
 of a BatchNorm computed in prediction mode is wrong (0.55 off the analytic
 gamma / sqrt(var + eps) on a 4-channel layer). The operator's own ``use_global_stats=True``
 gives the exact gradient; ``freeze_batchnorm`` sets it on every BatchNorm layer of a block.
+
+``declare_norm_init`` gives the normalization parameters of layers built as a symbol graph
+(a ``SymbolBlock``, e.g. GluonCV's SSD feature expander) the initializers Gluon's own layers
+declare; without it ``initialize()`` fills their running variance with the default
+initializer's random values, negative for half of them.
 """
 from mxnet import gluon
 from mxnet.gluon.nn.basic_layers import _BatchNorm
 
 from ..names import select
 
-__all__ = ["freeze_batchnorm", "check_sync_batchnorm"]
+__all__ = ["freeze_batchnorm", "check_sync_batchnorm", "declare_norm_init"]
+
+# MXNet's symbolic rule (``Initializer.__call__`` on a name without ``__init__``), which Gluon
+# bypasses: it hands every parameter without ``init`` to the default initializer
+_NORM_INIT = {"gamma": "ones", "beta": "zeros", "running_mean": "zeros", "moving_mean": "zeros",
+              "running_var": "ones", "moving_var": "ones"}
 
 
 def _batchnorms(block):
@@ -112,3 +122,44 @@ def check_sync_batchnorm(block, ctx):
                          "forward or backward pass there. Use them on GPUs; on CPU devices use "
                          "BatchNorm, or freeze them with gluonkit.nn.freeze_batchnorm(net).")
     return True
+
+
+def declare_norm_init(block):
+    """Give ``block``'s normalization parameters that declare no initializer Gluon's defaults.
+
+    Gluon's layers declare theirs (BatchNorm: gamma ones, beta zeros, running mean zeros,
+    running variance ones), and ``initialize(init)`` keeps them. The parameters of a layer
+    built as a symbol graph (``SymbolBlock``; GluonCV's SSD extra layers, ``FeatureExpander``)
+    declare none, so ``initialize`` fills them with ``init`` (by default ``Uniform(0.07)``):
+    a negative running variance that MXNet survives by chance and onnxruntime turns into NaN.
+    This gives every parameter without ``init`` whose name ends in
+    gamma, beta, running_mean / moving_mean or running_var / moving_var the initializer
+    MXNet's symbolic rule gives such names (ones, zeros, zeros, ones). Call it before
+    ``initialize``.
+
+    Parameters
+    ----------
+    block : Block
+
+    Returns
+    -------
+    list of str
+        The names of the parameters given an initializer.
+
+    Example::
+
+        >>> net = gluoncv.model_zoo.get_model('ssd_300_mobilenet0.25_custom', classes=['a'],
+        ...                                   pretrained_base=False)
+        >>> len(declare_norm_init(net))
+        32
+        >>> net.initialize()
+    """
+    if not isinstance(block, gluon.Block):
+        raise TypeError(f"declare_norm_init takes a gluon Block, got {type(block).__name__}.")
+    declared = []
+    for name, param in block.collect_params().items():
+        suffix = next((s for s in _NORM_INIT if name.endswith("_" + s)), None)
+        if suffix and param.init is None:
+            param.init = _NORM_INIT[suffix]
+            declared.append(name)
+    return declared

@@ -23,7 +23,7 @@ from mxnet import autograd, gluon
 
 from gluonkit.recipes import rcnn
 from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset
-from gluonkit.nn import freeze_batchnorm
+from gluonkit.nn import declare_norm_init, freeze_batchnorm
 from gluonkit.split import split_and_load
 
 __all__ = ["FAMILIES", "model_family", "build_detector", "initialize", "one_image_network",
@@ -57,7 +57,8 @@ def model_family(name):
 
 def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", num_devices=1,
                    **rcnn_options):
-    """A GluonCV detector for ``classes`` (a list of names), not yet initialized.
+    """A GluonCV detector for ``classes`` (a list of names), not yet initialized; its
+    BatchNorm layers (SSD's extra layers too) start from Gluon's defaults when initialized.
 
     Parameters
     ----------
@@ -96,6 +97,7 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
             warnings.filterwarnings("ignore", message="Cannot decide type")
             net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
                                       classes=list(classes), **norm)
+    declare_norm_init(net)      # SSD's extra layers: BatchNorm built as symbols declares no init
     if batchnorm == "frozen":
         freeze_batchnorm(net)
     return net

@@ -8,6 +8,7 @@ from mxnet.base import MXNetError, data_dir
 from mxnet.gluon import nn
 from mxnet.initializer import Xavier
 
+from gluonkit.nn import declare_norm_init
 from gluonkit.recipes.common import OptionError
 
 __all__ = ["small_cnn", "check_model_name", "build_model", "check_input_shape", "WeightsUnavailable"]
@@ -120,7 +121,9 @@ def build_model(name, classes, pretrained=False, pretrained_file=None):
     """The network ``name`` ('cnn' or a GluonCV model-zoo name) with ``classes`` outputs.
 
     With ``pretrained`` (or a ``pretrained_file``), a model-zoo network starts from its
-    pretrained weights and only its new output layer is initialized.
+    pretrained weights and only its new output layer is initialized. Normalization layers
+    start from Gluon's defaults whatever initializer the network is given
+    (``gluonkit.nn.declare_norm_init``).
     """
     check_model_name(name)
     if name == "cnn":
@@ -132,4 +135,6 @@ def build_model(name, classes, pretrained=False, pretrained_file=None):
         return _pretrained(name, classes, pretrained_file)
     from gluoncv import model_zoo
 
-    return model_zoo.get_model(name, pretrained=False, classes=classes)
+    net = model_zoo.get_model(name, pretrained=False, classes=classes)
+    declare_norm_init(net)       # before the recipes' initialize(Xavier()): layers built as symbols
+    return net

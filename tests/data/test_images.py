@@ -179,3 +179,71 @@ def test_an_image_folder_lists_every_decodable_format_and_no_hidden_entry(tmp_pa
         [("a.BMP", 0), ("a.png", 0), ("a.jpg", 1), ("a.tif", 1)]
     image, label = folder[0]
     assert image.shape == (40, 50, 3) and label == 0
+
+
+def _with_orientation(image, suffix, orientation):
+    """``image`` (RGB) as a ``suffix`` file's bytes whose EXIF orientation is ``orientation``,
+    written by Pillow as a camera writes it."""
+    import io
+
+    from PIL import Image
+    stored = Image.fromarray(image)
+    exif = stored.getexif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    stored.save(out, format={".jpg": "JPEG", ".png": "PNG"}[suffix], exif=exif)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("suffix", [".jpg", ".png"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_oriented_images_decode_upright_or_as_stored(tmp_path, suffix, orientation):
+    # phone photos: a 6 was refused ("decodes to 61x83 pixels but its header says 83x61")
+    from PIL import Image, ImageOps
+    path = tmp_path / f"photo{suffix}"
+    path.write_bytes(_with_orientation(pixels(61, 83), suffix, orientation))
+    with Image.open(path) as opened:
+        stored = np.asarray(opened.convert("RGB"))
+        upright = np.asarray(ImageOps.exif_transpose(opened).convert("RGB"))
+    assert upright.shape[:2] == ((83, 61) if orientation >= 5 else (61, 83))
+    np.testing.assert_array_equal(read_image(path).asnumpy(), upright)           # Pillow's turn
+    np.testing.assert_array_equal(decode_image(path.read_bytes(), "x").asnumpy(), upright)
+    assert read_image(path, 1).shape[:2] == upright.shape[:2]
+    np.testing.assert_array_equal(read_image(path, upright=False).asnumpy(), stored)
+    np.testing.assert_array_equal(read_image(path, upright=False).asnumpy(),
+                                  mx.image.imread(str(path)).asnumpy())  # MXNet's decoder: as stored
+
+
+def _jpeg_with_app1(payload):
+    data = encoded(pixels(20, 30), ".jpg")
+    return data[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + data[2:]
+
+
+def _ifd(order, offset, count, entries=b""):
+    return order + (b"\x00\x2a" if order == b"MM" else b"\x2a\x00") + offset + count + entries
+
+
+@pytest.mark.parametrize("payload", [
+    b"Exif\0\0",                                                     # no TIFF header
+    b"Exif\0\0II*\0",                                                # cut short
+    b"Exif\0\0XX*\0\x08\0\0\0",                                      # no byte order
+    b"Exif\0\0" + _ifd(b"MM", b"\xff\xff\xff\xff", b""),             # IFD beyond the segment
+    b"Exif\0\0" + _ifd(b"MM", b"\0\0\0\x08", b"\xff\xff"),           # 65535 entries announced
+    b"Exif\0\0" + _ifd(b"MM", b"\0\0\0\x08", b"\0\x01", b"\x01\x12\0\x03\0\0\0\x01\0\x63\0\0"),
+    b"Exif\0\0" + _ifd(b"MM", b"\0\0\0\x08", b"\0\x01", b"\x01\x12\0\x04\0\0\0\x01\0\x00\0\x06"),
+    b"Exif\0\0" + _ifd(b"II", b"\x08\0\0\0", b"\x01\0", b"\x12\x01\x03\0\x01\0\0\0\x06"),  # cut
+], ids=["empty", "short", "order", "offset", "count", "value-99", "type-long", "entry-cut"])
+def test_malformed_exif_counts_as_no_orientation(tmp_path, payload):
+    path = tmp_path / "odd.jpg"
+    path.write_bytes(_jpeg_with_app1(payload))
+    assert read_image(path).shape == (20, 30, 3)
+
+
+def test_a_well_formed_exif_segment_written_by_hand_is_read_in_both_byte_orders(tmp_path):
+    for order, entry in ((b"MM", b"\x01\x12\0\x03\0\0\0\x01\0\x06\0\0"),
+                         (b"II", b"\x12\x01\x03\0\x01\0\0\0\x06\0\0\0")):
+        offset, count = (b"\0\0\0\x08", b"\0\x01") if order == b"MM" else (b"\x08\0\0\0", b"\x01\0")
+        path = tmp_path / "turned.jpg"
+        path.write_bytes(_jpeg_with_app1(b"Exif\0\0" + _ifd(order, offset, count, entry)))
+        assert read_image(path).shape == (30, 20, 3)
+        assert read_image(path, upright=False).shape == (20, 30, 3)

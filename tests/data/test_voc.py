@@ -166,3 +166,20 @@ def test_a_size_that_is_not_the_images_is_refused_when_loading(tmp_path):
             f"{root / 'JPEGImages' / '1.jpg'} is 32x24 pixels, so its boxes cannot be placed on "
             "it; fix the <size> and the boxes (or the image).")):
         load_voc(str(root))
+
+
+def test_an_exif_oriented_photo_is_read_as_stored_the_frame_of_its_boxes(tmp_path):
+    # annotation tools and GluonCV's reader (MXNet's imdecode) give boxes and pixels as stored;
+    # before, OpenCV turned the image upright and the size check refused it
+    from PIL import Image
+    root = write_voc(tmp_path, GOOD)
+    photo = Image.open(root / "JPEGImages" / "0.jpg")
+    exif = photo.getexif()
+    exif[0x0112] = 6
+    photo.save(root / "JPEGImages" / "0.jpg", exif=exif, quality=100)
+    (train, _), classes = load_voc(str(root))
+    image, label = train[0]
+    theirs = CustomVOCDetectionBase(classes=classes, root=str(root), splits=(("", "train"),))
+    assert image.shape == (24, 32, 3)
+    assert (image.asnumpy() == theirs[0][0].asnumpy()).all()
+    assert label.tolist() == [[2, 1, 19, 14, 0, 0], [9, 7, 31, 23, 1, 1]]

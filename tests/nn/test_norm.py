@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from gluoncv import model_zoo
 from mxnet import autograd, gluon
+from numpy.testing import assert_array_equal
 
 import gluonkit
-from gluonkit.nn import freeze_batchnorm
+from gluonkit.nn import declare_norm_init, freeze_batchnorm
 
 EPS = 1e-5
 
@@ -170,3 +171,23 @@ def test_gluoncv_models_take_sync_batchnorm_as_norm_layer():
                               norm_layer=gluon.contrib.nn.SyncBatchNorm, norm_kwargs={"num_devices": 2})
     assert len(freeze_batchnorm(net)) == 20     # SyncBatchNorm layers are found like BatchNorm
     assert all(type(b).__name__ == "SyncBatchNorm" for b in [net.bn1, net.layer1[0].bn1])
+
+
+def test_symbol_built_batchnorm_gets_gluons_initializers_whatever_the_default():
+    data = mx.sym.var("data")
+    symbol = mx.sym.BatchNorm(mx.sym.Convolution(data, num_filter=3, kernel=(1, 1), name="c"), name="bn")
+    reference = gluon.nn.BatchNorm(in_channels=3)
+    reference.initialize(mx.init.Uniform(5))
+    for init in (mx.init.Uniform(), mx.init.Normal(2)):
+        block = gluon.SymbolBlock(symbol, data)
+        assert declare_norm_init(block) == ["bn_gamma", "bn_beta", "bn_moving_mean", "bn_moving_var"]
+        block.initialize(init)
+        block(mx.nd.zeros((1, 2, 2, 2)))
+        params = block.collect_params()
+        for ours, gluons in (("gamma", "gamma"), ("beta", "beta"), ("moving_mean", "running_mean"),
+                             ("moving_var", "running_var")):
+            assert_array_equal(params[f"bn_{ours}"].data().asnumpy(),
+                               getattr(reference, gluons).data().asnumpy())
+        assert declare_norm_init(block) == []          # declared once; Gluon layers keep theirs
+    with pytest.raises(TypeError, match="takes a gluon Block, got Symbol"):
+        declare_norm_init(symbol)

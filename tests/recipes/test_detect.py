@@ -188,3 +188,14 @@ def test_a_damaged_image_in_a_detection_record_file_is_named_with_its_record(tmp
     _, read_val, _ = detect.load_detection(f"rec:{train},{val}")
     with pytest.raises(DataFileError, match=r"val\.rec \(record 0\)"):
         read_val[0]
+
+
+def test_a_short_ssd_run_keeps_every_running_variance_positive_and_exports(tmp_path):
+    # its extra layers' BatchNorm started from Uniform(0.07): negative variances, NaN in onnxruntime
+    result = _run(tmp_path, "--model", "ssd_300_mobilenet0.25_custom", "--epochs", "2")
+    variances = {name: value for name, value in _params(result["net"]).items()
+                 if name.endswith(("running_var", "moving_var"))}
+    assert any("expand" in name for name in variances)
+    assert {name for name, value in variances.items() if not (value > 0).all()} == set()
+    saved = mx.nd.load(str(tmp_path / "out" / result["export"]["files"]["params"]))
+    assert all((v.asnumpy() > 0).all() for k, v in saved.items() if k.endswith("moving_var"))

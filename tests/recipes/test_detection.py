@@ -260,3 +260,45 @@ def test_faster_rcnn_is_a_family_whose_options_are_its_own():
         D.build_detector("yolo3_mobilenet0.25_custom", ["a"], short=128)
     with pytest.raises(ValueError, match="faster_rcnn_mobilenet0.25_custom"):
         D.model_family("faster_rcnn_mobilenet_custom")
+
+
+_GLUON_NORM_DEFAULTS = {"gamma": 1.0, "beta": 0.0, "running_mean": 0.0, "moving_mean": 0.0,
+                        "running_var": 1.0, "moving_var": 1.0}
+
+
+def _norm_statistics(net):
+    """name -> array of every normalization parameter of an initialized ``net``."""
+    return {name: p.data().asnumpy() for name, p in net.collect_params().items()
+            if name.rpartition("_")[2] in ("gamma", "beta")
+            or name.endswith(("running_mean", "moving_mean", "running_var", "moving_var"))}
+
+
+def _off_default(stats):
+    return sorted(name for name, value in stats.items()
+                  if not np.all(value == next(v for s, v in _GLUON_NORM_DEFAULTS.items()
+                                              if name.endswith("_" + s))))
+
+
+@pytest.mark.parametrize("name, options", [
+    ("yolo3_mobilenet0.25_custom", {}),
+    ("ssd_300_mobilenet0.25_custom", {}),
+    ("faster_rcnn_mobilenet0.25_custom", {"scales": (2, 4), "short": 64, "max_size": 96}),
+])
+def test_every_batchnorm_of_every_family_starts_at_gluons_defaults(name, options):
+    # SSD's extra layers are a symbol graph whose BatchNorm declares no init: the default
+    # initializer gave running_var uniform +-0.07 (half negative), gamma and beta too
+    net = D.build_detector(name, ["a", "b"], **options)
+    D.initialize(net, [mx.cpu()])
+    net(mx.nd.zeros((1, 3, 64, 64)))                      # deferred shapes
+    stats = _norm_statistics(net)
+    assert len(stats) >= 100 and any("moving_var" in n for n in stats) == name.startswith("ssd")
+    assert _off_default(stats) == []
+
+
+def test_classifier_batchnorm_starts_at_gluons_defaults_under_xavier():
+    from gluonkit.recipes.models import build_model
+    net = build_model("mobilenet0.25", 3)
+    net.initialize(mx.init.Xavier())                       # as the classify recipe does
+    net(mx.nd.zeros((1, 3, 32, 32)))
+    stats = _norm_statistics(net)
+    assert len(stats) > 50 and _off_default(stats) == []

@@ -45,13 +45,17 @@ def check_threads(threads, name="threads"):
 
 
 def _check_digest(path):
-    """``ExportError`` if the export's ``PREFIX.json`` beside ``path`` (``PREFIX.onnx``) records
-    another SHA-256 for it; nothing to check where the file came alone."""
+    """``ExportError`` if the export's ``PREFIX.json`` beside ``path`` (``PREFIX.onnx``, found by
+    the prefix as the MXNet files are) records another SHA-256 for it; nothing to check where
+    the file came alone or the JSON file beside it is not an export's metadata."""
     prefix, suffix = os.path.splitext(path)
     if suffix != ".onnx" or not os.path.isfile(prefix + ".json"):
         return
-    expected = read_metadata(prefix)["sha256"].get("onnx")
-    if expected is not None and file_sha256(path) != expected:
+    try:
+        metadata = read_metadata(prefix)
+    except ExportError:             # another JSON file: model.onnx carries its own metadata
+        return
+    if "onnx" in metadata["sha256"] and file_sha256(path) != metadata["sha256"]["onnx"]:
         raise ExportError(f"{path} is not the file {prefix}.json was exported with (its SHA-256 "
                           "differs): it is damaged, cut short, or from another export; copy "
                           f"the files of one export together, or {_REDO}.")

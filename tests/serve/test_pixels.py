@@ -36,7 +36,8 @@ print(cv2.__version__)
 
 
 def _image(folder, width, height, channels, seed, depth):
-    """A PNG of smooth and noisy parts (resizes round differently on both), 8 or 16-bit."""
+    """A PNG of smooth and noisy parts (resizes round differently on both), 8 or 16-bit (which
+    Pillow alone decodes otherwise than OpenCV)."""
     noise = pixels(height, width, seed).astype(np.float64)
     ramp = np.linspace(0, 255, width)[None, :, None] * np.linspace(0.2, 1, height)[:, None, None]
     image = np.where(np.arange(width)[None, :, None] < width // 2, ramp, noise)[:, :, :channels]
@@ -47,9 +48,18 @@ def _image(folder, width, height, channels, seed, depth):
     return str(path)
 
 
+def _cmyk_jpeg(folder):
+    """A CMYK JPEG (which Pillow alone decodes a few levels off OpenCV)."""
+    from PIL import Image
+
+    path = folder / "cmyk.jpg"
+    Image.fromarray(pixels(21, 35)).convert("CMYK").save(path, quality=90)
+    return str(path)
+
+
 def test_served_tensors_are_gluonkit_predict_s_to_the_bit(serve_python, tmp_path):
     images = [_image(tmp_path, w, h, c, i, depth) for i, (w, h) in enumerate(SIZES)
-              for c in (1, 3) for depth in (8, 16)]
+              for c in (1, 3) for depth in (8, 16)] + [_cmyk_jpeg(tmp_path)]
     cases = [(path, dict(p, channels=channels, mean=[0.5] * channels, std=[0.25] * channels))
              for path in images for p in PREPROCESSING for channels in (1, 3)]
     (tmp_path / "cases.json").write_text(json.dumps(cases))

@@ -77,8 +77,10 @@ def test_a_model_onnx_that_is_not_its_export_s_is_refused(serve_python, tmp_path
         "SHA-256 differs): it is damaged, cut short, or from another export; copy the files of "
         "one export together, or export the model again with gluonkit "
         "(gluonkit.export_onnx(prefix)).")
-    # alone (no model.json beside it), the file is served as it is
+    # alone, or beside a JSON file that is not an export's metadata, it is served as it is
     os.rename(f"{other}.onnx", tmp_path / "alone.onnx")
+    assert run_serve(serve_python, tmp_path / "alone.onnx", _image(tmp_path)).returncode == 0
+    (tmp_path / "alone.json").write_text('["not", "metadata"]')
     assert run_serve(serve_python, tmp_path / "alone.onnx", _image(tmp_path)).returncode == 0
 
 

@@ -3,13 +3,13 @@ MXNet: the same checks (:mod:`gluonkit.imagefiles`), the same plan
 (:mod:`gluonkit.preprocessing`), the same pixels.
 
 With OpenCV installed (``opencv-python-headless``), files are decoded by OpenCV, as
-``gluonkit.predict`` decodes them, and resized by OpenCV's ``resize``, as MXNet's
+``gluonkit.predict`` decodes them (turned upright by their EXIF orientation), and resized by OpenCV's ``resize``, as MXNet's
 ``imresize`` does: the same pixels for every ``interp``. Bicubic is the exception: MXNet's
 bundled OpenCV rounds it otherwise than OpenCV 4 and 5, so :func:`resize` computes it in NumPy
 as MXNet's does, to the pixel, with or without OpenCV.
 
 Without OpenCV, Pillow decodes (as OpenCV does for 8-bit PNG, JPEG, BMP and TIFF; 16-bit and
-CMYK files differ) and NumPy resizes bilinear and area in floating point, where OpenCV uses
+CMYK files differ, and no EXIF orientation is applied) and NumPy resizes bilinear and area in floating point, where OpenCV uses
 fixed point: a resized pixel may differ from MXNet's by one level of 255. The other
 interpolations (``interp`` 0, 3 and 4: nearest, area to enlarge, Lanczos) then are not
 reproduced, and :func:`check_interp` refuses them.
@@ -43,7 +43,7 @@ def read_image(path, channels, max_pixels, max_aspect):
         pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
         if pixels is None:
             raise _damaged(path, header)
-        check_decoded(pixels.shape, path, header)
+        check_decoded(pixels.shape, path, header, upright=True)    # turned by its EXIF orientation
         if channels == 3:
             cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB, dst=pixels)
         return pixels.reshape(pixels.shape[:2] + (channels,))

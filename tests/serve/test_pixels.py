@@ -57,9 +57,21 @@ def _cmyk_jpeg(folder):
     return str(path)
 
 
+def _oriented_jpeg(folder, orientation):
+    """A JPEG stored sideways, with the EXIF orientation that turns it upright."""
+    from PIL import Image
+
+    path = folder / f"orientation{orientation}.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(pixels(21, 35)).save(path, quality=90, exif=exif.tobytes())
+    return str(path)
+
+
 def test_served_tensors_are_gluonkit_predict_s_to_the_bit(serve_python, tmp_path):
     images = [_image(tmp_path, w, h, c, i, depth) for i, (w, h) in enumerate(SIZES)
-              for c in (1, 3) for depth in (8, 16)] + [_cmyk_jpeg(tmp_path)]
+              for c in (1, 3) for depth in (8, 16)]
+    images += [_cmyk_jpeg(tmp_path), _oriented_jpeg(tmp_path, 3), _oriented_jpeg(tmp_path, 6)]
     cases = [(path, dict(p, channels=channels, mean=[0.5] * channels, std=[0.25] * channels))
              for path in images for p in PREPROCESSING for channels in (1, 3)]
     (tmp_path / "cases.json").write_text(json.dumps(cases))

@@ -1,5 +1,5 @@
-"""The serving environment: a virtual environment of its own with onnxruntime, numpy 2 and
-Pillow, and no mxnet (onnxruntime needs numpy>=1.24, which mxnet 1.9.1 cannot import with),
+"""The serving environment: a virtual environment of its own with onnxruntime, numpy 2,
+Pillow and OpenCV (headless), and no mxnet (onnxruntime needs numpy>=1.24, which mxnet 1.9.1 cannot import with),
 where ``gluonkit.serve`` runs. Built once and reused, under ``~/.cache/gluonkit`` or
 ``GLUONKIT_SERVE_ENV``; the serving tests and ``benchmarks.serving`` use it.
 
@@ -13,8 +13,9 @@ import sys
 
 __all__ = ["REQUIREMENTS", "folder", "serving_python"]
 
-#: What the environment holds: what ``gluonkit[serve]`` needs, and numpy 2 to prove it.
-REQUIREMENTS = ["onnxruntime>=1.16", "numpy>=2", "pillow"]
+#: What the environment holds: what ``gluonkit[serve]`` needs (OpenCV to decode and resize as
+#: gluonkit.predict does), and numpy 2 to prove it.
+REQUIREMENTS = ["onnxruntime>=1.16", "numpy>=2", "pillow", "opencv-python-headless"]
 
 
 def folder():

@@ -18,7 +18,7 @@ from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
 from .metadata import ExportError, ExportedModel, model_files, read_metadata
 from .preprocessing import Plan, plan, short_within
-from .results import classified, detected, image_files
+from .results import check_finite, classified, detected, image_files
 
 __all__ = ["Model", "load_model", "model_prefix", "predict", "iter_predict", "preprocess",
            "short_within", "shrink_to", "image_files"]
@@ -28,10 +28,11 @@ _EXPORT_FILE = re.compile(r"(-symbol\.json|-\d{4}\.params|\.json)$")
 
 class Model(ExportedModel):
     """An exported network loaded for inference: ``net`` (a ``gluon.SymbolBlock``),
-    ``metadata`` (the ``PREFIX.json`` dict) and ``ctx``."""
+    ``metadata`` (the ``PREFIX.json`` dict), ``ctx`` and ``path`` (its parameter file, which
+    errors name)."""
 
-    def __init__(self, net, metadata, ctx):
-        self.net, self.metadata, self.ctx = net, metadata, ctx
+    def __init__(self, net, metadata, ctx, path=None):
+        self.net, self.metadata, self.ctx, self.path = net, metadata, ctx, path
 
 
 def model_prefix(path):
@@ -73,7 +74,7 @@ def load_model(prefix, ctx=None):
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as err:
         raise ExportError(f"{files['symbol']} and {files['params']} do not load as a network "
                           f"({type(err).__name__}); export the model again.") from None
-    return Model(net, metadata, ctx or mx.cpu())
+    return Model(net, metadata, ctx or mx.cpu(), files["params"])
 
 
 def shrink_to(image, max_size):
@@ -191,6 +192,7 @@ def _run(model, run, top_k, threshold):
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     for i, item in enumerate(run):
         row = [out[i] for out in outputs]
+        check_finite([o.asnumpy() for o in row], model.kind, model.path or "the model", item.name)
         yield (_detected(model, item, row, threshold) if model.kind == "detector"
                else _classified(model, item, row, top_k))
 
@@ -226,7 +228,8 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
         raise ValueError(f"on_error must be 'raise' or 'report', got {on_error!r}.")
     report = on_error == "report"
     top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
-    threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold")
+    threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold",
+                                                                 minimum=0.0)
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     if not isinstance(model, Model):
         model = load_model(model, ctx)

@@ -27,6 +27,7 @@ import mxnet as mx
 import numpy as np
 
 from .atomic import atomic_replace
+from .inference import model_prefix
 from .metadata import file_sha256, model_files, read_metadata
 from .onnx_detection import box_nms_translation
 
@@ -148,7 +149,8 @@ def onnx_model(symbol, arrays, metadata):
 
 def export_onnx(prefix, onnx_file=None):
     """Write ``PREFIX.onnx`` (or ``onnx_file``) from an export's ``PREFIX-symbol.json``,
-    ``-NNNN.params`` and ``.json``, and record it in ``PREFIX.json``.
+    ``-NNNN.params`` and ``.json``, and record it in ``PREFIX.json``. ``prefix`` may also be
+    the run folder that holds the export, or one of its files (as ``gluonkit.predict`` takes).
 
     ``gluonkit.export_model`` writes ``model.onnx`` itself when the onnx package is installed;
     this converts exports made without it.
@@ -170,7 +172,7 @@ def export_onnx(prefix, onnx_file=None):
         >>> gluonkit.export_onnx("runs/classify/model")
         'runs/classify/model.onnx'
     """
-    prefix = os.fspath(prefix)
+    prefix = model_prefix(prefix)
     metadata = read_metadata(prefix)
     files = model_files(prefix, metadata)
     symbol = mx.sym.load(files["symbol"])

@@ -13,9 +13,12 @@ import sys
 import numpy as np
 
 from .imagefiles import SUFFIXES
+from .metadata import ExportError
 
-__all__ = ["image_files", "softmax", "classified", "detected", "format_results", "print_stream",
-           "exit_as_command"]
+__all__ = ["image_files", "softmax", "check_finite", "classified", "detected", "format_results",
+           "print_stream", "exit_as_command", "command_options"]
+
+_TOP_K = 5      # the commands' default --top-k
 
 
 def image_files(paths):
@@ -43,6 +46,21 @@ def softmax(scores):
     return exp / exp.sum()
 
 
+def check_finite(outputs, kind, model, name):
+    """``ExportError`` naming the ``model`` file and the image ``name`` unless the network's
+    ``outputs`` for that image (NumPy arrays) are finite: a detector's in its boxes (rows of id
+    -1, the padding, excepted), a classifier's everywhere. NaN or infinity is what damaged
+    weights (or a training that diverged) give, not an answer to print."""
+    if kind == "detector":
+        ids = np.asarray(outputs[0]).reshape(-1)
+        boxes = ~(ids < 0)                        # NaN ids count as boxes
+        outputs = [np.asarray(o).reshape(len(ids), -1)[boxes] for o in outputs]
+    if not all(np.isfinite(o).all() for o in outputs):
+        raise ExportError(f"{model} gives non-finite outputs (NaN or infinity) for {name}: its "
+                          "weights are damaged, or its training diverged; export it again from "
+                          "a good checkpoint.")
+
+
 def _top(probabilities, classes, k):
     order = np.argsort(-probabilities, kind="stable")[:k]
     return [{"class": classes[i] if classes else int(i), "probability": float(probabilities[i])}
@@ -63,7 +81,7 @@ def detected(name, plan, classes, outputs, threshold):
     whose id is a class and score at least ``threshold``, best first, in the image's pixels."""
     ids, scores, boxes = (np.asarray(o) for o in outputs)
     ids, scores, boxes = ids.reshape(-1), scores.reshape(-1), boxes.reshape(-1, 4)
-    kept = np.flatnonzero((ids >= 0) & (scores >= threshold) & np.isfinite(boxes).all(axis=1))
+    kept = np.flatnonzero((ids >= 0) & (scores >= threshold))
     kept = kept[np.argsort(-scores[kept], kind="stable")]
     width, height = plan.size
     return {"image": name, "width": width, "height": height, "score_threshold": threshold,
@@ -139,3 +157,24 @@ def exit_as_command(prog, body, errors=(OSError, ValueError)):
         sys.exit(f"{prog}: {err}")
     if failed:
         sys.exit(1)
+
+
+def command_options(model, name, top_k, score_threshold):
+    """``(top_k, score_threshold)`` for the loaded ``model`` (called ``name``) from the
+    commands' ``--top-k`` and ``--score-threshold`` (None where not given): ``ValueError`` for
+    an option of the other kind of model, which would be ignored. For a detector, says on
+    stderr which threshold applies and where it comes from (the results stay one line per
+    image on stdout)."""
+    if model.kind == "detector" and top_k is not None:
+        raise ValueError(f"--top-k {top_k}: {name} is a detector, which prints every box "
+                         "above --score-threshold; drop --top-k or pass --score-threshold S.")
+    if model.kind != "detector" and score_threshold is not None:
+        raise ValueError(f"--score-threshold {score_threshold}: {name} is a classifier, "
+                         "which prints its top classes; drop it or pass --top-k K.")
+    if model.kind == "detector":
+        given = score_threshold is not None
+        print(f"boxes scoring {score_threshold if given else model.score_threshold:g} or more ("
+              + ("--score-threshold" if given else "the model's threshold: its run's best F1"
+                 if "score_threshold" in model.metadata else "the default") + ")",
+              file=sys.stderr, flush=True)
+    return top_k or _TOP_K, score_threshold     # None: the model's recorded threshold

@@ -13,10 +13,12 @@ Example::
     Traceback (most recent call last):
     ValueError: accumulate must be a positive integer, got 0.
 """
+import argparse
 import math
 import numbers
 
-__all__ = ["is_int", "positive_int", "non_negative_int", "finite_real", "choice", "context_list", "check_count"]
+__all__ = ["is_int", "positive_int", "non_negative_int", "finite_real", "choice", "context_list",
+           "check_count", "argument_type"]
 
 
 def is_int(value):
@@ -106,3 +108,16 @@ def check_count(count, name="batch_size"):
     if is_int(count) and count >= 0:
         return int(count)   # integers keep exact arithmetic
     return finite_real(count, name, meaning, minimum=0)
+
+
+def argument_type(check, convert=int, expected="an integer"):
+    """An argparse ``type``: the text converted (``convert``), then ``check(value, 'the
+    value')``; a failed conversion is argparse's error ``expected EXPECTED, got 'TEXT'``."""
+    def parse(text):
+        try:
+            return check(convert(text), "the value")
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err) if "must be" in str(err)
+                                             else f"expected {expected}, got {text!r}") from None
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse

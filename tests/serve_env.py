@@ -1,5 +1,5 @@
 """The serving environment of the tests of ``gluonkit.serve`` (:mod:`benchmarks.serving_env`:
-onnxruntime, numpy 2 and Pillow, no mxnet; built once and reused).
+onnxruntime, numpy 2, Pillow and OpenCV, no mxnet; built once and reused).
 
 Test modules import it with ``from serve_env import serve_python, run_serve``. Where it cannot
 be built (no network) the tests that need it skip, unless ``GLUONKIT_REQUIRE_SERVE_TESTS=1``

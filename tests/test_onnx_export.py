@@ -13,7 +13,7 @@ from mxnet import gluon, nd
 
 import gluonkit
 from gluonkit.data.images import read_image as mxnet_read
-from gluonkit.serve.images import read_image as pillow_read, resize
+from gluonkit.serve.images import read_image as serve_read, resize
 from image_files import encoded, pixels
 
 onnx = pytest.importorskip("onnx")
@@ -122,23 +122,44 @@ def test_the_serving_modules_import_no_mxnet():
 
 @pytest.mark.parametrize("suffix", [".png", ".jpg", ".bmp", ".tif"])
 @pytest.mark.parametrize("channels", [3, 1])
-def test_pillow_decodes_as_mxnet(tmp_path, suffix, channels):
+@pytest.mark.parametrize("opencv", [True, False])
+def test_serve_decodes_as_mxnet_with_opencv_or_pillow(monkeypatch, tmp_path, suffix, channels,
+                                                      opencv):
+    import gluonkit.serve.images
+
+    if not opencv:
+        monkeypatch.setattr(gluonkit.serve.images, "cv2", None)
     path = tmp_path / f"image{suffix}"
     path.write_bytes(encoded(pixels(23, 31), suffix))
     want = mxnet_read(str(path), channels).asnumpy()
-    got = pillow_read(str(path), channels, 10 ** 6, 100)
+    got = serve_read(str(path), channels, 10 ** 6, 100)
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("interp", [1, 2])
-@pytest.mark.parametrize("size", [(8, 8), (96, 96), (50, 20), (31, 47)])
-def test_numpy_resize_is_opencv_s_within_one_level(size, interp):
+SIZES = [(8, 8), (96, 96), (50, 20), (31, 47), (500, 3)]
+
+
+# without OpenCV, area only shrinks (interp 3 to enlarge is refused: check_interp)
+@pytest.mark.parametrize("opencv, interp, size",
+                         [(True, i, s) for i in (0, 1, 2, 3, 4) for s in SIZES]
+                         + [(False, i, s) for i in (1, 2) for s in SIZES]
+                         + [(False, 3, (8, 8)), (False, 3, (20, 3))])
+def test_serve_resize_is_mxnet_s(monkeypatch, size, interp, opencv):
+    """With OpenCV, every resize gives MXNet's pixels; without it, bicubic still does (NumPy
+    follows MXNet's OpenCV's rounding), bilinear and area are within one level of 255."""
+    import gluonkit.serve.images
+
+    if not opencv:
+        monkeypatch.setattr(gluonkit.serve.images, "cv2", None)
     image = pixels(29, 37)
     want = mx.image.imresize(nd.array(image, dtype="uint8"), *size, interp=interp).asnumpy()
     got = resize(image, *size, interp)
     assert got.shape == want.shape
     difference = np.abs(got.astype(int) - want)
-    assert difference.max() <= 1 and difference.mean() < 0.2
+    if opencv or interp == 2:
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert difference.max() <= 1 and difference.mean() < 0.2
 
 
 def test_the_lazy_package_still_gives_its_submodules_as_attributes():
@@ -168,15 +189,17 @@ def test_serve_preprocesses_a_detection_export_as_gluonkit_predict(tmp_path, fam
     want = gluonkit.inference.preprocess(str(path), preprocessing).asnumpy()
     plan, got = prepare(str(path), preprocessing, 10 ** 6, 100)
     assert got.shape == want.shape and plan.input_size == want.shape[:0:-1]
-    # one level of 255 at most (OpenCV resizes in fixed point), in normalized units
-    assert np.abs(got - want).max() <= 1.01 / 255 / min(preprocessing["std"])
+    np.testing.assert_array_equal(got, want)          # with OpenCV: the same pixels
 
 
 @pytest.mark.parametrize("interp", [0, 3, 4])
-def test_serve_refuses_an_interpolation_it_does_not_reproduce(interp):
+def test_serve_without_opencv_refuses_an_interpolation_it_does_not_reproduce(monkeypatch, interp):
+    import gluonkit.serve.images
     from gluonkit.metadata import ExportError
-    from gluonkit.serve.images import check_interp
 
+    gluonkit.serve.images.check_interp({"channels": 3, "interp": interp}, "model.onnx")
+    monkeypatch.setattr(gluonkit.serve.images, "cv2", None)
     with pytest.raises(ExportError, match=f"model.onnx resizes images with OpenCV interpolation "
-                                          f"{interp}, which gluonkit.serve does not reproduce"):
-        check_interp({"channels": 3, "interp": interp}, "model.onnx")
+                                          f"{interp}, which gluonkit.serve reproduces only with "
+                                          "OpenCV"):
+        gluonkit.serve.images.check_interp({"channels": 3, "interp": interp}, "model.onnx")

@@ -275,11 +275,7 @@ def ctx_type(text):
 
 def _checked(check, text, convert=int, expected="an integer"):
     """``check(convert(text), 'the value')``, its error (or a failed conversion) as argparse's."""
-    try:
-        return check(convert(text), "the value")
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err) if "must be" in str(err)
-                                         else f"expected {expected}, got {text!r}") from None
+    return validate.argument_type(check, convert, expected)(text)
 
 
 def positive_int(text):

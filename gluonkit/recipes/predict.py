@@ -18,18 +18,16 @@ Output cut short by its reader (``--json | head``) ends the command quietly.
 """
 import json
 import os
-import sys
 
 from gluonkit.data.coco import coco_image_ids
 from gluonkit.inference import iter_predict, load_model
 from gluonkit.recipes import common
 from gluonkit.recipes.coco_metric import coco_results
-from gluonkit.results import exit_as_command, format_results, print_stream
+from gluonkit.results import command_options, exit_as_command, format_results, print_stream
 
 __all__ = ["parse_args", "main", "format_results"]
 
 _MODULE = "gluonkit.recipes.predict"
-_TOP_K = 5
 
 
 def parse_args(argv=None):
@@ -41,7 +39,7 @@ def parse_args(argv=None):
                         help="the exported model: its prefix (OUT/model for "
                              "OUT/model-symbol.json), the run folder OUT, or one of its files")
     parser.add_argument("--top-k", type=common.positive_int,
-                        help=f"classes per image (classifiers; default {_TOP_K})")
+                        help="classes per image (classifiers; default 5)")
     parser.add_argument("--score-threshold", type=common.non_negative_float, metavar="S",
                         help="the lowest score of a box printed (detectors; default: the one the "
                              "model's run recorded, its best F1 on the validation set, else 0.5)")
@@ -60,20 +58,6 @@ def parse_args(argv=None):
     parser.add_argument("--ctx", type=common.ctx_type, default="cpu:0", help="the device to run on")
     common.add_image_limits(parser)
     return common.parse_with_config(parser, argv)
-
-
-def _option_for(model, args):
-    """``(top_k, score_threshold)`` for ``model``; ``ValueError`` for an option of the other
-    kind of model, given explicitly (it would be ignored)."""
-    detector = model.kind == "detector"
-    mismatch = (args.top_k is not None and detector, args.score_threshold is not None and not detector)
-    if mismatch[0]:
-        raise ValueError(f"--top-k {args.top_k}: {args.model} is a detector, which prints every box "
-                         "above --score-threshold; drop --top-k or pass --score-threshold S.")
-    if mismatch[1]:
-        raise ValueError(f"--score-threshold {args.score_threshold}: {args.model} is a classifier, "
-                         "which prints its top classes; drop it or pass --top-k K.")
-    return args.top_k or _TOP_K, args.score_threshold   # None: the model's recorded threshold
 
 
 def _image_id(image, ids, number, annotations):
@@ -111,13 +95,7 @@ def main(argv=None):
 
     def predict():
         model = load_model(args.model, common.parse_ctx(args.ctx)[0])
-        top_k, threshold = _option_for(model, args)
-        if model.kind == "detector":       # on stderr: the results stay one line per image
-            given = args.score_threshold is not None
-            print(f"boxes scoring {args.score_threshold if given else model.score_threshold:g} or "
-                  "more (" + ("--score-threshold" if given else "the model's threshold: its run's "
-                              "best F1" if "score_threshold" in model.metadata else "the default")
-                  + ")", file=sys.stderr, flush=True)
+        top_k, threshold = command_options(model, args.model, args.top_k, args.score_threshold)
         results = iter_predict(model, args.images, top_k=top_k, batch_size=args.batch_size,
                                score_threshold=threshold, max_pixels=args.max_image_pixels,
                                max_aspect=args.max_aspect_ratio,

@@ -1,6 +1,7 @@
 """Predict with an exported ``model.onnx`` where MXNet is not installed.
 
-Needs only NumPy (1.24 or 2.x), onnxruntime and Pillow; nothing here imports mxnet. The
+Needs only NumPy (1.24 or 2.x), onnxruntime, Pillow and (for the same pixels as
+``gluonkit.predict``) OpenCV; nothing here imports mxnet. The
 results, preprocessing, limits and errors are those of ``gluonkit.predict`` and
 ``gluonkit-predict``: :func:`predict` / :func:`iter_predict` as functions, ``gluonkit-serve
 MODEL.onnx IMAGE...`` (or ``python -m gluonkit.serve``) as a command.

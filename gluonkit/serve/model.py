@@ -2,12 +2,13 @@
 import json
 import os
 
-from ..metadata import ExportError, ExportedModel, description_problem
+from ..metadata import ExportError, ExportedModel, description_problem, file_sha256, read_metadata
+from ..validate import positive_int
 
-__all__ = ["OnnxModel", "load"]
+__all__ = ["OnnxModel", "load", "check_threads"]
 
 _KEY = "gluonkit"       # the metadata property export_model writes (gluonkit.onnx_export)
-_INSTALL = 'pip install onnxruntime "numpy>=1.24" pillow'
+_INSTALL = 'pip install onnxruntime "numpy>=1.24" pillow opencv-python-headless'
 _REDO = "export the model again with gluonkit (gluonkit.export_onnx(prefix))"
 
 
@@ -32,28 +33,79 @@ class OnnxModel(ExportedModel):
                                 {self.metadata["input"]["name"]: batch})
 
 
+def check_threads(threads, name="threads"):
+    """``threads`` as an int from 1 to the CPUs this process may use (its affinity where the
+    system tells it, else all); ``TypeError`` for no integer, ``ValueError`` out of range."""
+    threads = positive_int(threads, name)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if threads > (usable or 1):
+        raise ValueError(f"{name} must be at most {usable or 1}, the CPUs this process may use, "
+                         f"got {threads}.")
+    return threads
+
+
+def _check_digest(path):
+    """``ExportError`` if the export's ``PREFIX.json`` beside ``path`` (``PREFIX.onnx``, found by
+    the prefix as the MXNet files are) records another SHA-256 for it; nothing to check where
+    the file came alone or the JSON file beside it is not an export's metadata."""
+    prefix, suffix = os.path.splitext(path)
+    if suffix != ".onnx" or not os.path.isfile(prefix + ".json"):
+        return
+    try:
+        metadata = read_metadata(prefix)
+    except ExportError:             # another JSON file: model.onnx carries its own metadata
+        return
+    if "onnx" in metadata["sha256"] and file_sha256(path) != metadata["sha256"]["onnx"]:
+        raise ExportError(f"{path} is not the file {prefix}.json was exported with (its SHA-256 "
+                          "differs): it is damaged, cut short, or from another export; copy "
+                          f"the files of one export together, or {_REDO}.")
+
+
+def _check_classes(path, runtime, metadata):
+    """``ExportError`` unless each classifier output has as many scores as its class names."""
+    shapes = {value.name: value.shape for value in runtime.get_outputs()}
+    for output in metadata["outputs"] if metadata["kind"] == "classifier" else ():
+        scores = shapes[output["name"]][-1] if shapes[output["name"]] else None
+        if output["classes"] is not None and isinstance(scores, int) \
+                and scores != len(output["classes"]):
+            raise ExportError(f"{path} names {len(output['classes'])} classes for its output "
+                              f"{output['name']!r}, whose graph gives {scores} scores; {_REDO}.")
+
+
 def load(path, threads=None):
     """Load ``path`` (a ``model.onnx`` written by ``gluonkit.export_model``) as an
-    :class:`OnnxModel`; ``threads`` caps onnxruntime's threads within an operator.
+    :class:`OnnxModel`; ``threads`` caps onnxruntime's threads within an operator (at most
+    the CPUs this process may use).
 
     Raises
     ------
     ImportError
         Without onnxruntime, with the pip command that installs it.
+    TypeError, ValueError
+        For ``threads`` not an integer from 1 to the CPUs this process may use.
     FileNotFoundError
         If there is no such file.
     gluonkit.metadata.ExportError
         (a ``ValueError``) For a file that is not an ONNX model, or not one that gluonkit
-        wrote (no metadata), naming the file.
+        wrote (no metadata), or not the one its export's ``model.json`` beside it records
+        (SHA-256), or whose class names do not fit its outputs, naming the file.
     """
+    if threads is not None:
+        threads = check_threads(threads)
     try:
         import onnxruntime
     except ImportError as err:
         raise ImportError(f"gluonkit.serve needs onnxruntime ({err}); {_INSTALL}.") from None
     path = os.fspath(path)
+    if os.path.isdir(path):
+        inside = os.path.join(path, "model.onnx")
+        hint = (f"pass the model file inside it, {inside}" if os.path.isfile(inside) else
+                "pass the model.onnx that the export wrote (e.g. runs/classify/model.onnx)")
+        raise IsADirectoryError(f"{path} is a directory, not a model file; {hint}.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} does not exist; pass the model.onnx that the export "
                                 "wrote beside model.json (e.g. runs/classify/model.onnx).")
+    _check_digest(path)
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3                     # errors only: no notes on stderr
     if threads is not None:
@@ -80,4 +132,5 @@ def load(path, threads=None):
     if missing or [i.name for i in runtime.get_inputs()] != [metadata["input"]["name"]]:
         raise ExportError(f"{path} has inputs {[i.name for i in runtime.get_inputs()]} and "
                           f"outputs {sorted(names)}, not those its metadata names; {_REDO}.")
+    _check_classes(path, runtime, metadata)
     return OnnxModel(runtime, metadata, path)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..imagefiles import MAX_ASPECT, MAX_PIXELS, ImageError, check_limits
 from ..metadata import ExportError
-from ..results import classified, detected, image_files, softmax
+from ..results import check_finite, classified, detected, image_files, softmax
 from ..validate import finite_real, positive_int
 from .images import check_interp, prepare
 from .model import OnnxModel, load
@@ -25,6 +25,7 @@ def _results(model, batch, top_k, threshold):
             outputs = model.run(np.stack([tensor for _, _, tensor in run]))
             for i, (name, steps, _) in enumerate(run):
                 row = [out[i] for out in outputs]
+                check_finite(row, model.kind, model.path, name)
                 yield (detected(name, steps, model.outputs[0]["classes"], row, threshold)
                        if model.kind == "detector"
                        else classified(name, model.outputs, [softmax(o) for o in row], top_k))
@@ -39,14 +40,14 @@ def iter_predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
     if on_error not in ("raise", "report"):
         raise ValueError(f"on_error must be 'raise' or 'report', got {on_error!r}.")
     top_k, batch_size = positive_int(top_k, "top_k"), positive_int(batch_size, "batch_size")
-    threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold")
+    threshold = None if score_threshold is None else finite_real(score_threshold, "score_threshold",
+                                                                 minimum=0.0)
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     if not isinstance(model, OnnxModel):
         model = load(model)
     if threshold is None:
         threshold = model.score_threshold
-    if isinstance(images, (str, os.PathLike)):
-        images = [images]
+    images = [images] if isinstance(images, (str, os.PathLike)) else list(images)
     if not all(isinstance(p, (str, os.PathLike)) for p in images):
         raise TypeError("images must be image files or directories (paths); gluonkit.serve "
                         "reads the files itself, as gluonkit-predict does.")

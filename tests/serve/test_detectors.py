@@ -39,8 +39,7 @@ OWN_SIZES = [(96, 96), (128, 96), (96, 128), (144, 96), (96, 120), (112, 96)]
 
 
 def _images(folder, sizes):
-    """Validation images of the shapes set, at sizes (width, height) the network takes as they
-    are (so that no resize runs: OpenCV's and NumPy's may differ by one level of 255)."""
+    """Validation images of the shapes set at sizes (width, height)."""
     folder.mkdir()
     val = ShapesDetection("val")
     for i, size in enumerate(sizes):
@@ -72,7 +71,9 @@ def test_detector_served_finds_the_boxes_mxnet_finds(serve_python, tmp_path, mod
     detect.train(detect.parse_args([*options, "--model", model, "--image-size", "96",
                                     "--out", str(out), "--no-progress"]))
     assert (out / "model.onnx").is_file()
-    images = _images(tmp_path / "images", [(96, 96)] * 6)
+    # resized to the network's 96x96 (GluonCV's interp 9), enlarged and shrunk, odd sizes
+    images = _images(tmp_path / "images", [(96, 96), (500, 60), (61, 97), (131, 77), (97, 33),
+                                           (45, 45)])
     expected = gluonkit.predict(str(out / "model"), [str(images)], score_threshold=threshold)
     served = serve_json(serve_python, out / "model.onnx", images, "--score-threshold",
                         str(threshold))

@@ -16,14 +16,16 @@ pytestmark = pytest.mark.slow
 
 
 def _digit_images(folder):
-    """Digits of the test set as 8x8 PNGs, one twice as large (resized by the model's
-    preprocessing), one as a JPEG and one in color (read as gray)."""
+    """Digits of the test set as 8x8 PNGs, one twice as large and three of odd sizes (resized
+    by the model's preprocessing), one as a JPEG and one in color (read as gray)."""
     folder.mkdir()
     test = digits(train=False)
     for i in range(8):
         cv2.imwrite(str(folder / f"{i}.png"), np.round(test[i][0][0] * 255).astype(np.uint8))
     large = np.round(test[8][0][0] * 255).astype(np.uint8).repeat(2, 0).repeat(2, 1)
     cv2.imwrite(str(folder / "large.png"), large)
+    for width, height in [(13, 9), (500, 60), (37, 101)]:      # odd sizes, resized to 8x8
+        cv2.imwrite(str(folder / f"{width}x{height}.png"), cv2.resize(large, (width, height)))
     cv2.imwrite(str(folder / "photo.jpg"), cv2.resize(pixels(8, 8, seed=1), (24, 16)))
     cv2.imwrite(str(folder / "color.png"), pixels(8, 8, seed=2))
     return folder

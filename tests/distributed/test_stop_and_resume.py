@@ -51,6 +51,15 @@ def _weights(path):
     return {name: array.asnumpy() for name, array in nd.load(str(path)).items()}
 
 
+def _assert_bit_identical(expected_dir, got_dir, name):
+    """Each worker's ``name{rank}.params`` in ``got_dir`` equals ``expected_dir``'s, bit for bit."""
+    for rank in (0, 1):
+        expected, got = _weights(expected_dir / f"{name}{rank}.params"), _weights(got_dir / f"{name}{rank}.params")
+        assert set(got) == set(expected)
+        for key in expected:
+            assert np.array_equal(got[key], expected[key]), (rank, key)
+
+
 def test_shards_of_different_numbers_of_updates_train_like_one_process_and_resume_mid_window(tmp_path):
     # rank 0: 7 micro-batches (4 updates, the last partial); rank 1: 3 (2 updates, the last partial)
     never, stopped = tmp_path / "never", tmp_path / "stopped"
@@ -70,10 +79,7 @@ def test_shards_of_different_numbers_of_updates_train_like_one_process_and_resum
         for name, value in expected.items():
             assert_allclose(got[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"worker {rank} {name}")
             assert not np.allclose(value, initial[name].asnumpy())
-    for rank in (0, 1):   # stopped in mid-window and resumed: bit for bit
-        expected, got = _weights(never / f"worker{rank}.params"), _weights(stopped / f"worker{rank}.params")
-        for name in expected:
-            assert np.array_equal(got[name], expected[name]), (rank, name)
+    _assert_bit_identical(never, stopped, "worker")   # stopped in mid-window and resumed
 
 
 def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped(tmp_path):
@@ -97,10 +103,7 @@ def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped
     assert output.count("Resumed from") == 1                    # logged by rank 0 only
     code, output = reference.finish()
     assert code == 0, output[-3000:]
-    for rank in (0, 1):
-        expected, got = _weights(never / f"final{rank}.params"), _weights(stopped / f"final{rank}.params")
-        for name in expected:
-            assert np.array_equal(got[name], expected[name]), (rank, name)
+    _assert_bit_identical(never, stopped, "final")
 
 
 def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_like_one_never_stopped(tmp_path):
@@ -118,10 +121,7 @@ def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_like_one_never_
     assert "(restart 1 of 1)" in output and output.count("Resumed from") == 1
     code, output = reference.finish()
     assert code == 0, output[-3000:]
-    for rank in (0, 1):
-        expected, got = _weights(never / f"final{rank}.params"), _weights(killed / f"final{rank}.params")
-        for name in expected:
-            assert np.array_equal(got[name], expected[name]), (rank, name)
+    _assert_bit_identical(never, killed, "final")
 
 
 def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worker_counts_are_refused(tmp_path):
@@ -138,10 +138,7 @@ def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worke
                         "training from the start.") == 1 and "Resumed from" not in output
     code, output = reference.finish()
     assert code == 0, output[-3000:]
-    for rank in (0, 1):
-        expected, got = _weights(never / f"final{rank}.params"), _weights(lost / f"final{rank}.params")
-        for name in expected:
-            assert np.array_equal(got[name], expected[name]), (rank, name)
+    _assert_bit_identical(never, lost, "final")
 
     job = load_job(RESUME_JOB)     # one process saves; two workers may not resume it
     net = job.make_net()

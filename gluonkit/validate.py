@@ -16,9 +16,10 @@ Example::
 import argparse
 import math
 import numbers
+import os
 
 __all__ = ["is_int", "positive_int", "non_negative_int", "finite_real", "choice", "context_list",
-           "check_count", "argument_type"]
+           "check_count", "argument_type", "process_cpus"]
 
 
 def is_int(value):
@@ -121,3 +122,12 @@ def argument_type(check, convert=int, expected="an integer"):
                                              else f"expected {expected}, got {text!r}") from None
     parse.__name__ = getattr(check, "__name__", "value")
     return parse
+
+
+def process_cpus():
+    """The number of CPUs this process may run on: its affinity (a container's or ``taskset``'s
+    limit) where the system reports one, else the machine's count; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                   # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1

@@ -135,12 +135,12 @@ def _end_group(pgid):
     return _group_alive(pgid)
 
 
-def _stop(proc, grace=0.0, now=None):
+def _stop(proc, grace, now):
     """End the program (SIGTERM, then SIGKILL) and return its exit status.
 
-    With ``grace``, the program alone first gets SIGTERM and that many seconds to end by itself
-    (its children, such as data loading processes, keep running meanwhile), unless the event
-    ``now`` is set meanwhile.
+    With ``grace`` (seconds, 0 for none), the program alone first gets SIGTERM and that many
+    seconds to end by itself (its children, such as data loading processes, keep running
+    meanwhile), unless the event ``now`` is set meanwhile.
     """
     if grace:
         try:
@@ -148,7 +148,7 @@ def _stop(proc, grace=0.0, now=None):
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + grace
-        while proc.poll() is None and time.monotonic() < deadline and not (now and now.wait(0.05)):
+        while proc.poll() is None and time.monotonic() < deadline and not now.wait(0.05):
             pass
         if proc.returncode is not None:
             return proc.returncode

@@ -18,6 +18,8 @@ machine (docs/benchmarks.md, "Data-loading workers"):
 import logging
 import os
 
+from gluonkit.validate import process_cpus
+
 __all__ = ["MAX_WORKERS", "IN_MEMORY", "usable_cpus", "room_for_workers", "choose_num_workers"]
 
 log = logging.getLogger("gluonkit")
@@ -32,10 +34,7 @@ IN_MEMORY = ("digits", "cifar10", "shapes")
 def usable_cpus():
     """The CPUs this process may run on (its affinity where the system reports one), divided
     among the Horovod ranks started on this machine (``HOROVOD_LOCAL_SIZE``); at least 1."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:                   # no affinity on this platform (macOS, Windows)
-        cpus = os.cpu_count() or 1
+    cpus = process_cpus()
     local = os.environ.get("HOROVOD_LOCAL_SIZE", "1")
     ranks = int(local) if local.isdigit() and int(local) > 0 else 1
     return max(1, cpus // ranks)

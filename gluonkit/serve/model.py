@@ -3,7 +3,7 @@ import json
 import os
 
 from ..metadata import ExportError, ExportedModel, description_problem, file_sha256, read_metadata
-from ..validate import positive_int
+from ..validate import positive_int, process_cpus
 
 __all__ = ["OnnxModel", "load", "check_threads"]
 
@@ -36,10 +36,9 @@ class OnnxModel(ExportedModel):
 def check_threads(threads, name="threads"):
     """``threads`` as an int from 1 to the CPUs this process may use (its affinity where the
     system tells it, else all); ``TypeError`` for no integer, ``ValueError`` out of range."""
-    threads = positive_int(threads, name)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if threads > (usable or 1):
-        raise ValueError(f"{name} must be at most {usable or 1}, the CPUs this process may use, "
+    threads, usable = positive_int(threads, name), process_cpus()
+    if threads > usable:
+        raise ValueError(f"{name} must be at most {usable}, the CPUs this process may use, "
                          f"got {threads}.")
     return threads
 

@@ -1,6 +1,6 @@
 """The detection input pipeline: gluonkit's readers against GluonCV's own on the same JPEG files.
 
-    python -m benchmarks.data              # 96x96 and 400x300 images, 0 and 2 workers (~3 min)
+    python -m benchmarks.data              # 96x96 and 400x300 images, 0, 1 and 2 workers (~5 min)
     python -m benchmarks.data --quick      # seconds, for the test suite
 
 Two measurements, in one process, repeats interleaved:
@@ -13,9 +13,11 @@ Two measurements, in one process, repeats interleaved:
   (``mx.image.imread``) with ``dataset.transform(...)`` in a ``gluon.data.DataLoader``, each
   batch moved to ``cpu(0)`` as GluonCV's training scripts' ``split_and_load`` moves it. Like
   with like: the same JPEG files, the same ``YOLO3DefaultTrainTransform``, batchify, batch size
-  (8), order and number of workers; every image seeds Python's and NumPy's generators (which
-  that transform draws from) with its index before it is read, so both pipelines do the same
-  augmentations, image for image, in every repeat and worker, and deliver equal batches. The
+  (8), order and number of workers. gluonkit's loader seeds Python's and NumPy's generators
+  (which that transform draws from) per sample, as the recipe does
+  (``gluonkit.data.seeded_loader``); GluonCV's images are read and transformed inside the same
+  ``sample_generators`` key, so both pipelines do the same augmentations, image for image, in
+  every repeat and worker, and deliver equal batches. The
   first epoch of each is a warm-up, not timed; the ratio is the median over repeats of
   gluonkit's figure over GluonCV's in the same round, its range the spread of those ratios.
 - *pipeline CPU*: the CPU time of those epochs per image, this process's threads and its
@@ -31,7 +33,6 @@ Two measurements, in one process, repeats interleaved:
 """
 import gc
 import os
-import random
 import resource
 import statistics
 import tempfile
@@ -45,7 +46,7 @@ from gluoncv.data.batchify import Pad, Stack, Tuple
 from gluoncv.data.transforms.presets.yolo import YOLO3DefaultTrainTransform
 from mxnet import gluon
 
-from gluonkit.data import MultiScaleSampler, load_voc
+from gluonkit.data import MultiScaleSampler, load_voc, sample_generators
 from gluonkit.data.images import read_image
 from gluonkit.recipes.detection import SizedTransform, detection_loader
 
@@ -53,7 +54,7 @@ from ._common import add_output_options, apply_defaults, benchmark_parser, parse
     set_env, write_outputs
 from ._harness import machine, markdown_table, measured_on, paired
 
-__all__ = ["write_voc", "Seeded", "loaders", "pipeline", "read_costs", "main"]
+__all__ = ["write_voc", "SameDraws", "loaders", "pipeline", "read_costs", "main"]
 
 _CLASSES = ("box",)
 
@@ -80,21 +81,20 @@ def write_voc(root, count, width, height, seed=0):
         f.write("".join(f"{i}\n" for i in range(count)))
 
 
-class Seeded(gluon.data.Dataset):
-    """``dataset`` whose item ``idx`` first seeds Python's and NumPy's generators with ``idx``:
-    GluonCV's transforms draw from both, so each image is augmented the same way (the same
-    work) in either pipeline, in any worker process, in every repeat."""
+class SameDraws(gluon.data.Dataset):
+    """``dataset`` (transformed) whose item ``idx`` is read inside ``sample_generators``' key
+    of the ``idx``-th sample of a first epoch, as gluonkit's loader in order seeds it: each
+    image is augmented the same way (the same work) in either pipeline, in any worker."""
 
-    def __init__(self, dataset):
-        self.dataset = dataset
+    def __init__(self, dataset, seed):
+        self.dataset, self.seed = dataset, seed
 
     def __len__(self):
         return len(self.dataset)
 
     def __getitem__(self, idx):
-        random.seed(idx)
-        np.random.seed(idx)
-        return self.dataset[idx]
+        with sample_generators((self.seed, 0, idx)):
+            return self.dataset[idx]
 
 
 def loaders(root, size, workers, batch_size=8):
@@ -105,11 +105,10 @@ def loaders(root, size, workers, batch_size=8):
     theirs = CustomVOCDetectionBase(classes=_CLASSES, root=root, splits=(("", "train"),))
     ours = load_voc(root, splits=("train",), classes=_CLASSES)[0][0]
     sampler = MultiScaleSampler(len(ours), batch_size, [size], shuffle=False, seed=0)
-    return {"gluoncv": gluon.data.DataLoader(Seeded(theirs).transform(transform), batch_size,
-                                             batchify_fn=batchify, num_workers=workers),
-            "gluonkit": detection_loader(Seeded(ours), sampler,
-                                         SizedTransform({(size, size): transform}), batchify,
-                                         workers)}
+    return {"gluoncv": gluon.data.DataLoader(SameDraws(theirs.transform(transform), seed=0),
+                                             batch_size, batchify_fn=batchify, num_workers=workers),
+            "gluonkit": detection_loader(ours, sampler, SizedTransform({(size, size): transform}),
+                                         batchify, workers, seed=0)}
 
 
 def _cpu_seconds():
@@ -174,12 +173,12 @@ def main(argv=None):
     parser.add_argument("--images", type=int, help="images per size (default 400; --quick 16)")
     parser.add_argument("--repeats", type=int, help="timed repeats (default 5; --quick 1)")
     parser.add_argument("--workers", default=None,
-                        help="DataLoader workers to try, comma-separated (default 0,2; --quick 0)")
+                        help="DataLoader workers to try, comma-separated (default 0,1,2; --quick 0)")
     add_output_options(parser, "data")
     args = parse_with_config(parser, argv)
     quick = args.quick
     apply_defaults(args, {"images": 16 if quick else 400, "repeats": 1 if quick else 5,
-                          "workers": "0" if quick else "0,2"}, "data")
+                          "workers": "0" if quick else "0,1,2"}, "data")
     info = machine()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

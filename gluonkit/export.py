@@ -21,6 +21,7 @@ import os
 import warnings
 
 import mxnet as mx
+import numpy as np
 
 from .atomic import atomic_replace
 from .metadata import (FORMAT, KINDS, ExportError, check_preprocessing, file_sha256, model_files,
@@ -34,6 +35,7 @@ __all__ = ["export_model", "read_metadata", "model_files", "check_preprocessing"
 
 _DATA = "data"
 _BATCHNORMS = ("BatchNorm", "_contrib_SyncBatchNorm")     # inputs: data, gamma, beta, mean, var
+_MXNET_BATCHNORM_EPS = 1e-3     # the operators' default epsilon, where a node does not set its own
 _DETECTOR_OUTPUTS = ("ids", "scores", "bboxes")
 
 
@@ -87,8 +89,10 @@ def _detector_shapes(probe):
 
 
 def _check_running_variances(symbol, arrays):
-    """Refuse a graph whose BatchNorm normalizes with a negative or non-finite running variance:
-    MXNet's output is then wrong (or finite by chance) and onnxruntime's is NaN."""
+    """Refuse a graph whose BatchNorm normalizes with a running variance that is non-finite or
+    not above ``-eps`` (its node's epsilon): every runtime divides by sqrt(variance + eps), so
+    MXNet's output is then wrong (or finite by chance) and onnxruntime's is NaN. A variance a
+    rounding below 0 (a channel that never varied, as -1e-12) normalizes as 0 does."""
     nodes = json.loads(symbol.tojson())["nodes"]
     for node in nodes:
         if node["op"] not in _BATCHNORMS:
@@ -97,11 +101,12 @@ def _check_running_variances(symbol, arrays):
         variance = arrays.get("aux:" + name)
         if variance is None:
             continue
-        variance = variance.asnumpy()
-        bad = ~(variance >= 0) | ~(variance < float("inf"))      # NaN fails both
+        variance = variance.asnumpy().astype(np.float64)
+        eps = float(node.get("attrs", {}).get("eps", _MXNET_BATCHNORM_EPS))
+        bad = ~(variance + eps > 0) | ~(variance < float("inf"))      # NaN fails both
         if bad.any():
-            raise ExportError(f"BatchNorm running variance {name!r} holds {int(bad.sum())} negative "
-                              f"or non-finite value(s) (e.g. {variance[bad][0]}); no runtime "
+            raise ExportError(f"BatchNorm running variance {name!r} holds {int(bad.sum())} value(s) "
+                              f"at or below -eps ({-eps:g}) or non-finite (e.g. {variance[bad][0]}); no runtime "
                               "computes this layer right. Initialize BatchNorm running variances "
                               "to ones (gluonkit.nn.declare_norm_init for layers built as "
                               "symbols) and retrain, or check the training for NaN.")
@@ -152,8 +157,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     Raises
     ------
     ExportError
-        If a BatchNorm layer's running variance is negative or not finite (named); nothing
-        is written.
+        If a BatchNorm layer's running variance is at most ``-eps`` or not finite (named);
+        nothing is written.
 
     Example::
 

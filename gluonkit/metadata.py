@@ -28,7 +28,7 @@ REDO = "export the model again (gluonkit.export_model, or the recipe's --export)
 class ExportError(ValueError):
     """An exported model's files cannot be used together: damaged, incomplete, or from
     different exports (the message names the file); or a network cannot be exported, as its
-    BatchNorm running variance is negative or not finite (the message names the parameter)."""
+    BatchNorm running variance is at most -eps or not finite (the message names the parameter)."""
 
 
 class ExportedModel:

@@ -16,6 +16,7 @@ from mxnet.gluon.data.dataloader import default_batchify_fn
 from ..validate import choice, is_int, positive_int
 from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
 from .multiscale import resize_image
+from .seeding import seeded_loader
 
 __all__ = ["Buckets", "BucketSampler", "BucketPad", "BucketBatchify", "bucket_loader"]
 
@@ -442,7 +443,7 @@ def _sample_shapes(dataset):
 
 def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", multiple=1,
                   shapes=None, shuffle=True, last_batch="keep", seed=None, pad_val=0, label_fn=None,
-                  extra=None, num_workers=0, pin_memory=False):
+                  extra=None, num_workers=0, pin_memory=False, sample_seeds=False):
     """A ``gluon.data.DataLoader`` of bucketed batches of a dataset of (data, label) samples.
 
     It yields ``(data, label)`` (or with ``extra`` a third array, see :class:`BucketBatchify`),
@@ -470,6 +471,10 @@ def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", 
     pin_memory : bool, default False
         As for gluon's DataLoader: batches in ``cpu_pinned(0)``; otherwise they are on
         ``cpu(0)``, also with workers.
+    sample_seeds : bool, default False
+        Augment every sample from a seed of its own (:func:`~gluonkit.data.seeded_loader`):
+        the same batches with any ``num_workers``; ``loader.batch_sampler`` is then a
+        ``SeededSamples`` whose ``sampler`` is the :class:`BucketSampler`.
 
     Example::
 
@@ -479,5 +484,8 @@ def bucket_loader(dataset, batch_size, buckets=4, *, axes=(-2, -1), mode="pad", 
     sampler = BucketSampler(_sample_shapes(dataset) if shapes is None else shapes, batch_size,
                             buckets, axes=axes, mode=mode, multiple=multiple, shuffle=shuffle,
                             last_batch=last_batch, seed=seed)
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
-                      batchify_fn=BucketBatchify(sampler.buckets, label_fn, pad_val, extra))
+    options = {"batchify_fn": BucketBatchify(sampler.buckets, label_fn, pad_val, extra),
+               "num_workers": num_workers, "pin_memory": pin_memory}
+    if sample_seeds:
+        return seeded_loader(dataset, sampler, seed, **options)
+    return DataLoader(dataset, batch_sampler=sampler, **options)

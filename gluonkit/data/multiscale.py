@@ -15,6 +15,7 @@ from mxnet.gluon.data.dataloader import default_batchify_fn
 
 from ..validate import choice, positive_int
 from ._sampling import LAST_BATCH_MODES, DataLoader, Order, seed_or_draw, SeededEpochs
+from .seeding import seeded_loader
 
 __all__ = ["MultiScaleSampler", "MultiScaleDataset", "resize_first", "resize_image", "multiscale_loader"]
 
@@ -169,7 +170,8 @@ def _stack_fields(samples):
 
 
 def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, last_batch="keep",
-                      seed=None, transform=None, batchify_fn=None, num_workers=0, pin_memory=False):
+                      seed=None, transform=None, batchify_fn=None, num_workers=0, pin_memory=False,
+                      sample_seeds=False):
     """A ``gluon.data.DataLoader`` whose batches each come at one size drawn from ``sizes``.
 
     With (image, label) samples it yields ``(data, label)`` batches, as ``gluonkit.fit``
@@ -193,6 +195,10 @@ def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, l
     pin_memory : bool, default False
         As for gluon's DataLoader: batches in ``cpu_pinned(0)``; otherwise they are on
         ``cpu(0)``, also with workers.
+    sample_seeds : bool, default False
+        Augment every sample from a seed of its own (:func:`~gluonkit.data.seeded_loader`):
+        the same batches with any ``num_workers``; ``loader.batch_sampler`` is then a
+        ``SeededSamples`` whose ``sampler`` is the :class:`MultiScaleSampler`.
 
     Example::
 
@@ -200,6 +206,9 @@ def multiscale_loader(dataset, batch_size, sizes, interval=1, *, shuffle=True, l
         >>> history = gluonkit.fit(net, loss, trainer, loader, epochs=10)
     """
     sampler = MultiScaleSampler(len(dataset), batch_size, sizes, interval, shuffle, last_batch, seed)
-    return DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=sampler,
-                      batchify_fn=_stack_fields if batchify_fn is None else batchify_fn,
-                      num_workers=num_workers, pin_memory=pin_memory)
+    dataset = MultiScaleDataset(dataset, transform)
+    options = {"batchify_fn": _stack_fields if batchify_fn is None else batchify_fn,
+               "num_workers": num_workers, "pin_memory": pin_memory}
+    if sample_seeds:
+        return seeded_loader(dataset, sampler, seed, **options)
+    return DataLoader(dataset, batch_sampler=sampler, **options)

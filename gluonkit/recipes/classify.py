@@ -29,7 +29,7 @@ import time
 import mxnet as mx
 from mxnet import gluon
 
-from gluonkit.data import bucket_loader, multiscale_loader
+from gluonkit.data import bucket_loader, multiscale_loader, seeded_loader
 from gluonkit.inference import load_model
 from gluonkit.nn import ShapeCache
 from gluonkit.train.evaluate import evaluate
@@ -86,9 +86,7 @@ def _build_parser():
     data.add_argument("--limit", type=common.positive_int, metavar="N",
                       help="use only N training, N validation and N test images, every class "
                            "in proportion (drawn with --seed)")
-    data.add_argument("--num-workers", type=common.non_negative_int,
-                      help="data loading processes (default 0: seeded runs and resumes stay exact; the "
-                           "log names the number this machine has room for)")
+    common.add_num_workers(data)
     common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="cnn",
@@ -165,24 +163,24 @@ def make_loaders(train_set, eval_sets, batch_size, multiscale, interval, image_s
     """The training loader and a list of evaluation loaders, one per dataset of ``eval_sets``
     (None for None): fixed size, one size per training batch drawn from ``multiscale``
     (evaluation at the largest), or (``image_size`` 0) images of their own sizes batched in
-    ``buckets`` shapes."""
+    ``buckets`` shapes. Every training sample is augmented from a seed of its own
+    (``gluonkit.data.seeded_loader``): the same batches with any ``num_workers``."""
     if multiscale:
         train = multiscale_loader(train_set, batch_size, multiscale, interval, seed=seed,
-                                  num_workers=num_workers)
+                                  num_workers=num_workers, sample_seeds=True)
         evaluation = functools.partial(multiscale_loader, batch_size=batch_size,
                                        sizes=[max(multiscale)], shuffle=False,
                                        num_workers=num_workers)
     elif image_size == 0:
         train = bucket_loader(train_set, batch_size, buckets, mode="resize", multiple=4, seed=seed,
-                              num_workers=num_workers)
-        log.info("Batches in %d shapes: %s.", len(train.batch_sampler.buckets),
-                 ", ".join("x".join(map(str, s)) for s in train.batch_sampler.buckets.shapes))
-        evaluation = functools.partial(bucket_loader, batch_size=batch_size,
-                                       buckets=train.batch_sampler.buckets, shuffle=False,
+                              num_workers=num_workers, sample_seeds=True)
+        shapes = train.batch_sampler.sampler.buckets
+        log.info("Batches in %d shapes: %s.", len(shapes), ", ".join("x".join(map(str, s)) for s in shapes.shapes))
+        evaluation = functools.partial(bucket_loader, batch_size=batch_size, buckets=shapes, shuffle=False,
                                        num_workers=num_workers)
     else:
-        train = gluon.data.DataLoader(train_set, batch_size=batch_size, shuffle=True,
-                                      last_batch="keep", num_workers=num_workers)
+        order = gluon.data.BatchSampler(gluon.data.RandomSampler(len(train_set)), batch_size, "keep")
+        train = seeded_loader(train_set, order, seed, num_workers=num_workers)
         evaluation = functools.partial(gluon.data.DataLoader, batch_size=batch_size,
                                        num_workers=num_workers)
     return train, [None if data is None else evaluation(data) for data in eval_sets]

@@ -382,6 +382,14 @@ def add_image_limits(group):
     return add_limit_options(group)
 
 
+def add_num_workers(group):
+    """``--num-workers``, added to the argument ``group``: None unless given, for
+    ``workers.choose_num_workers``."""
+    group.add_argument("--num-workers", type=non_negative_int,
+                       help="data loading processes (default: what this machine has room for, 0 for "
+                            "data in memory; any number gives the same run)")
+
+
 def add_output_options(parser, default_out, export=True):
     """The ``output`` group every training recipe shares: ``--out``, ``--resume``,
     ``--overwrite``, ``--export`` (unless ``export`` is False), ``--no-progress``; returns the

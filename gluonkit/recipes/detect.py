@@ -106,9 +106,7 @@ def _build_parser():
                            "flip) or flip (colour and flip only: objects keep their sizes)")
     data.add_argument("--limit", type=common.positive_int, metavar="N",
                       help="use only the first N training and N validation images")
-    data.add_argument("--num-workers", type=common.non_negative_int,
-                      help="data loading processes (default 0: seeded runs and resumes stay exact; the "
-                           "log names the number this machine has room for)")
+    common.add_num_workers(data)
     common.add_image_limits(data)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="yolo3_mobilenet0.25_custom",
@@ -301,12 +299,12 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     if family == "faster_rcnn":
         sizes = [(image_size, max_size)]      # the one resize rule, as the sampler's "size"
         loaders = []
-        for dataset, transform, batchify, shuffle in [
+        for dataset, transform, batchify, train in [
                 (train_set, rcnn.train_transform(net, image_size, max_size), rcnn.train_batchify, True),
                 (val_set, rcnn.val_transform(image_size, max_size), rcnn.val_batchify, False)]:
-            sampler = MultiScaleSampler(len(dataset), batch_size, sizes, shuffle=shuffle, seed=seed)
+            sampler = MultiScaleSampler(len(dataset), batch_size, sizes, shuffle=train, seed=seed)
             loaders.append(det.detection_loader(dataset, sampler, det.SizedTransform({sizes[0]: transform}),
-                                                batchify, num_workers))
+                                                batchify, num_workers, seed if train else None))
         return tuple(loaders)
     if image_size == 0:
         train_shapes, val_shapes = det.sample_shapes(train_set), det.sample_shapes(val_set)
@@ -323,7 +321,7 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     train_loader = det.detection_loader(
         train_set, train_sampler,
         det.SizedTransform(det.train_transforms(net, family, train_sizes, augment), pad),
-        det.train_batchify(family), num_workers)
+        det.train_batchify(family), num_workers, seed)
     val_loader = det.detection_loader(
         val_set, val_sampler, det.SizedTransform(det.val_transforms(family, val_sizes), pad),
         det.val_batchify(), num_workers)
@@ -464,7 +462,7 @@ def _train(args, folder):
     thresh = best_f1_threshold([serving.kept(d) for d in detections], labels)
     metadata = None
     if exporting:
-        buckets = None if args.image_size else train_loader.batch_sampler.sampler.buckets.shapes
+        buckets = None if args.image_size else val_loader.batch_sampler.sampler.buckets.shapes
         size = max(val_loader.batch_sampler.sizes) if args.image_size else \
             max(buckets, key=lambda b: b[0] * b[1])
         shape = (3, size[0], size[0]) if family == "faster_rcnn" else (3,) + tuple(size)

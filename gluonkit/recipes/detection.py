@@ -22,7 +22,7 @@ from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
 from mxnet import autograd, gluon
 
 from gluonkit.recipes import rcnn
-from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset
+from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset, seeded_loader
 from gluonkit.nn import declare_norm_init, freeze_batchnorm
 from gluonkit.split import split_and_load
 
@@ -319,10 +319,14 @@ def sample_shapes(dataset):
     return [(3,) + tuple(dataset[i][0].shape[:2]) for i in range(len(dataset))]
 
 
-def detection_loader(dataset, batch_sampler, transform, batchify_fn, num_workers=0):
-    """A DataLoader of ``dataset`` whose ``batch_sampler`` yields (index, size) pairs."""
-    return DataLoader(MultiScaleDataset(dataset, transform), batch_sampler=batch_sampler,
-                      batchify_fn=batchify_fn, num_workers=num_workers)
+def detection_loader(dataset, batch_sampler, transform, batchify_fn, num_workers=0, seed=None):
+    """A DataLoader of ``dataset`` whose ``batch_sampler`` yields (index, size) pairs; with a
+    ``seed``, every sample is augmented from a seed of its own (``gluonkit.data.seeded_loader``),
+    so the batches are the same with any ``num_workers``."""
+    dataset = MultiScaleDataset(dataset, transform)
+    if seed is not None:
+        return seeded_loader(dataset, batch_sampler, seed, batchify_fn=batchify_fn, num_workers=num_workers)
+    return DataLoader(dataset, batch_sampler=batch_sampler, batchify_fn=batchify_fn, num_workers=num_workers)
 
 
 def bucket_sampler(shapes, batch_size, buckets, shuffle, seed):

@@ -1,11 +1,9 @@
-"""How many data-loading processes a recipe starts, and how many the machine has room for.
+"""How many data-loading processes a recipe starts: by default, what the machine has room for.
 
-``--num-workers`` defaults to 0: the samples are read and augmented in the training process,
-whose generators ``fit`` checkpoints, so a seeded run is reproducible and a resumed run
-continues bit for bit. Worker processes draw augmentations from generators no checkpoint
-holds. The recipes log the number the machine has room for (:func:`room_for_workers`), the
-value to pass for speed when exactness does not matter. The rule, measured on a 2-core
-machine (docs/benchmarks.md, "Data-loading workers"):
+Workers do not change the run: every training sample is augmented from a seed of its own
+(``gluonkit.data.seeded_loader``), so a seeded run gives the same batches, and a resumed run
+continues bit for bit, with any ``--num-workers``. The default, :func:`room_for_workers`,
+follows a rule measured on a 2-core machine (docs/benchmarks.md, "Data-loading workers"):
 
 - samples already in memory (``digits``, ``cifar10``, ``shapes``): 0. A worker process has to
   pickle every batch back to the training process, which costs more than taking a few
@@ -58,18 +56,12 @@ def room_for_workers(dataset):
 
 
 def choose_num_workers(num_workers, dataset):
-    """``num_workers`` (``--num-workers``), 0 if it is None; logs the number, and the room
-    :func:`room_for_workers` finds when it is more."""
+    """``num_workers`` (``--num-workers``), or :func:`room_for_workers` if it is None; logs
+    the number and whether it is the default."""
     given = num_workers is not None
-    num_workers = num_workers if given else 0
-    room = room_for_workers(dataset)
+    num_workers = num_workers if given else room_for_workers(dataset)
     where = ("this process" if num_workers == 0 else
              f"{num_workers} worker process{'es' if num_workers > 1 else ''}")
-    if given or room == 0:
-        log.info("Loading data in %s (--num-workers %d%s).", where, num_workers,
-                 "" if given else ", the default")
-    else:
-        log.info("Loading data in this process (--num-workers 0, the default: seeded runs and resumes "
-                 "are exact). This machine has room for --num-workers %d, which loads in parallel but "
-                 "draws the augmentations where no checkpoint holds them.", room)
+    log.info("Loading data in %s (--num-workers %d%s).", where, num_workers,
+             "" if given else ", what this machine has room for")
     return num_workers

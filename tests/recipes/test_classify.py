@@ -291,8 +291,9 @@ def test_images_of_their_own_sizes_are_bucketed(tmp_path, caplog):
     shapes = {x.shape[2:] for x, _ in train}
     assert 1 <= len(shapes) <= 2 and all(h % 4 == 0 and w % 4 == 0 for h, w in shapes)
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Batches in")]
-    assert logged == [f"Batches in {len(train.batch_sampler.buckets)} shapes: " + ", ".join(
-        "x".join(map(str, s)) for s in train.batch_sampler.buckets.shapes) + "."]
+    buckets = train.batch_sampler.sampler.buckets          # the samples seeded: SeededSamples
+    assert logged == [f"Batches in {len(buckets)} shapes: " + ", ".join(
+        "x".join(map(str, s)) for s in buckets.shapes) + "."]
     result = run(tmp_path / "out", "--dataset", f"imagefolder:{tmp_path / 'folder'}",
                  "--image-size", "0", "--buckets", "2", "--epochs", "1", "--batch-size", "4", "--hybridize")
     assert result["history"]["epoch"] == [1]

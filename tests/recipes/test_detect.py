@@ -72,7 +72,7 @@ def test_buckets_pad_so_validation_boxes_are_the_images_own(tmp_path):
     net = detect.det.build_detector("yolo3_mobilenet0.25_custom", classes)
     net.initialize()
     loaders = detect.make_loaders(net, "yolo3", train, val, 4, image_size=0, buckets=2)
-    buckets = set(loaders[0].batch_sampler.sampler.buckets.shapes)
+    buckets = set(loaders[0].batch_sampler.sampler.sampler.buckets.shapes)   # SeededSamples, BucketSizes
     assert all(h % 32 == 0 and w % 32 == 0 for h, w in buckets)
     seen = 0
     for batch_indices, (images, labels) in zip(loaders[1].batch_sampler, loaders[1]):
@@ -199,3 +199,22 @@ def test_a_short_ssd_run_keeps_every_running_variance_positive_and_exports(tmp_p
     assert {name for name, value in variances.items() if not (value > 0).all()} == set()
     saved = mx.nd.load(str(tmp_path / "out" / result["export"]["files"]["params"]))
     assert all((v.asnumpy() > 0).all() for k, v in saved.items() if k.endswith("moving_var"))
+
+
+def test_any_number_of_workers_trains_and_resumes_as_this_process_alone(tmp_path):
+    # GluonCV's full YOLOv3 augmentation draws from Python's and NumPy's generators: each sample
+    # draws from a seed of its own, so 0, 2 and (resumed) 1 workers train the same weights
+    source = ShapesDetection("train", length=12)
+    ids = write_voc(str(tmp_path / "voc"), source, ["Circle", "Square", "Triangle"])
+    lists = tmp_path / "voc" / "ImageSets" / "Main"
+    (lists / "train.txt").write_text("\n".join(ids[:8]) + "\n")
+    (lists / "val.txt").write_text("\n".join(ids[8:]) + "\n")
+    data = ["--dataset", f"voc:{tmp_path / 'voc'}", "--augment", "full"]
+    whole = _run(tmp_path, *data, "--epochs", "2", "--num-workers", "0", out="whole")
+    _run(tmp_path, *data, "--epochs", "1", "--num-workers", "2", out="parts")
+    resumed = _run(tmp_path, *data, "--epochs", "2", "--num-workers", "1", "--resume", out="parts")
+    assert resumed["history"]["epoch"] == [1, 2]
+    a, b = _params(whole["net"]), _params(resumed["net"])
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert whole["history"]["val_mAP"] == resumed["history"]["val_mAP"]

@@ -1,4 +1,4 @@
-"""The --num-workers default (0), and the room the CPUs this process may use leave for workers."""
+"""The --num-workers default: the room the CPUs this process may use leave for workers."""
 import json
 import logging
 import os
@@ -63,18 +63,21 @@ def test_the_recipe_logs_and_records_the_number_chosen(tmp_path, caplog):
     with caplog.at_level(logging.INFO, "gluonkit"):
         classify.train(classify.parse_args(["--no-progress", "--out", str(tmp_path / "run"),
                                             "--epochs", "0", "--limit", "20"]))
-    assert "Loading data in this process (--num-workers 0, the default)." in caplog.messages
+    assert ("Loading data in this process (--num-workers 0, what this machine has room for)."
+            in caplog.messages)
     assert json.loads((tmp_path / "run" / "args.json").read_text())["num_workers"] == 0
 
 
-def test_the_default_is_zero_and_the_log_names_the_room_for_files(caplog):
+def test_the_default_is_the_room_for_files_and_a_given_number_wins(caplog):
     from gluonkit.recipes.workers import choose_num_workers
 
     room = room_for_workers("voc:data/VOC")
     with caplog.at_level(logging.INFO, "gluonkit"):
-        assert choose_num_workers(None, "voc:data/VOC") == 0
+        assert choose_num_workers(None, "voc:data/VOC") == room
         assert choose_num_workers(3, "voc:data/VOC") == 3
-    expected = (f"This machine has room for --num-workers {room}, which loads in parallel" if room else
-                "Loading data in this process (--num-workers 0, the default).")
-    assert expected in caplog.messages[0]
-    assert caplog.messages[1] == "Loading data in 3 worker processes (--num-workers 3)."
+        assert choose_num_workers(None, "digits") == 0
+    where = "this process" if room == 0 else f"{room} worker process{'es' if room > 1 else ''}"
+    assert caplog.messages == [
+        f"Loading data in {where} (--num-workers {room}, what this machine has room for).",
+        "Loading data in 3 worker processes (--num-workers 3).",
+        "Loading data in this process (--num-workers 0, what this machine has room for)."]

@@ -265,7 +265,8 @@ def _train(args, callbacks, folder):
         train_set = common.worker_shard(train_set, kvstore)
     train_loader, (val_loader, test_loader) = make_loaders(
         train_set, (data.val, data.test), args.batch_size, args.multiscale,
-        args.multiscale_interval, args.image_size, args.buckets, args.seed, args.num_workers)
+        args.multiscale_interval, args.image_size, args.buckets, common.worker_seed(args.seed, kvstore),
+        args.num_workers)
     input_shape = _input_shape(test_loader)
     model_prefix = os.path.join(args.out, "model") if args.out else None
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None

@@ -1,9 +1,12 @@
 """Seeded sampling shared by the bucketing and multi-scale samplers, and their loader."""
+import weakref
+
 import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
 from ..validate import is_int, non_negative_int
+from .worker_signals import worker_signals
 
 __all__ = ["LAST_BATCH_MODES", "seed_or_draw", "Order", "SeededEpochs", "DataLoader"]
 
@@ -42,13 +45,24 @@ class DataLoader(gluon.data.DataLoader):
 
     Its batches are on ``cpu(0)`` (``cpu_pinned`` with ``pin_memory=True``), also with
     ``num_workers > 0``, where gluon leaves them in shared memory (``cpu_shared(0)``), which a
-    hybridized network on ``cpu(0)`` refuses.
+    hybridized network on ``cpu(0)`` refuses. Its worker processes leave SIGTERM, as gluon's
+    leave SIGINT, to the training process, which ends them through the pool
+    (:mod:`gluonkit.data.worker_signals`).
 
     Example::
 
         >>> loader = DataLoader(dataset, batch_sampler=BucketSampler(shapes, 32))
         >>> loader.batch_sampler.buckets.shapes
     """
+
+    def __init__(self, *args, **kwargs):
+        with worker_signals():    # the worker processes forked here leave SIGTERM to this one
+            super().__init__(*args, **kwargs)
+        if self._worker_pool is not None:
+            # ended when the loader is, or at exit while the pool's threads still run: gluon
+            # leaves it to __del__, which a loader alive until the interpreter's last collection
+            # (a run ended by SIGTERM) reaches when those threads are stopped, and waits for ever
+            weakref.finalize(self, self._worker_pool.terminate)
 
     def __iter__(self):
         batches = super().__iter__()

@@ -1,12 +1,10 @@
 """Seeded sampling shared by the bucketing and multi-scale samplers, and their loader."""
-import weakref
-
 import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
 from ..validate import is_int, non_negative_int
-from .worker_signals import worker_signals
+from .worker_signals import own_process_group
 
 __all__ = ["LAST_BATCH_MODES", "seed_or_draw", "Order", "SeededEpochs", "DataLoader"]
 
@@ -45,9 +43,9 @@ class DataLoader(gluon.data.DataLoader):
 
     Its batches are on ``cpu(0)`` (``cpu_pinned`` with ``pin_memory=True``), also with
     ``num_workers > 0``, where gluon leaves them in shared memory (``cpu_shared(0)``), which a
-    hybridized network on ``cpu(0)`` refuses. Its worker processes leave SIGTERM, as gluon's
-    leave SIGINT, to the training process, which ends them through the pool
-    (:mod:`gluonkit.data.worker_signals`).
+    hybridized network on ``cpu(0)`` refuses. Its worker processes are in a process group of
+    their own: a SIGTERM to the training process's group stops training (with ``fit``'s
+    checkpoint), which then ends them (:mod:`gluonkit.data.worker_signals`).
 
     Example::
 
@@ -56,13 +54,8 @@ class DataLoader(gluon.data.DataLoader):
     """
 
     def __init__(self, *args, **kwargs):
-        with worker_signals():    # the worker processes forked here leave SIGTERM to this one
+        with own_process_group():   # a SIGTERM to this process's group reaches it alone
             super().__init__(*args, **kwargs)
-        if self._worker_pool is not None:
-            # ended when the loader is, or at exit while the pool's threads still run: gluon
-            # leaves it to __del__, which a loader alive until the interpreter's last collection
-            # (a run ended by SIGTERM) reaches when those threads are stopped, and waits for ever
-            weakref.finalize(self, self._worker_pool.terminate)
 
     def __iter__(self):
         batches = super().__iter__()

@@ -79,7 +79,8 @@ def test_the_default_is_the_room_for_files_and_a_given_number_wins(caplog):
     where = "this process" if room == 0 else f"{room} worker process{'es' if room > 1 else ''}"
     assert caplog.messages == [
         f"Loading data in {where} (--num-workers {room}, what this machine has room for).",
-        "Loading data in 3 worker processes (--num-workers 3).",
+        "Loading data in 3 worker processes (--num-workers 3)." if room >= 3 else
+        f"Loading data in 3 worker processes (--num-workers 3, more than the {room} this machine has room for).",
         "Loading data in this process (--num-workers 0, what this machine has room for)."]
 
 

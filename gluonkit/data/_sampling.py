@@ -4,6 +4,7 @@ import numpy as np
 from mxnet import gluon
 
 from ..validate import is_int, non_negative_int
+from .worker_signals import own_process_group
 
 __all__ = ["LAST_BATCH_MODES", "seed_or_draw", "Order", "SeededEpochs", "DataLoader"]
 
@@ -42,13 +43,19 @@ class DataLoader(gluon.data.DataLoader):
 
     Its batches are on ``cpu(0)`` (``cpu_pinned`` with ``pin_memory=True``), also with
     ``num_workers > 0``, where gluon leaves them in shared memory (``cpu_shared(0)``), which a
-    hybridized network on ``cpu(0)`` refuses.
+    hybridized network on ``cpu(0)`` refuses. Its worker processes are in a process group of
+    their own: a SIGTERM to the training process's group stops training (with ``fit``'s
+    checkpoint), which then ends them (:mod:`gluonkit.data.worker_signals`).
 
     Example::
 
         >>> loader = DataLoader(dataset, batch_sampler=BucketSampler(shapes, 32))
         >>> loader.batch_sampler.buckets.shapes
     """
+
+    def __init__(self, *args, **kwargs):
+        with own_process_group():   # a SIGTERM to this process's group reaches it alone
+            super().__init__(*args, **kwargs)
 
     def __iter__(self):
         batches = super().__iter__()

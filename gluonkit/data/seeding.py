@@ -24,6 +24,8 @@ from ._sampling import DataLoader, seed_or_draw
 
 __all__ = ["sample_generators", "SeededSamples", "SeededDataset", "seeded_loader"]
 
+_MAX_EPOCH = 2 ** 32     # a saved epoch beyond this is not a run's
+
 
 @contextlib.contextmanager
 def sample_generators(key):
@@ -41,7 +43,9 @@ def sample_generators(key):
         ...     a == np.random.rand()
         True
     """
-    digest = hashlib.blake2b(repr(tuple(key)).encode(), digest_size=32).digest()
+    if not (isinstance(key, tuple) and key and all(is_int(k) and k >= 0 for k in key)):
+        raise ValueError(f"key must be a tuple of non-negative ints, e.g. (seed, epoch, position), got {key!r}.")
+    digest = hashlib.blake2b(repr(tuple(int(k) for k in key)).encode(), digest_size=32).digest()
     python, numpy = random.getstate(), np.random.get_state()
     random.seed(int.from_bytes(digest[:16], "little"))
     np.random.seed(np.frombuffer(digest[16:], dtype=np.uint32))
@@ -70,6 +74,15 @@ class SeededSamples(gluon.data.Sampler):
     """
 
     def __init__(self, batch_sampler, seed=None):
+        if not (hasattr(batch_sampler, "__iter__") and hasattr(batch_sampler, "__len__")):
+            raise TypeError(f"batch_sampler must be a sampler of batches (lists of items), e.g. "
+                            f"gluon.data.BatchSampler(gluon.data.RandomSampler(n), 32), got {batch_sampler!r}.")
+        if getattr(batch_sampler, "_last_batch", None) == "rollover" and not hasattr(batch_sampler, "state_dict"):
+            # gluon's BatchSampler keeps what it carries over in a private field, no state to resume
+            raise ValueError("a gluon.data.BatchSampler with last_batch='rollover' carries samples into the next "
+                             "epoch that no state holds, so a resumed run could not be exact; use last_batch="
+                             "'keep' or 'discard', or gluonkit's MultiScaleSampler or BucketSampler (whose "
+                             "state keeps the carried samples).")
         self.sampler = batch_sampler
         self.seed = seed_or_draw(seed)
         self._epoch = 0
@@ -87,6 +100,9 @@ class SeededSamples(gluon.data.Sampler):
         epoch, self._epoch = self._epoch, self._epoch + 1
         position = 0
         for batch in self.sampler:
+            if not isinstance(batch, (list, tuple)):
+                raise TypeError(f"batch_sampler yielded {batch!r}, not a batch (a list of items); wrap a "
+                                "sampler of single items in gluon.data.BatchSampler(sampler, batch_size).")
             yield [(item, (self.seed, epoch, position + k)) for k, item in enumerate(batch)]
             position += len(batch)
 
@@ -102,11 +118,16 @@ class SeededSamples(gluon.data.Sampler):
     def load_state_dict(self, state):
         """Continue from ``state_dict()``. Checked first: on ``ValueError`` or ``TypeError``
         nothing changed."""
-        if not (isinstance(state, dict) and set(state) == {"seed", "epoch", "sampler"}
-                and is_int(state["seed"]) and state["seed"] >= 0):
+        if not (isinstance(state, dict) and set(state) == {"seed", "epoch", "sampler"}):
             raise ValueError("state must be a SeededSamples.state_dict() ({'seed', 'epoch', 'sampler'}), "
                              f"got {state!r}.")
+        if not (is_int(state["seed"]) and state["seed"] >= 0):
+            raise ValueError(f"state['seed'] must be a non-negative int, got {state['seed']!r}; pass what "
+                             "state_dict() returned.")
         epoch = non_negative_int(state["epoch"], "state['epoch']")
+        if epoch > _MAX_EPOCH:
+            raise ValueError(f"state['epoch'] is {epoch}, more epochs than any run makes; pass what "
+                             "state_dict() returned.")
         if state["sampler"] is not None:
             if not hasattr(self.sampler, "load_state_dict"):
                 raise ValueError(f"state['sampler'] holds a sampler's state, but {type(self.sampler).__name__} "
@@ -126,6 +147,9 @@ class SeededDataset(gluon.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, item):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError(f"SeededDataset takes items (index, key) from a SeededSamples, got {item!r}; "
+                            "build the loader with seeded_loader(dataset, batch_sampler).")
         index, key = item
         with sample_generators(key):
             return self.dataset[index]
@@ -146,5 +170,8 @@ def seeded_loader(dataset, batch_sampler, seed=None, **loader_kwargs):
         ...                        num_workers=2)
         >>> history = gluonkit.fit(net, loss, trainer, loader, epochs=10)
     """
+    if loader_kwargs.get("thread_pool"):
+        raise ValueError("seeded_loader(thread_pool=True): threads share the process's generators, so the "
+                         "samples' seeds would mix; use worker processes (thread_pool=False, the default).")
     return DataLoader(SeededDataset(dataset), batch_sampler=SeededSamples(batch_sampler, seed),
                       **loader_kwargs)

@@ -29,7 +29,7 @@ import time
 import mxnet as mx
 from mxnet import gluon
 
-from gluonkit.data import bucket_loader, multiscale_loader, seeded_loader
+from gluonkit.data import DataLoader, bucket_loader, multiscale_loader, seeded_loader
 from gluonkit.inference import load_model
 from gluonkit.nn import ShapeCache
 from gluonkit.train.evaluate import evaluate
@@ -181,7 +181,7 @@ def make_loaders(train_set, eval_sets, batch_size, multiscale, interval, image_s
     else:
         order = gluon.data.BatchSampler(gluon.data.RandomSampler(len(train_set)), batch_size, "keep")
         train = seeded_loader(train_set, order, seed, num_workers=num_workers)
-        evaluation = functools.partial(gluon.data.DataLoader, batch_size=batch_size,
+        evaluation = functools.partial(DataLoader, batch_size=batch_size,
                                        num_workers=num_workers)
     return train, [None if data is None else evaluation(data) for data in eval_sets]
 
@@ -265,7 +265,8 @@ def _train(args, callbacks, folder):
         train_set = common.worker_shard(train_set, kvstore)
     train_loader, (val_loader, test_loader) = make_loaders(
         train_set, (data.val, data.test), args.batch_size, args.multiscale,
-        args.multiscale_interval, args.image_size, args.buckets, args.seed, args.num_workers)
+        args.multiscale_interval, args.image_size, args.buckets, common.worker_seed(args.seed, kvstore),
+        args.num_workers)
     input_shape = _input_shape(test_loader)
     model_prefix = os.path.join(args.out, "model") if args.out else None
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None

@@ -17,6 +17,7 @@ import os
 import sys
 
 import mxnet as mx
+import numpy as np
 
 from gluonkit import validate
 from gluonkit.data import DataFileError
@@ -650,6 +651,14 @@ def worker_shard(dataset, kvstore):
     in one shard, shard sizes differing by at most one (a worker out of data takes part in the
     others' updates with a count of 0, see ``gluonkit.Trainer.flush``)."""
     return dataset.shard(kvstore.num_workers, kvstore.rank)
+
+
+def worker_seed(seed, kvstore):
+    """The seed of this worker's data order and per-sample augmentations: ``seed`` in one
+    process and on worker 0; on worker r > 0 one drawn from (``seed``, r), so that workers do
+    not make the same augmentations of their different samples."""
+    rank = 0 if isinstance(kvstore, str) else kvstore.rank
+    return seed if rank == 0 else int(np.random.default_rng([seed, rank]).integers(2 ** 31))
 
 
 def _checkpoint_fix(err):

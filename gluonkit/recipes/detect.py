@@ -417,7 +417,8 @@ def _train(args, folder):
         det.one_image_network(net, args.model, classes, args.batchnorm), family, train_set, val_set,
         args.batch_size, image_size=args.image_size,
         multiscale=args.multiscale, interval=args.multiscale_interval, buckets=args.buckets,
-        seed=args.seed, num_workers=args.num_workers, augment=args.augment, max_size=args.max_size)
+        seed=common.worker_seed(args.seed, kvstore), num_workers=args.num_workers, augment=args.augment,
+        max_size=args.max_size)
     det.nms_for_eval(net, family)
     trainer = Trainer(net.collect_params(), args.optimizer,
                       common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),

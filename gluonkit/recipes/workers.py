@@ -57,11 +57,13 @@ def room_for_workers(dataset):
 
 def choose_num_workers(num_workers, dataset):
     """``num_workers`` (``--num-workers``), or :func:`room_for_workers` if it is None; logs
-    the number and whether it is the default."""
+    the number, whether it is the default, and the room when a given number is above it."""
+    room = room_for_workers(dataset)
     given = num_workers is not None
-    num_workers = num_workers if given else room_for_workers(dataset)
+    num_workers = num_workers if given else room
     where = ("this process" if num_workers == 0 else
              f"{num_workers} worker process{'es' if num_workers > 1 else ''}")
-    log.info("Loading data in %s (--num-workers %d%s).", where, num_workers,
-             "" if given else ", what this machine has room for")
+    note = ("what this machine has room for" if not given else
+            f"more than the {room} this machine has room for" if num_workers > room else "")
+    log.info("Loading data in %s (--num-workers %d%s).", where, num_workers, f", {note}" if note else "")
     return num_workers

@@ -5,6 +5,7 @@ import inspect
 import itertools
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -13,6 +14,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 from tqdm.auto import tqdm
 
+from ..data.worker_signals import as_a_data_worker
 from ..nn.norm import check_sync_batchnorm
 from ..split import split_and_load
 from ..validate import check_count, non_negative_int
@@ -177,7 +179,12 @@ def _stop_on_signals(run):
         yield   # signal handlers can only be installed from the main thread
         return
 
+    owner = os.getpid()
+
     def handler(signum, frame):
+        if os.getpid() != owner:   # a process forked meanwhile: a DataLoader worker gluon's pool
+            as_a_data_worker(signum)    # put in place of one that died, not the one training
+            return
         if run.interrupted is not None:
             raise KeyboardInterrupt
         run.interrupted = signal.Signals(signum)

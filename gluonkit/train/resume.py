@@ -19,7 +19,7 @@ from mxnet import gluon
 from ..validate import is_int, non_negative_int
 from ._archive import CheckpointError
 
-__all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "sampler_of",
+__all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "check_sampler_kind", "sampler_of",
            "BatchSizeError", "RolloverState", "Epochs", "Resumer", "convert_legacy_snapshot"]
 
 log = logging.getLogger("gluonkit")
@@ -173,6 +173,20 @@ class RolloverState:
                                  + f" but a batch of this loader holds {size}; resume with "
                                  f"{_batches_of(saved)}.", saved, size)
         self.sampler._prev = list(carried)
+
+
+def check_sampler_kind(sampler, saved):
+    """``CheckpointError`` unless the loader's stateful ``sampler`` (``sampler_of``, or None)
+    and the ``saved`` sampler state (or None) are both there or both not: the order and seeds
+    of a resumed run come from that state, so another kind of loader would not continue it."""
+    if sampler is None and saved is not None:
+        raise CheckpointError(f"the checkpoint holds a sampler's state ({sorted(saved) if isinstance(saved, dict) else saved!r}) "
+                              "but train_data's loader has no sampler to take it; resume with the loader "
+                              "of the saved run (e.g. gluonkit.data.seeded_loader, bucket_loader).")
+    if sampler is not None and saved is None:
+        raise CheckpointError(f"train_data's sampler ({type(sampler).__name__}) has a state to resume, but "
+                              "the checkpoint holds none: it was saved with a loader without one, whose order "
+                              "this one would not continue; resume with the loader of the saved run.")
 
 
 def sampler_of(loader):
@@ -435,6 +449,7 @@ class Resumer:
             log.warning("Resuming at an epoch's end with other settings: %s; the run continues with "
                         "this run's.", message)
         sampler = sampler_of(state.train_data)
+        check_sampler_kind(sampler, snap.get("sampler"))
         if sampler is not None and snap.get("sampler") is not None:
             try:
                 sampler.load_state_dict(snap["sampler"])

@@ -7,8 +7,8 @@ import pytest
 from mxnet import gluon
 from numpy.testing import assert_array_equal
 
-from gluonkit.data import (MultiScaleDataset, MultiScaleSampler, SeededSamples, bucket_loader,
-                           multiscale_loader, sample_generators, seeded_loader)
+from gluonkit.data import (MultiScaleDataset, MultiScaleSampler, SeededDataset, SeededSamples,
+                           bucket_loader, multiscale_loader, sample_generators, seeded_loader)
 
 
 class Jittered(gluon.data.Dataset):
@@ -114,3 +114,52 @@ def test_gluonkits_loaders_seed_their_samples_on_request_and_keep_their_sampler_
                 assert_array_equal(got[position], images[i][0].asnumpy() + np.random.rand())
     buckets = bucket_loader(images, 4, 1, seed=1, sample_seeds=True)
     assert buckets.batch_sampler.sampler.buckets.shapes == [(4, 4)]
+
+
+def test_misuse_is_refused_in_one_line_naming_what_was_given():
+    rolling = gluon.data.BatchSampler(gluon.data.RandomSampler(10), 4, "rollover")
+    with pytest.raises(ValueError, match="last_batch='rollover' carries samples .* no state holds"):
+        SeededSamples(rolling, seed=0)
+    with pytest.raises(TypeError, match="a sampler of batches .* got None"):
+        SeededSamples(None)
+    with pytest.raises(TypeError, match="yielded 0, not a batch"):
+        list(SeededSamples(gluon.data.SequentialSampler(3), seed=0))
+    with pytest.raises(TypeError, match=r"items \(index, key\) from a SeededSamples, got 3"):
+        SeededDataset(Jittered())[3]
+    with pytest.raises(ValueError, match="thread_pool=True.*use worker processes"):
+        seeded_loader(Jittered(), gluon.data.BatchSampler(gluon.data.SequentialSampler(10), 4),
+                      seed=0, num_workers=2, thread_pool=True)
+    for key in ["abc", (1.5,), (-1,), ()]:
+        with pytest.raises(ValueError, match="key must be a tuple of non-negative ints"):
+            with sample_generators(key):
+                pass
+    samples = SeededSamples(gluon.data.BatchSampler(gluon.data.SequentialSampler(10), 4), seed=3)
+    with pytest.raises(ValueError, match=r"state\['seed'\] must be a non-negative int, got -3"):
+        samples.load_state_dict({"seed": -3, "epoch": 0, "sampler": None})
+    with pytest.raises(ValueError, match=r"state\['epoch'\] is 10{30}"):
+        samples.load_state_dict({"seed": 3, "epoch": 10 ** 30, "sampler": None})
+    assert samples.state_dict() == {"seed": 3, "epoch": 0, "sampler": None}
+
+
+def test_fit_refuses_to_resume_with_a_loader_of_another_kind(tmp_path):
+    import gluonkit
+    from gluonkit.callbacks import ModelCheckpoint
+
+    data = gluon.data.ArrayDataset(np.random.RandomState(0).rand(12, 3).astype("float32"),
+                                   np.arange(12, dtype="float32"))
+    seeded = seeded_loader(data, gluon.data.BatchSampler(gluon.data.RandomSampler(12), 4, "keep"), seed=0)
+    plain = gluon.data.DataLoader(data, batch_size=4, shuffle=True)
+
+    def run(loader, folder, epochs):
+        net = gluon.nn.Dense(1)
+        net.initialize(mx.init.Constant(0.1))
+        trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+        return gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=epochs, progress=False,
+                            callbacks=[ModelCheckpoint(str(folder), resume=True)])
+
+    for name, first, then, says in [("seeded", seeded, plain, "holds a sampler's state"),
+                                    ("plain", plain, seeded, r"train_data's sampler \(SeededSamples\) has a state")]:
+        folder = tmp_path / name
+        run(first, folder, 1)
+        with pytest.raises(gluonkit.CheckpointError, match=says):
+            run(then, folder, 2)

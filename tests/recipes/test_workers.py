@@ -79,5 +79,23 @@ def test_the_default_is_the_room_for_files_and_a_given_number_wins(caplog):
     where = "this process" if room == 0 else f"{room} worker process{'es' if room > 1 else ''}"
     assert caplog.messages == [
         f"Loading data in {where} (--num-workers {room}, what this machine has room for).",
-        "Loading data in 3 worker processes (--num-workers 3).",
+        "Loading data in 3 worker processes (--num-workers 3)." if room >= 3 else
+        f"Loading data in 3 worker processes (--num-workers 3, more than the {room} this machine has room for).",
         "Loading data in this process (--num-workers 0, what this machine has room for)."]
+
+
+def test_each_distributed_worker_seeds_its_data_apart_and_worker_0_as_one_process():
+    import mxnet as mx
+
+    from gluonkit.recipes.common import worker_seed
+
+    class Worker:                     # what a distributed kvstore tells a recipe of its place
+        def __init__(self, rank):
+            self.rank = rank
+
+    local = mx.kv.create("local")     # a real kvstore of one process: rank 0
+    assert worker_seed(7, "device") == worker_seed(7, local) == worker_seed(7, Worker(0)) == 7
+    seeds = [worker_seed(7, Worker(rank)) for rank in range(1, 5)]
+    assert len(set(seeds + [7])) == 5 and all(0 <= s < 2 ** 31 for s in seeds)
+    assert seeds == [worker_seed(7, Worker(rank)) for rank in range(1, 5)]     # in every process
+    assert worker_seed(8, Worker(1)) != seeds[0]

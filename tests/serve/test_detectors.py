@@ -15,9 +15,12 @@ pytestmark = pytest.mark.slow
 
 # model -> (recipe options of a short run whose network gives boxes, the score threshold)
 RUNS = {
-    # two steps at a small learning rate: YOLOv3's objectness is still above its 0.01 cut
+    # two steps at a small learning rate: YOLOv3's objectness is still above its 0.01 cut, and
+    # every image keeps its 100 boxes, scored 0.252 to 0.266, neighbours apart by float32 noise;
+    # which of such ties the suppression keeps differs between runtimes in that crowded tail,
+    # so the boxes compared are the top of each image (>= 0.258)
     "yolo3_mobilenet0.25_custom": (["--limit", "8", "--epochs", "1", "--batch-size", "4",
-                                    "--lr", "0.0001"], 0.05),
+                                    "--lr", "0.0001"], 0.258),
     # SSD's box regression needs some steps before its boxes are finite
     "ssd_300_mobilenet0.25_custom": (["--limit", "64", "--epochs", "4", "--batch-size", "8"],
                                      0.01),

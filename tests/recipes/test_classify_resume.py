@@ -75,9 +75,9 @@ def test_a_stop_inside_a_window_on_two_devices_with_batchnorm_resumes_bit_identi
     assert resumed["history"]["val_accuracy"] == straight["history"]["val_accuracy"]
 
 
-def _session_processes(session):
-    """The processes left in the session ``session`` (its leader's pid)."""
-    out = subprocess.run(["ps", "-o", "pid=", "-s", str(session)], capture_output=True, text=True).stdout
+def _processes_led_by(leader):
+    """The processes left that ``leader`` (started with a new session: ``ps -s``) leads."""
+    out = subprocess.run(["ps", "-o", "pid=", "-s", str(leader)], capture_output=True, text=True).stdout
     return [int(pid) for pid in out.split()]
 
 
@@ -100,7 +100,7 @@ def test_sigterm_to_the_process_group_with_workers_stops_with_a_checkpoint_and_r
     try:
         code = run.wait(timeout=120)
     finally:
-        left = _session_processes(run.pid)
+        left = _processes_led_by(run.pid)
         for pid in left:
             os.kill(pid, signal.SIGKILL)
     reader.join(5)

@@ -76,7 +76,7 @@ def test_a_stop_inside_a_window_on_two_devices_with_batchnorm_resumes_bit_identi
 
 
 def _processes_led_by(leader):
-    """The processes left that ``leader`` (started with a new session: ``ps -s``) leads."""
+    """The processes left that ``leader`` leads (it was started with start_new_session; ``ps -s``)."""
     out = subprocess.run(["ps", "-o", "pid=", "-s", str(leader)], capture_output=True, text=True).stdout
     return [int(pid) for pid in out.split()]
 

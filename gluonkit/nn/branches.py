@@ -213,6 +213,7 @@ class Branches(HybridBlock):
         self._names = []
         self._routes = Views()
         self._hybrid_args = None
+        self._unshaped = None   # the parameters whose shapes were unknown at the last call
         self.trunk = trunk
 
     def __setattr__(self, name, value):
@@ -222,6 +223,7 @@ class Branches(HybridBlock):
         super().__setattr__(name, value)
         # a trunk or branch replaced later (a new head for fine-tuning) replaces it in the routes
         if name == "trunk" or name in getattr(self, "_names", ()):
+            self._unshaped = None
             for route in self._routes:
                 if name == "trunk":
                     route.trunk = value
@@ -259,6 +261,7 @@ class Branches(HybridBlock):
                             "mxnet.gluon.nn.HybridSequential.")
         setattr(self, name, block)
         self._names.append(name)
+        self._unshaped = None
 
     def route(self, *names):
         """A HybridBlock computing the trunk and only the branches ``names``.
@@ -369,7 +372,15 @@ class Branches(HybridBlock):
 
         The trunk's output shapes come from symbolic shape inference on the input shapes, and
         each pending branch's parameter shapes from its graph on those: nothing is computed.
+        Once every shape is known, a call costs next to nothing (until a trunk or branch is
+        set anew).
         """
+        if self._unshaped is None:
+            self._unshaped = [param for param in self.collect_params().values()
+                              if not shape_is_known(param.shape)]
+        self._unshaped = [param for param in self._unshaped if not shape_is_known(param.shape)]
+        if not any(map(_waiting, self._unshaped)):
+            return
         pending = self._waiting_branches()
         trunk = [] if self.trunk is None else [
             param for param in self.trunk.collect_params().values() if _waiting(param)]

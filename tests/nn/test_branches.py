@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from mxnet import autograd
 from mxnet.gluon import nn
 from conftest import params_of
+from triplet_net import Triplet
 from numpy.testing import assert_allclose
 
 import gluonkit
@@ -557,52 +558,6 @@ def test_a_route_reaches_nested_heads_by_dotted_names(hybridize, tmp_path):
         net.route("digit.x")
     with pytest.raises(ValueError, match="'heads' and 'heads.aux'"):
         net.route("heads", "heads.aux")
-
-
-class _TripletTrunk(nn.HybridBlock):
-    """One embedding applied to the anchor, the positive and the negative."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        with self.name_scope():
-            self.embed = nn.Dense(8, activation="tanh")
-
-    def hybrid_forward(self, F, anchor, positive, negative):
-        return self.embed(anchor), self.embed(positive), self.embed(negative)
-
-
-class _Distance(nn.HybridBlock):
-    """Reads all three trunk outputs: the triplet margin of projected embeddings."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        with self.name_scope():
-            self.proj = nn.Dense(4)
-
-    def hybrid_forward(self, F, anchor, positive, negative):
-        a, p, n = self.proj(anchor), self.proj(positive), self.proj(negative)
-        return F.sum(F.square(a - p), axis=1) - F.sum(F.square(a - n), axis=1)
-
-
-class _Embedding(nn.HybridBlock):
-    """Reads the anchor only."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        with self.name_scope():
-            self.out = nn.Dense(3)
-
-    def hybrid_forward(self, F, anchor, positive, negative):
-        return self.out(anchor)
-
-
-class Triplet(Branches):
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        with self.name_scope():
-            self.trunk = _TripletTrunk()
-            self.add("distance", _Distance())
-            self.add("embedding", _Embedding())
 
 
 def _triplet_loss(name, out):

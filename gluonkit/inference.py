@@ -190,11 +190,11 @@ def _as_inputs(sample, specs, name):
     if isinstance(sample, dict) and sorted(sample) == sorted(names):
         sample = [sample[n] for n in names]
     if not isinstance(sample, (tuple, list)) or len(sample) != len(specs):
+        count = f" of {len(sample)}" if isinstance(sample, (tuple, list, dict)) else ""
         raise ValueError(f"sample {name}: the model takes {len(specs)} inputs ({', '.join(names)}"
                          f"), so each sample is a tuple of {len(specs)} arrays, one per input, or "
-                         f"a dict by input name, got {type(sample).__name__}"
-                         f"{f' of {len(sample)}' if isinstance(sample, (tuple, list, dict)) else ''}"
-                         f"; pass a list of samples: predict(model, [({', '.join(names)}), ...]).")
+                         f"a dict by input name, got a {type(sample).__name__}{count}; pass a "
+                         f"list of samples: predict(model, [({', '.join(names)}), ...]).")
     arrays = [array if isinstance(array, mx.nd.NDArray) else mx.nd.array(np.asarray(array))
               for array in sample]
     for spec, array in zip(specs, arrays):

@@ -14,7 +14,7 @@ import re
 from .validate import is_int
 
 __all__ = ["FORMAT", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
-           "read_metadata", "model_files", "file_sha256", "REDO"]
+           "input_specs", "read_metadata", "model_files", "file_sha256", "REDO"]
 
 #: Version of the metadata file's layout (2: with 'kind' and 'sha256').
 FORMAT = 2
@@ -29,6 +29,12 @@ class ExportError(ValueError):
     """An exported model's files cannot be used together: damaged, incomplete, or from
     different exports (the message names the file); or a network cannot be exported, as its
     BatchNorm running variance is at most -eps or not finite (the message names the parameter)."""
+
+
+def input_specs(metadata):
+    """``[{'name', 'shape'}, ...]`` of the metadata (checked), one per network input, in the
+    order the network takes them: its ``inputs``, or its one ``input``."""
+    return metadata.get("inputs") or [metadata["input"]]
 
 
 class ExportedModel:
@@ -50,7 +56,7 @@ class ExportedModel:
     def inputs(self):
         """``[{'name', 'shape'}, ...]``, one per network input, in the order the network takes
         them (one sample's shape, without the batch axis)."""
-        return self.metadata.get("inputs") or [self.metadata["input"]]
+        return input_specs(self.metadata)
 
     @property
     def outputs(self):

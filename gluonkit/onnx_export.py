@@ -29,7 +29,7 @@ import numpy as np
 
 from .atomic import atomic_replace
 from .inference import model_prefix
-from .metadata import file_sha256, model_files, read_metadata
+from .metadata import file_sha256, input_specs, model_files, read_metadata
 from .onnx_detection import box_nms_translation
 
 __all__ = ["onnx_model", "export_onnx", "OPSET", "METADATA_KEY"]
@@ -56,8 +56,7 @@ def _input_shapes(symbol, metadata):
     """``(samples, shapes)`` of the inputs in the converter's order (the graph's): a batch of
     one of each, and each shape with None for the axes that vary: the batch, and height and
     width where the preprocessing leaves images their own sizes."""
-    specs = {spec["name"]: spec["shape"] for spec in
-             metadata.get("inputs") or [metadata["input"]]}
+    specs = {spec["name"]: spec["shape"] for spec in input_specs(metadata)}
     samples, shapes = [], []
     p = metadata["preprocessing"]
     for name in (name for name in symbol.list_inputs() if name in specs):

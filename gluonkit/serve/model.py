@@ -2,7 +2,8 @@
 import json
 import os
 
-from ..metadata import ExportError, ExportedModel, description_problem, file_sha256, read_metadata
+from ..metadata import (ExportError, ExportedModel, description_problem, file_sha256, input_specs,
+                        read_metadata)
 from ..validate import positive_int, process_cpus
 
 __all__ = ["OnnxModel", "load", "check_threads"]
@@ -32,7 +33,8 @@ class OnnxModel(ExportedModel):
 
         Example::
 
-            >>> distance, embedding = gluonkit.serve.load("triplet.onnx").run(anchor, positive, negative)
+            >>> model = gluonkit.serve.load("triplet.onnx")
+            >>> distance, embedding = model.run(anchor, positive, negative)
         """
         if len(arrays) != len(self.inputs):
             names = ", ".join(spec["name"] for spec in self.inputs)
@@ -137,7 +139,7 @@ def load(path, threads=None):
         raise ExportError(f"{path} {problem}; {_REDO}.")
     names = {value.name for value in runtime.get_outputs()}
     missing = [o["name"] for o in metadata["outputs"] if o["name"] not in names]
-    inputs = sorted(spec["name"] for spec in metadata.get("inputs") or [metadata["input"]])
+    inputs = sorted(spec["name"] for spec in input_specs(metadata))
     if missing or sorted(i.name for i in runtime.get_inputs()) != inputs:
         raise ExportError(f"{path} has inputs {[i.name for i in runtime.get_inputs()]} and "
                           f"outputs {sorted(names)}, not those its metadata names; {_REDO}.")

@@ -240,11 +240,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
                          f"(1, N, 1), (1, N, 4); the network returns shapes "
                          f"{[o.shape for o in probe]} (is it a GluonCV detector in inference "
                          "mode?).")
-    metadata = {"format": FORMAT, "kind": kind,
-                **({"input": inputs[0]} if len(inputs) == 1 else {"inputs": inputs}),
-                "outputs": _outputs(outputs, len(probe), kind), "preprocessing": preprocessing,
-                **extra}
-    json.dumps(metadata)                                    # serializable, before any file is written
+    outputs = _outputs(outputs, len(probe), kind)
+    json.dumps(extra)                                       # serializable, before any file is written
 
     input_names = [spec["name"] for spec in inputs]
     symbol = net(*[mx.sym.var(name) for name in input_names])
@@ -264,11 +261,19 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise ValueError(f"the traced graph has inputs other than {input_names} that are not "
                          f"parameters: {missing}; export a network whose inputs are the "
                          "arguments of its forward.")
-    unread = [name for name in input_names if name not in arg_names]
-    if unread:
-        raise ValueError(f"the network's graph does not read its input(s) {unread}, which a "
-                         "loaded export could not be given; export a network that reads every "
-                         "input it takes.")
+    read = [spec for spec in inputs if spec["name"] in arg_names]
+    if not read:
+        raise ValueError(f"the network's graph reads none of its inputs {input_names}: its "
+                         "outputs do not depend on them; export a network that computes from "
+                         "its input.")
+    if len(read) < len(inputs):         # a route through a head that reads only the anchor
+        warnings.warn(f"the network's graph does not read its input(s) "
+                      f"{[name for name in input_names if name not in arg_names]}: the export "
+                      f"takes only {[spec['name'] for spec in read]}, as its graph does.",
+                      stacklevel=2)
+    metadata = {"format": FORMAT, "kind": kind,
+                **({"input": read[0]} if len(read) == 1 else {"inputs": read}),
+                "outputs": outputs, "preprocessing": preprocessing, **extra}
 
     _check_running_variances(symbol, arrays)
     onnx_text = _onnx_text(symbol, arrays, metadata, onnx)     # before anything is written

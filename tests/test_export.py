@@ -429,3 +429,15 @@ def test_several_inputs_are_refused_in_one_line_where_they_cannot_be_used(tmp_pa
     assert message.startswith("gluonkit-predict: ") and "\n" not in message
     assert "takes 3 inputs (data0, data1, data2), not image files" in message
     assert "gluonkit.predict(model, [(data0, data1, data2), ...])" in message
+
+
+def test_a_route_that_reads_only_the_anchor_exports_taking_only_the_anchor(tmp_path):
+    net, (a, p, n) = _triplet(True)
+    route = net.route("embedding")
+    expected = route(a, p, n).asnumpy()
+    with pytest.warns(UserWarning, match=r"does not read its input\(s\) \['data1', 'data2'\]: "
+                                         r"the export takes only \['data0'\]"):
+        metadata = gluonkit.export_model(route, str(tmp_path / "model"), [(6,)] * 3, onnx=False)
+    assert metadata["input"] == {"name": "data0", "shape": [6]} and "inputs" not in metadata
+    got = gluonkit.load_model(str(tmp_path / "model")).net(a).asnumpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

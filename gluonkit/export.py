@@ -55,6 +55,38 @@ def _saved(arrays, path, digests):
     return write
 
 
+def _input_specs(input_shape):
+    """The ``inputs`` metadata, ``[{'name', 'shape'}]``, from ``export_model``'s
+    ``input_shape``: one sample's shape (the input ``data``), a list of them (``data0``,
+    ``data1``, ...), or a dict input name -> shape."""
+    if isinstance(input_shape, dict):
+        given = list(input_shape.items())
+        bad = [name for name, _ in given if not (isinstance(name, str) and name.isidentifier())]
+        if bad or not given:
+            raise ValueError(f"input_shape's keys name the inputs and must be identifiers, such "
+                             f"as 'anchor', got {bad or list(input_shape)!r}.")
+    elif isinstance(input_shape, (tuple, list)) and input_shape and \
+            all(isinstance(shape, (tuple, list)) for shape in input_shape):
+        given = [(f"{_DATA}{i}", shape) for i, shape in enumerate(input_shape)]
+        if len(given) == 1:
+            given = [(_DATA, input_shape[0])]
+    else:
+        given = [(_DATA, input_shape)]
+    specs = []
+    for name, shape in given:
+        where = "" if len(given) == 1 else f"[{name!r}]" if isinstance(input_shape, dict) \
+            else f"[{len(specs)}]"
+        if not isinstance(shape, (tuple, list)) or not all(is_int(n) for n in shape):
+            raise TypeError(f"input_shape{where} must be one sample's shape as a tuple of ints, "
+                            f"e.g. (3, 224, 224) (a list of them for several inputs), got "
+                            f"{shape!r}.")
+        if not shape or min(shape) < 1:
+            raise ValueError(f"input_shape{where} must be one sample's shape of positive sizes, "
+                             f"e.g. (3, 224, 224), got {shape!r}.")
+        specs.append({"name": name, "shape": [int(n) for n in shape]})
+    return specs
+
+
 def _outputs(outputs, count, kind):
     """The ``outputs`` metadata: a list of ``{'name', 'classes'}``, one per network output."""
     if kind == "detector" and (outputs is None or isinstance(outputs, (list, tuple))):
@@ -124,9 +156,13 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         statistics differ per device; the weights are equal), as ``save_parameters`` does.
     prefix : str or path-like
         Path prefix of the files, e.g. ``'runs/classify/model'``.
-    input_shape : tuple of int
+    input_shape : tuple of int, list of them, or dict
         One sample's shape, e.g. ``(3, 224, 224)``: the network is run on a batch of one of
-        it (a check that the export works) and it is stored for ``mx.mod.Module.bind``.
+        it (a check that the export works) and it is stored for ``mx.mod.Module.bind``; the
+        input is named ``data``. For a network of several inputs, one shape per input in the
+        order its forward takes them: a list (``[(10,), (10,)]``, inputs ``data0``,
+        ``data1``, ...) or a dict input name -> shape (``{'anchor': (10,), ...}``), stored
+        as the metadata's ``inputs``.
     outputs : list or dict, optional
         The class names of a single-output classifier or of a detector (a list), one list
         of class names (or None) per output (outputs named ``output0``, ``output1``, ...), or
@@ -134,7 +170,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         in output order; nested outputs (nested ``Branches``) count in their flattened order.
     preprocessing : dict, optional
         How an image file becomes the input (see :func:`check_preprocessing`). Without it
-        ``gluonkit.predict`` takes arrays of ``input_shape`` only, as the network's input.
+        ``gluonkit.predict`` takes arrays of ``input_shape`` only, as the network's input
+        (a tuple of arrays per sample for several inputs, which take no preprocessing).
     epoch : int
         The number in the parameter file's name.
     kind : {'classifier', 'detector'}
@@ -179,32 +216,35 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     if not os.path.basename(prefix):
         raise ValueError(f"prefix {prefix!r} names a directory; pass a path prefix for the files, "
                          f"e.g. {os.path.join(prefix, 'model')!r}.")
-    if not isinstance(input_shape, (tuple, list)) or not all(is_int(n) for n in input_shape):
-        raise TypeError(f"input_shape must be one sample's shape as a tuple of ints, e.g. "
-                        f"(3, 224, 224), got {input_shape!r}.")
-    shape = tuple(int(n) for n in input_shape)
-    if not shape or min(shape) < 1:
-        raise ValueError(f"input_shape must be one sample's shape of positive sizes, e.g. "
-                         f"(3, 224, 224), got {input_shape!r}.")
+    inputs = _input_specs(input_shape)
+    if len(inputs) > 1 and preprocessing is not None:
+        raise ValueError(f"preprocessing says how one image file becomes the input; the network "
+                         f"takes {len(inputs)} inputs: export it with preprocessing=None and "
+                         "predict from arrays, one per input.")
     params = net.collect_params()
     ctx = next(iter(params.list_ctx()), mx.cpu())       # a network may have no parameters
-    try:
-        probe = flatten(net(mx.nd.zeros((1,) + shape, ctx=ctx)))   # fails early on a wrong shape
-    except mx.base.MXNetError as err:
-        raise ValueError(f"the network cannot run on a sample of input_shape {shape} "
-                         f"({str(err).strip().splitlines()[-1]}); pass the shape of one sample "
-                         "it takes, without the batch axis.") from None
+    shapes = [tuple(spec["shape"]) for spec in inputs]
+    try:                                                # fails early on a wrong shape
+        probe = flatten(net(*[mx.nd.zeros((1,) + shape, ctx=ctx) for shape in shapes]))
+    except (mx.base.MXNetError, TypeError, ValueError) as err:
+        reason = "" if isinstance(err, ValueError) else (      # Gluon's: a count of inputs
+            f" ({str(err).strip().splitlines()[-1]})" if isinstance(err, mx.base.MXNetError)
+            else f" ({err})")
+        given = f"a sample of input_shape {shapes[0]}" if len(shapes) == 1 else \
+            f"{len(shapes)} inputs of input_shape {shapes}"
+        raise ValueError(f"the network cannot run on {given}{reason}; pass the shape of one "
+                         "sample it takes, without the batch axis, and for several inputs one "
+                         "shape per input: input_shape=[(10,), (10,)].") from None
     if kind == "detector" and not _detector_shapes(probe):
         raise ValueError(f"kind='detector' needs outputs ids, scores and boxes shaped (1, N, 1), "
                          f"(1, N, 1), (1, N, 4); the network returns shapes "
                          f"{[o.shape for o in probe]} (is it a GluonCV detector in inference "
                          "mode?).")
-    metadata = {"format": FORMAT, "kind": kind, "input": {"name": _DATA, "shape": list(shape)},
-                "outputs": _outputs(outputs, len(probe), kind), "preprocessing": preprocessing,
-                **extra}
-    json.dumps(metadata)                                    # serializable, before any file is written
+    outputs = _outputs(outputs, len(probe), kind)
+    json.dumps(extra)                                       # serializable, before any file is written
 
-    symbol = net(mx.sym.var(_DATA))
+    input_names = [spec["name"] for spec in inputs]
+    symbol = net(*[mx.sym.var(name) for name in input_names])
     if isinstance(symbol, (list, tuple)):
         symbol = mx.sym.Group(flatten(symbol))
     aux_names = set(symbol.list_auxiliary_states())
@@ -216,10 +256,24 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         copies = param.list_data()
         mean = sum(c.as_in_context(mx.cpu()) for c in copies) / len(copies)
         arrays[("aux:" if param.name in aux_names else "arg:") + param.name] = mean
-    missing = sorted(arg_names - {_DATA} - {k[4:] for k in arrays})
+    missing = sorted(arg_names - set(input_names) - {k[4:] for k in arrays})
     if missing:
-        raise ValueError(f"the traced graph has inputs other than {_DATA!r} that are not "
-                         f"parameters: {missing}; export a network that takes one input.")
+        raise ValueError(f"the traced graph has inputs other than {input_names} that are not "
+                         f"parameters: {missing}; export a network whose inputs are the "
+                         "arguments of its forward.")
+    read = [spec for spec in inputs if spec["name"] in arg_names]
+    if not read:
+        raise ValueError(f"the network's graph reads none of its inputs {input_names}: its "
+                         "outputs do not depend on them; export a network that computes from "
+                         "its input.")
+    if len(read) < len(inputs):         # a route through a head that reads only the anchor
+        warnings.warn(f"the network's graph does not read its input(s) "
+                      f"{[name for name in input_names if name not in arg_names]}: the export "
+                      f"takes only {[spec['name'] for spec in read]}, as its graph does.",
+                      stacklevel=2)
+    metadata = {"format": FORMAT, "kind": kind,
+                **({"input": read[0]} if len(read) == 1 else {"inputs": read}),
+                "outputs": outputs, "preprocessing": preprocessing, **extra}
 
     _check_running_variances(symbol, arrays)
     onnx_text = _onnx_text(symbol, arrays, metadata, onnx)     # before anything is written

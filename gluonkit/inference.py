@@ -27,9 +27,9 @@ _EXPORT_FILE = re.compile(r"(-symbol\.json|-\d{4}\.params|\.json)$")
 
 
 class Model(ExportedModel):
-    """An exported network loaded for inference: ``net`` (a ``gluon.SymbolBlock``),
-    ``metadata`` (the ``PREFIX.json`` dict), ``ctx`` and ``path`` (its parameter file, which
-    errors name)."""
+    """An exported network loaded for inference: ``net`` (a ``gluon.SymbolBlock``, called
+    with a batch per input, in the order of :attr:`inputs`), ``metadata`` (the
+    ``PREFIX.json`` dict), ``ctx`` and ``path`` (its parameter file, which errors name)."""
 
     def __init__(self, net, metadata, ctx, path=None):
         self.net, self.metadata, self.ctx, self.path = net, metadata, ctx, path
@@ -66,15 +66,17 @@ def load_model(prefix, ctx=None):
     prefix = model_prefix(prefix)
     metadata = read_metadata(prefix)
     files = model_files(prefix, metadata)
+    model = Model(None, metadata, ctx or mx.cpu(), files["params"])
     try:
         with warnings.catch_warnings():   # MXNet notes that the input's type is not known yet
             warnings.filterwarnings("ignore", message="Cannot decide type")
-            net = gluon.SymbolBlock.imports(files["symbol"], [metadata["input"]["name"]],
-                                            files["params"], ctx=ctx or mx.cpu())
+            model.net = gluon.SymbolBlock.imports(files["symbol"],
+                                                  [spec["name"] for spec in model.inputs],
+                                                  files["params"], ctx=model.ctx)
     except (mx.base.MXNetError, AssertionError, ValueError, KeyError) as err:
         raise ExportError(f"{files['symbol']} and {files['params']} do not load as a network "
                           f"({type(err).__name__}); export the model again.") from None
-    return Model(net, metadata, ctx or mx.cpu(), files["params"])
+    return model
 
 
 def shrink_to(image, max_size):
@@ -109,12 +111,18 @@ def _pixels(image, channels, name):
 
 
 class _Prepared:
-    """One image made ready for the network: ``name``, ``tensor`` (CHW float32) and ``plan``
-    (a :class:`gluonkit.preprocessing.Plan`: its size, and the map from input pixels back to
-    the image's)."""
+    """One image (or sample) made ready for the network: ``name``, ``tensors`` (its inputs:
+    one CHW float32 image, or one array per input) and ``plan`` (a
+    :class:`gluonkit.preprocessing.Plan`: its size, and the map from input pixels back to the
+    image's)."""
 
-    def __init__(self, name, plan, tensor):
-        self.name, self.plan, self.tensor = name, plan, tensor
+    def __init__(self, name, plan, *tensors):
+        self.name, self.plan, self.tensors = name, plan, tensors
+
+    @property
+    def tensor(self):
+        """The network's input, where it takes one."""
+        return self.tensors[0]
 
 
 def _prepare(image, preprocessing, name, max_pixels, max_aspect):
@@ -175,11 +183,33 @@ def _as_input(array, shape, name):
     return _Prepared(name, Plan(values.shape[:0:-1][:2]), values.astype("float32"))
 
 
+def _as_inputs(sample, specs, name):
+    """A sample given to a model of several inputs (a tuple of arrays, one per input in
+    order, or a dict input name -> array): its inputs, as float32."""
+    names = [spec["name"] for spec in specs]
+    if isinstance(sample, dict) and sorted(sample) == sorted(names):
+        sample = [sample[n] for n in names]
+    if not isinstance(sample, (tuple, list)) or len(sample) != len(specs):
+        count = f" of {len(sample)}" if isinstance(sample, (tuple, list, dict)) else ""
+        raise ValueError(f"sample {name}: the model takes {len(specs)} inputs ({', '.join(names)}"
+                         f"), so each sample is a tuple of {len(specs)} arrays, one per input, or "
+                         f"a dict by input name, got a {type(sample).__name__}{count}; pass a "
+                         f"list of samples: predict(model, [({', '.join(names)}), ...]).")
+    arrays = [array if isinstance(array, mx.nd.NDArray) else mx.nd.array(np.asarray(array))
+              for array in sample]
+    for spec, array in zip(specs, arrays):
+        if tuple(array.shape) != tuple(spec["shape"]):
+            raise ValueError(f"sample {name}: input {spec['name']!r} takes arrays of shape "
+                             f"{tuple(spec['shape'])} (one sample, no batch axis), got "
+                             f"{array.shape}.")
+    return _Prepared(name, Plan(arrays[0].shape[:0:-1][:2]), *(a.astype("float32") for a in arrays))
+
+
 def _results(model, batch, top_k, threshold):
     """The results of the :class:`_Prepared` ``batch``, one network call per run of inputs of
     one shape (of at most the model's ``images_per_call``: Faster R-CNN's graph takes one)."""
     most = model.metadata.get("images_per_call") or len(batch)
-    for _, same in itertools.groupby(batch, key=lambda item: item.tensor.shape):
+    for _, same in itertools.groupby(batch, key=lambda item: [t.shape for t in item.tensors]):
         same = list(same)
         for run in (same[i:i + most] for i in range(0, len(same), most)):
             yield from _run(model, run, top_k, threshold)
@@ -187,8 +217,9 @@ def _results(model, batch, top_k, threshold):
 
 def _run(model, run, top_k, threshold):
     """The results of one network call on the :class:`_Prepared` inputs ``run``."""
-    x = mx.nd.stack(*[item.tensor for item in run]).as_in_context(model.ctx)
-    outputs = model.net(x)
+    inputs = [mx.nd.stack(*[item.tensors[k] for item in run]).as_in_context(model.ctx)
+              for k in range(len(run[0].tensors))]
+    outputs = model.net(*inputs)
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     for i, item in enumerate(run):
         row = [out[i] for out in outputs]
@@ -235,14 +266,24 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
         model = load_model(model, ctx)
     if threshold is None:
         threshold = model.score_threshold
-    if isinstance(images, (str, os.PathLike, np.ndarray, mx.nd.NDArray)):
-        images = [images]
+    if isinstance(images, (str, os.PathLike, np.ndarray, mx.nd.NDArray, dict)):
+        images = [images]          # one image, or one sample (a dict) of several inputs
     images = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in images]
     paths = [p for p in images if isinstance(p, str)]
     if paths and len(paths) != len(images):
         raise TypeError(f"images must be all paths or all arrays, got {len(paths)} path(s) and "
                         f"{len(images) - len(paths)} array(s); call predict once for each kind.")
     preprocessing = model.metadata["preprocessing"]
+    if len(model.inputs) > 1:
+        names = ", ".join(spec["name"] for spec in model.inputs)
+        if paths:
+            raise ExportError(f"the model takes {len(model.inputs)} inputs ({names}), not image "
+                              "files; predict from Python with one array per input: "
+                              f"gluonkit.predict(model, [({names}), ...]), or "
+                              f"gluonkit.load_model(model).net({names}) on batches.")
+        return _stream(model, list(range(len(images))), images, batch_size,
+                       lambda sample, name: _as_inputs(sample, model.inputs, name), top_k,
+                       threshold, report)
     if preprocessing is None:
         if paths:
             raise ExportError(f"the model was exported with preprocessing=None: its metadata does "
@@ -269,7 +310,9 @@ def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=
     images : str, path-like, array, or list of them
         Image files or directories (walked for image files), or HWC (or HW) uint8 arrays,
         one image each, RGB as ``mx.image.imread`` decodes (not OpenCV's BGR). A model
-        exported with ``preprocessing=None`` takes arrays of its input's shape only.
+        exported with ``preprocessing=None`` takes arrays of its input's shape only; one of
+        several inputs takes a list of samples, each a tuple of arrays (one per input, in
+        order, of its shape) or a dict input name -> array.
     top_k : int
         How many classes to report per image and output (classifiers).
     batch_size : int

@@ -14,7 +14,7 @@ import re
 from .validate import is_int
 
 __all__ = ["FORMAT", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
-           "read_metadata", "model_files", "file_sha256", "REDO"]
+           "input_specs", "read_metadata", "model_files", "file_sha256", "REDO"]
 
 #: Version of the metadata file's layout (2: with 'kind' and 'sha256').
 FORMAT = 2
@@ -31,6 +31,12 @@ class ExportError(ValueError):
     BatchNorm running variance is at most -eps or not finite (the message names the parameter)."""
 
 
+def input_specs(metadata):
+    """``[{'name', 'shape'}, ...]`` of the metadata (checked), one per network input, in the
+    order the network takes them: its ``inputs``, or its one ``input``."""
+    return metadata.get("inputs") or [metadata["input"]]
+
+
 class ExportedModel:
     """What a loaded export tells from its ``metadata`` (the ``model.json`` dict), shared by
     the MXNet and the onnxruntime side."""
@@ -45,6 +51,12 @@ class ExportedModel:
         """A detector's default lowest score reported: the one its run recorded (the best F1
         on its validation set), else 0.5."""
         return self.metadata.get("score_threshold", 0.5)
+
+    @property
+    def inputs(self):
+        """``[{'name', 'shape'}, ...]``, one per network input, in the order the network takes
+        them (one sample's shape, without the batch axis)."""
+        return input_specs(self.metadata)
 
     @property
     def outputs(self):
@@ -76,6 +88,13 @@ def _is_size(value, count):
     if count == 1:
         return is_int(value) and value >= 1
     return isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_size(v, 1) for v in value)
+
+
+def _is_input(spec):
+    """Whether ``spec`` is an input's ``{'name': str, 'shape': [positive ints]}``."""
+    return (isinstance(spec, dict) and isinstance(spec.get("name"), str) and spec["name"]
+            and isinstance(spec.get("shape"), list) and spec["shape"]
+            and all(_is_size(n, 1) for n in spec["shape"]))
 
 
 def _preprocessing_problem(preprocessing):
@@ -142,17 +161,25 @@ def description_problem(m, files=True):
         return f"holds a JSON {type(m).__name__}, not the object export_model writes"
     if m.get("format") != FORMAT:
         return f"has format {m.get('format')!r}; this gluonkit reads format {FORMAT}"
-    missing = [k for k in ("kind", "input", "outputs", "preprocessing")
-               + (("files", "sha256") if files else ()) if k not in m]
+    missing = [k for k in ("kind", "input" if "inputs" not in m else "inputs", "outputs",
+                           "preprocessing") + (("files", "sha256") if files else ()) if k not in m]
     if missing:
         return f"misses {', '.join(map(repr, missing))}"
     if m["kind"] not in KINDS:
         return f"'kind' must be one of {', '.join(map(repr, KINDS))}, got {m['kind']!r}"
-    given = m["input"]
-    if not (isinstance(given, dict) and isinstance(given.get("name"), str)
-            and isinstance(given.get("shape"), list) and given["shape"]
-            and all(_is_size(n, 1) for n in given["shape"])):
-        return f"'input' must be {{'name': str, 'shape': [positive ints]}}, got {given!r}"
+    if "input" in m and "inputs" in m:
+        return "has both 'input' (one input) and 'inputs' (several)"
+    if "inputs" in m:
+        given = m["inputs"]
+        if not (isinstance(given, list) and len(given) > 1 and all(map(_is_input, given))
+                and len({spec["name"] for spec in given}) == len(given)):
+            return ("'inputs' must be a list of two or more {'name': str, 'shape': [positive "
+                    f"ints]}} of different names, got {given!r}")
+        if m["preprocessing"] is not None:
+            return ("has a 'preprocessing' of image files, which a network of several inputs "
+                    "cannot use")
+    elif not _is_input(m["input"]):
+        return f"'input' must be {{'name': str, 'shape': [positive ints]}}, got {m['input']!r}"
     outputs = m["outputs"]
     if not (isinstance(outputs, list) and outputs and all(
             isinstance(o, dict) and isinstance(o.get("name"), str) and (o.get("classes") is None or (

@@ -8,7 +8,8 @@ file right for onnxruntime and self-describing:
   operators such as ``Split`` under the newer rules and refuses them);
 - the parameters are initializers only, not also graph inputs (onnxruntime would otherwise
   treat them as inputs a caller may override, and fold no constants);
-- the input is ``data`` with a free batch axis (and free height and width where the
+- the inputs are named as in the metadata (``data``; ``data0``, ``data1``, ... or the names
+  given, for several) with a free batch axis (and free height and width where the
   preprocessing gives images their own sizes); the outputs carry the metadata's names
   (``class``, each head of a multi-task network, ``ids``/``scores``/``bboxes``);
 - detectors' ``box_nms`` is translated as MXNet computes it (:mod:`gluonkit.onnx_detection`),
@@ -28,7 +29,7 @@ import numpy as np
 
 from .atomic import atomic_replace
 from .inference import model_prefix
-from .metadata import file_sha256, model_files, read_metadata
+from .metadata import file_sha256, input_specs, model_files, read_metadata
 from .onnx_detection import box_nms_translation
 
 __all__ = ["onnx_model", "export_onnx", "OPSET", "METADATA_KEY"]
@@ -51,14 +52,20 @@ def _import_onnx():
     return onnx
 
 
-def _input_shape(metadata):
-    """The input's shape with None for the axes that vary: the batch, and height and width
-    where the preprocessing leaves images their own sizes."""
-    shape = [None] + list(metadata["input"]["shape"])
+def _input_shapes(symbol, metadata):
+    """``(samples, shapes)`` of the inputs in the converter's order (the graph's): a batch of
+    one of each, and each shape with None for the axes that vary: the batch, and height and
+    width where the preprocessing leaves images their own sizes."""
+    specs = {spec["name"]: spec["shape"] for spec in input_specs(metadata)}
+    samples, shapes = [], []
     p = metadata["preprocessing"]
-    if p is not None and not (p.get("resize") or p.get("crop")) and len(shape) == 4:
-        shape[2:] = [None, None]
-    return tuple(shape)
+    for name in (name for name in symbol.list_inputs() if name in specs):
+        shape = [None] + list(specs[name])
+        if p is not None and not (p.get("resize") or p.get("crop")) and len(shape) == 4:
+            shape[2:] = [None, None]
+        samples.append((1,) + tuple(specs[name]))
+        shapes.append(tuple(shape))
+    return samples, shapes
 
 
 def _rename(graph, old, new):
@@ -90,8 +97,7 @@ def _converted(symbol, arrays, metadata):
     from mxnet.onnx import export_model as mx_to_onnx
 
     params = {name.split(":", 1)[1]: value for name, value in arrays.items()}
-    shape = _input_shape(metadata)
-    sample = (1,) + tuple(metadata["input"]["shape"])
+    samples, shapes = _input_shapes(symbol, metadata)
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings(), \
             box_nms_translation():
         warnings.simplefilter("ignore")          # the converter's notes on operators it adapts
@@ -100,8 +106,8 @@ def _converted(symbol, arrays, metadata):
         level = logger.level
         logger.setLevel(max(level, logging.WARNING))     # it logs each node at INFO
         try:
-            mx_to_onnx(symbol, params, [sample], np.float32, path, dynamic=True,
-                       dynamic_input_shapes=[shape])
+            mx_to_onnx(symbol, params, samples, np.float32, path, dynamic=True,
+                       dynamic_input_shapes=shapes)
         except Exception as err:   # the converter raises what its translations happen to raise
             raise ValueError(f"MXNet's ONNX converter cannot translate the network "
                              f"({type(err).__name__}: {str(err).strip().splitlines()[0]}); "
@@ -118,7 +124,7 @@ def onnx_model(symbol, arrays, metadata):
     Parameters
     ----------
     symbol : Symbol
-        The network's graph, with one input ``metadata['input']['name']``.
+        The network's graph, with the inputs the metadata names (``input``, or ``inputs``).
     arrays : dict
         Its parameters, ``'arg:NAME'`` / ``'aux:NAME'`` -> NDArray (as a ``.params`` file).
     metadata : dict

@@ -12,8 +12,10 @@ from mxnet import gluon
 
 import gluonkit
 from conftest import CLONE_ENV
+from gluonkit.recipes import predict
 from gluonkit.recipes.models import small_cnn
 from gluonkit.recipes.multitask import MultiTaskNet
+from triplet_net import Triplet
 
 LOADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exported_loader.py")
 
@@ -333,3 +335,109 @@ def test_a_symbol_built_batchnorm_with_a_negative_variance_is_refused(tmp_path):
         gluonkit.export_model(block, str(tmp_path / "model"), (3, 4, 4), onnx=False)
     block.collect_params()["bn_moving_var"].set_data(mx.nd.array([0.5, -1e-12]))   # above -eps (1e-3)
     gluonkit.export_model(block, str(tmp_path / "model"), (3, 4, 4), onnx=False)
+
+
+def _triplet(hybridize):
+    """A trained-looking triplet network (three inputs, two heads) that has run once."""
+    mx.random.seed(3)
+    net = Triplet()
+    net.initialize(mx.init.Xavier())
+    if hybridize:
+        net.hybridize()
+    samples = [mx.nd.array(np.random.RandomState(i).uniform(-1, 1, (4, 6))) for i in range(3)]
+    net(*samples)
+    return net, samples
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_a_network_of_several_inputs_exports_one_shape_per_input(tmp_path, hybridize):
+    # it ended in MXNet's "argument structure of HybridBlock does not match the cached
+    # version" (hybridized) or a TypeError about missing arguments
+    net, (a, p, n) = _triplet(hybridize)
+    prefix = str(tmp_path / "model")
+    metadata = gluonkit.export_model(net, prefix, input_shape=[(6,), (6,), (6,)],
+                                     outputs={"distance": None, "embedding": list("xyz")})
+    assert metadata["inputs"] == [{"name": f"data{i}", "shape": [6]} for i in range(3)]
+    assert "input" not in metadata
+    assert gluonkit.export.read_metadata(prefix)["inputs"] == metadata["inputs"]
+    distance, embedding = net(a, p, n)
+    # without gluonkit: the symbol file takes the three named inputs
+    block = gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data0", "data1", "data2"],
+                                      prefix + "-0000.params")
+    for got, want in zip(block(a, p, n), (distance, embedding)):
+        np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6)
+    model = gluonkit.load_model(prefix)
+    assert [spec["name"] for spec in model.inputs] == ["data0", "data1", "data2"]
+    for got, want in zip(model.net(a, p, n), (distance, embedding)):
+        np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6)
+    # predict takes one tuple of arrays per sample, or a dict by input name
+    samples = [(a[i], p[i].asnumpy(), n[i]) for i in range(4)]
+    samples[1] = {"data0": a[1], "data1": p[1], "data2": n[1]}
+    results = gluonkit.predict(prefix, samples, top_k=3, batch_size=3)
+    scores = embedding.asnumpy()
+    probabilities = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+    for i, result in enumerate(results):
+        assert result["image"] == i
+        top = result["outputs"]["embedding"]
+        assert [t["class"] for t in top] == [list("xyz")[k] for k in np.argsort(-scores[i])]
+        np.testing.assert_allclose([t["probability"] for t in top],
+                                   np.sort(probabilities[i])[::-1], rtol=1e-5)
+
+
+def test_several_inputs_take_their_names_from_a_dict_into_both_files(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    net, _ = _triplet(True)
+    shapes = {"anchor": (6,), "positive": (6,), "negative": (6,)}
+    gluonkit.export_model(net, str(tmp_path / "model"), input_shape=shapes,
+                          outputs={"distance": None, "embedding": None})
+    assert [s["name"] for s in gluonkit.export.read_metadata(str(tmp_path / "model"))["inputs"]] == \
+        ["anchor", "positive", "negative"]
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    assert sorted(value.name for value in graph.input) == ["anchor", "negative", "positive"]
+    assert [value.name for value in graph.output] == ["distance", "embedding"]
+    for value in graph.input:      # a free batch axis, then the sample's shape
+        dims = value.type.tensor_type.shape.dim
+        assert not dims[0].dim_value and [d.dim_value for d in dims[1:]] == [6]
+
+
+def test_several_inputs_are_refused_in_one_line_where_they_cannot_be_used(tmp_path):
+    net, _ = _triplet(False)
+    prefix = str(tmp_path / "model")
+    with pytest.raises(ValueError, match=r"cannot run on a sample of input_shape \(6,\) .*"
+                                         r"missing 2 required.*for several inputs one shape "
+                                         r"per input: input_shape=\[\(10,\), \(10,\)\]"):
+        gluonkit.export_model(net, prefix, input_shape=(6,))
+    with pytest.raises(ValueError, match="takes 3 inputs: export it with preprocessing=None"):
+        gluonkit.export_model(net, prefix, input_shape=[(6,)] * 3,
+                              preprocessing={"channels": 1, "resize": [8, 8]})
+    with pytest.raises(TypeError, match=r"a list of them for several inputs\), got \[\(6,\), 6"):
+        gluonkit.export_model(net, prefix, input_shape=[(6,), 6, (6,)])
+    with pytest.raises(ValueError, match=r"input_shape\[1\] must be one sample's shape of "
+                                         r"positive sizes.*got \(6, 0\)"):
+        gluonkit.export_model(net, prefix, input_shape=[(6,), (6, 0), (6,)])
+    assert not os.listdir(tmp_path)
+    gluonkit.export_model(net, prefix, input_shape=[(6,)] * 3, onnx=False)
+    with pytest.raises(ValueError, match=r"sample 0: the model takes 3 inputs .*predict\(model, "
+                                         r"\[\(data0, data1, data2\), \.\.\.\]\)"):
+        gluonkit.predict(prefix, [np.zeros(6)])
+    with pytest.raises(ValueError, match=r"input 'data2' takes arrays of shape \(6,\)"):
+        gluonkit.predict(prefix, [(np.zeros(6), np.zeros(6), np.zeros(5))])
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG")
+    with pytest.raises(SystemExit) as done:     # the command reads image files
+        predict.main(["--model", prefix, str(tmp_path / "photo.png")])
+    message = str(done.value.code)
+    assert message.startswith("gluonkit-predict: ") and "\n" not in message
+    assert "takes 3 inputs (data0, data1, data2), not image files" in message
+    assert "gluonkit.predict(model, [(data0, data1, data2), ...])" in message
+
+
+def test_a_route_that_reads_only_the_anchor_exports_taking_only_the_anchor(tmp_path):
+    net, (a, p, n) = _triplet(True)
+    route = net.route("embedding")
+    expected = route(a, p, n).asnumpy()
+    with pytest.warns(UserWarning, match=r"does not read its input\(s\) \['data1', 'data2'\]: "
+                                         r"the export takes only \['data0'\]"):
+        metadata = gluonkit.export_model(route, str(tmp_path / "model"), [(6,)] * 3, onnx=False)
+    assert metadata["input"] == {"name": "data0", "shape": [6]} and "inputs" not in metadata
+    got = gluonkit.load_model(str(tmp_path / "model")).net(a).asnumpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ from mxnet.gluon import HybridBlock
 from mxnet.gluon.utils import shape_is_known
 from mxnet.ndarray import NDArray
 
+from ..names import brief_names, select
 from .views import Views, flatten
 
 __all__ = ["Branches"]
@@ -30,35 +31,59 @@ def _run(trunk, branches, inputs):
 def _infer_shapes(block, in_shapes, what):
     """Shapes of ``block``'s parameters (a dict by name) and outputs for inputs of ``in_shapes``.
 
-    Builds the block's graph on symbols and runs shape inference: nothing is computed.
+    Builds the block's graph on symbols and runs shape inference: nothing is computed. An input
+    the graph does not read (a head that reads only some of the trunk's outputs) gets no shape:
+    MXNet refuses a shape for a name its graph does not have.
     """
     inputs = [symbol.var(f"data{i}") for i in range(len(in_shapes))]
     graph = symbol.Group(flatten(block(*inputs)))
+    read = set(graph.list_arguments())
     try:
         arg_shapes, out_shapes, aux_shapes = graph.infer_shape_partial(
-            **{var.name: shape for var, shape in zip(inputs, in_shapes)})
-    except MXNetError as err:
-        reason = str(err).strip().splitlines()[-1]
-    else:
-        reason = "some remain unknown"
-        if all(map(shape_is_known, arg_shapes + aux_shapes + out_shapes)):
-            shapes = dict(zip(graph.list_arguments(), arg_shapes))
-            shapes.update(zip(graph.list_auxiliary_states(), aux_shapes))
-            return shapes, out_shapes
-    raise ValueError(f"cannot infer the shapes of {what} from its input shapes "
-                     f"{list(in_shapes)} ({reason}); make it accept the trunk's output, "
-                     "or give its layers their input sizes (in_units, in_channels).")
+            **{var.name: shape for var, shape in zip(inputs, in_shapes) if var.name in read})
+    except MXNetError:
+        raise ValueError(f"cannot infer the shapes of {what} from its input shapes "
+                         f"{list(in_shapes)}: the input sizes its layers were given do not fit "
+                         "them; give its layers the sizes of the trunk's outputs, or leave their "
+                         "input sizes (in_units, in_channels) out to have them inferred.") from None
+    shapes = dict(zip(graph.list_arguments(), arg_shapes))
+    shapes.update(zip(graph.list_auxiliary_states(), aux_shapes))
+    unknown = [name for name, param in select(block).items()
+               if not shape_is_known(shapes.get(param.name, param.shape))]
+    if unknown or not all(map(shape_is_known, out_shapes)):
+        raise ValueError(f"cannot infer the shapes of {what} from its input shapes "
+                         f"{list(in_shapes)}: those of {brief_names(unknown) or 'its outputs'} "
+                         "stay unknown; give its layers their input sizes (in_units, "
+                         "in_channels).")
+    return shapes, out_shapes
 
 
-def _waiting(param):
-    """Whether ``param`` waits for its shape: initialized, with dimensions still unknown."""
-    if shape_is_known(param.shape):
-        return False
+def _initialized(param):
+    """Whether ``param`` was initialized (it may still wait for its shape)."""
     try:
         param.list_ctx()  # raises for a parameter that was never initialized
     except RuntimeError:
         return False
     return True
+
+
+def _refuse_uninitialized(block, call):
+    """Raise the error of ``call`` (how the user called ``block``) made before ``initialize()``,
+    naming the parameters without a value by structural name, and the branches holding them."""
+    missing = [name for name, param in select(block).items() if not _initialized(param)]
+    if missing:
+        parts = ["the trunk" if part == "trunk" else f"branch {part!r}"
+                 for part in dict.fromkeys(name.partition(".")[0] for name in missing)]
+        where = " and ".join(filter(None, [", ".join(parts[:-1]), parts[-1]]))
+        raise RuntimeError(f"{call} was called before initialize(): parameter"
+                           f"{'s' if len(missing) > 1 else ''} {brief_names(missing, limit=2)} "
+                           f"(of {where}) {'have' if len(missing) > 1 else 'has'} no value; "
+                           "call net.initialize() before the first call.") from None
+
+
+def _waiting(param):
+    """Whether ``param`` waits for its shape: initialized, with dimensions still unknown."""
+    return not shape_is_known(param.shape) and _initialized(param)
 
 
 class _Route(HybridBlock):
@@ -100,8 +125,12 @@ class _Route(HybridBlock):
     def forward(self, x, *args):
         if not isinstance(x, NDArray):
             self._refuse_to_be_traced_with_branches_waiting()
-        self._complete_other_branches((x,) + args)
-        return _tuples(super().forward(x, *args))
+        self._complete_deferred_init((x,) + args)
+        try:
+            return _tuples(super().forward(x, *args))
+        except RuntimeError:
+            _refuse_uninitialized(self, f"route({', '.join(map(repr, self._names))})")
+            raise
 
     def _refuse_to_be_traced_with_branches_waiting(self):
         """A graph traced through this route leaves out the other branches: if they still wait
@@ -116,12 +145,14 @@ class _Route(HybridBlock):
                 "route) once on a batch before that block's first call, e.g. net(x), or give "
                 "those layers their input sizes (in_units, in_channels).")
 
-    def _complete_other_branches(self, inputs):
-        """Finish the deferred initialization of the branches this route skips, from the input
-        arrays; a traced call (Symbols) cannot, so a block that runs the route in a graph of
-        its own (:class:`~gluonkit.nn.ShapeCache`) calls this with the arrays."""
+    def _complete_deferred_init(self, inputs):
+        """Finish the deferred initialization of the trunk and of every branch, those this route
+        skips too, from the input arrays (Gluon's own, in a hybridized route, would give a shape
+        to every input, which MXNet refuses for an input its graph does not read). A traced
+        call (Symbols) cannot, so a block that runs the route in a graph of its own
+        (:class:`~gluonkit.nn.ShapeCache`) calls this with the arrays."""
         if isinstance(inputs[0], NDArray):
-            self._complete(inputs, skip=self._whole)
+            self._complete(inputs)
 
     def hybrid_forward(self, F, x, *args):
         outputs = _run(self.trunk, [getattr(self, branch) for branch in self._inner], (x,) + args)
@@ -182,6 +213,7 @@ class Branches(HybridBlock):
         self._names = []
         self._routes = Views()
         self._hybrid_args = None
+        self._unshaped = None   # the parameters whose shapes were unknown at the last call
         self.trunk = trunk
 
     def __setattr__(self, name, value):
@@ -191,6 +223,7 @@ class Branches(HybridBlock):
         super().__setattr__(name, value)
         # a trunk or branch replaced later (a new head for fine-tuning) replaces it in the routes
         if name == "trunk" or name in getattr(self, "_names", ()):
+            self._unshaped = None
             for route in self._routes:
                 if name == "trunk":
                     route.trunk = value
@@ -228,6 +261,7 @@ class Branches(HybridBlock):
                             "mxnet.gluon.nn.HybridSequential.")
         setattr(self, name, block)
         self._names.append(name)
+        self._unshaped = None
 
     def route(self, *names):
         """A HybridBlock computing the trunk and only the branches ``names``.
@@ -310,7 +344,11 @@ class Branches(HybridBlock):
                                "trace the whole network), then export.") from err
 
     def forward(self, x, *args):
-        return _tuples(super().forward(x, *args))
+        try:
+            return _tuples(super().forward(x, *args))
+        except RuntimeError:
+            _refuse_uninitialized(self, f"the {type(self).__name__} network")
+            raise
 
     def hybrid_forward(self, F, x, *args):
         if not self._names:
@@ -329,22 +367,37 @@ class Branches(HybridBlock):
                     pending[name] = params
         return pending
 
-    def _complete_deferred_init(self, inputs, skip=()):
-        """Finish the deferred initialization of branches that have not run yet.
+    def _complete_deferred_init(self, inputs):
+        """Finish the deferred initialization of the trunk and the branches that have not run.
 
         The trunk's output shapes come from symbolic shape inference on the input shapes, and
         each pending branch's parameter shapes from its graph on those: nothing is computed.
+        Once every shape is known, a call costs next to nothing (until a trunk or branch is
+        set anew).
         """
-        pending = self._waiting_branches(skip)
-        if not pending:
+        if self._unshaped is None:
+            self._unshaped = [param for param in self.collect_params().values()
+                              if not shape_is_known(param.shape)]
+        self._unshaped = [param for param in self._unshaped if not shape_is_known(param.shape)]
+        if not any(map(_waiting, self._unshaped)):
+            return
+        pending = self._waiting_branches()
+        trunk = [] if self.trunk is None else [
+            param for param in self.trunk.collect_params().values() if _waiting(param)]
+        if not pending and not trunk:
             return
         in_shapes = [x.shape for x in inputs]
         if self.trunk is not None:
-            in_shapes = _infer_shapes(self.trunk, in_shapes, "the trunk")[1]
+            shapes, in_shapes = _infer_shapes(self.trunk, in_shapes, "the trunk")
+            _finish(trunk, shapes)
         for name, params in pending.items():
-            shapes = _infer_shapes(getattr(self, name), in_shapes, f"branch {name!r}")[0]
-            for param in params:
-                param.shape = shapes[param.name]
-                # Gluon completes a deferred initialization only in this private method,
-                # which its own forward calls; nothing public does it without data.
-                param._finish_deferred_init()
+            _finish(params, _infer_shapes(getattr(self, name), in_shapes, f"branch {name!r}")[0])
+
+
+def _finish(params, shapes):
+    """Initialize the deferred ``params`` with their ``shapes`` (a dict by Gluon name)."""
+    for param in params:
+        param.shape = shapes[param.name]
+        # Gluon completes a deferred initialization only in this private method,
+        # which its own forward calls; nothing public does it without data.
+        param._finish_deferred_init()

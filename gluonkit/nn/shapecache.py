@@ -117,7 +117,7 @@ class ShapeCache(HybridBlock):
             view = _View(self.net)
             view.hybridize(True, **self._view_flags)
             self._views.put(key, view)
-        complete = getattr(self.net, "_complete_other_branches", None)  # a Branches route
+        complete = getattr(self.net, "_complete_deferred_init", None)  # a Branches route
         if complete is not None:   # before the view traces the route, which needs them ready
             complete((x,) + args)
         return view(x, *args)

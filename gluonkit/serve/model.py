@@ -2,7 +2,8 @@
 import json
 import os
 
-from ..metadata import ExportError, ExportedModel, description_problem, file_sha256, read_metadata
+from ..metadata import (ExportError, ExportedModel, description_problem, file_sha256, input_specs,
+                        read_metadata)
 from ..validate import positive_int, process_cpus
 
 __all__ = ["OnnxModel", "load", "check_threads"]
@@ -26,11 +27,21 @@ class OnnxModel(ExportedModel):
         and width vary (as Faster R-CNN's graph, which the converter fixed at one image)."""
         return all(isinstance(n, int) for n in self.runtime.get_inputs()[0].shape[2:])
 
-    def run(self, batch):
-        """The network's outputs (NumPy arrays, in the metadata's order) for ``batch``
-        (N, C, H, W float32)."""
+    def run(self, *arrays):
+        """The network's outputs (NumPy arrays, in the metadata's order) for ``arrays``, a
+        batch per input in the order of :attr:`inputs` (an image model's: N, C, H, W float32).
+
+        Example::
+
+            >>> model = gluonkit.serve.load("triplet.onnx")
+            >>> distance, embedding = model.run(anchor, positive, negative)
+        """
+        if len(arrays) != len(self.inputs):
+            names = ", ".join(spec["name"] for spec in self.inputs)
+            raise TypeError(f"{self.path} takes {len(self.inputs)} input(s) ({names}), one "
+                            f"batch each, got {len(arrays)}; call run({names}).")
         return self.runtime.run([o["name"] for o in self.outputs],
-                                {self.metadata["input"]["name"]: batch})
+                                {spec["name"]: array for spec, array in zip(self.inputs, arrays)})
 
 
 def check_threads(threads, name="threads"):
@@ -128,7 +139,8 @@ def load(path, threads=None):
         raise ExportError(f"{path} {problem}; {_REDO}.")
     names = {value.name for value in runtime.get_outputs()}
     missing = [o["name"] for o in metadata["outputs"] if o["name"] not in names]
-    if missing or [i.name for i in runtime.get_inputs()] != [metadata["input"]["name"]]:
+    inputs = sorted(spec["name"] for spec in input_specs(metadata))
+    if missing or sorted(i.name for i in runtime.get_inputs()) != inputs:
         raise ExportError(f"{path} has inputs {[i.name for i in runtime.get_inputs()]} and "
                           f"outputs {sorted(names)}, not those its metadata names; {_REDO}.")
     _check_classes(path, runtime, metadata)

@@ -47,6 +47,11 @@ def iter_predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
         model = load(model)
     if threshold is None:
         threshold = model.score_threshold
+    if len(model.inputs) > 1:
+        names = ", ".join(spec["name"] for spec in model.inputs)
+        raise ExportError(f"{model.path} takes {len(model.inputs)} inputs ({names}), not image "
+                          "files; run it from Python with a batch per input: "
+                          f"gluonkit.serve.load({model.path!r}).run({names}).")
     images = [images] if isinstance(images, (str, os.PathLike)) else list(images)
     if not all(isinstance(p, (str, os.PathLike)) for p in images):
         raise TypeError("images must be image files or directories (paths); gluonkit.serve "

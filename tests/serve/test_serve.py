@@ -137,3 +137,51 @@ def test_one_refused_image_is_reported_and_the_others_served(serve_python, class
     assert mixed.stdout == alone.stdout                        # the good images, as alone
     assert mixed.stderr.strip() == f"gluonkit-serve: {tmp_path / 'cut.png'} is cut short: its " \
                                    "PNG data ends before the image does; copy the file again."
+
+
+#: Run in the serving environment: gluonkit.serve's model of ``model.onnx`` on the three
+#: inputs saved in ``case.npz``, outputs to ``got.npz``.
+RUN_SEVERAL = """
+import sys
+import numpy as np
+import gluonkit.serve
+folder = sys.argv[1]
+case = np.load(folder + "/case.npz")
+model = gluonkit.serve.load(folder + "/model.onnx")
+np.savez(folder + "/got.npz", *model.run(case["anchor"], case["positive"], case["negative"]))
+"""
+
+
+def test_a_network_of_several_inputs_runs_by_name_and_the_command_says_how(serve_python,
+                                                                          tmp_path):
+    import subprocess
+
+    import mxnet as mx
+    from triplet_net import Triplet
+
+    mx.random.seed(3)
+    net = Triplet()
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    rng = np.random.RandomState(0)
+    case = {name: rng.uniform(-1, 1, (5, 6)).astype(np.float32)
+            for name in ("anchor", "positive", "negative")}
+    expected = [o.asnumpy() for o in net(*(mx.nd.array(case[k]) for k in case))]
+    gluonkit.export_model(net, str(tmp_path / "model"), input_shape={k: (6,) for k in case},
+                          outputs={"distance": None, "embedding": None}, onnx=True)
+    np.savez(tmp_path / "case.npz", **case)
+    done = subprocess.run([serve_python, "-c", RUN_SEVERAL, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.path.dirname(
+                              os.path.dirname(gluonkit.__file__))))
+    assert done.returncode == 0, done.stderr
+    got = np.load(tmp_path / "got.npz")
+    for i, want in enumerate(expected):
+        np.testing.assert_allclose(got[f"arr_{i}"], want, rtol=1e-4, atol=1e-5)
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG")
+    result = run_serve(serve_python, tmp_path / "model.onnx", tmp_path / "photo.png")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"gluonkit-serve: {tmp_path / 'model.onnx'} takes 3 inputs (anchor, positive, negative), "
+        "not image files; run it from Python with a batch per input: gluonkit.serve.load("
+        f"{str(tmp_path / 'model.onnx')!r}).run(anchor, positive, negative).")

@@ -20,22 +20,54 @@ __all__ = ["running_command", "usable_cpus", "thread_settings", "prepare_command
 _CLONE_WRAPPERS = ("classify.py", "multitask.py", "detect.py")
 
 
+def _module_run(argv):
+    """The module that ``python [options] -m MODULE ...`` runs, from the interpreter's own
+    ``argv`` (``sys.orig_argv``); None for a script, ``-c`` or standard input."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--check-hash-based-pycs":  # the one long option that takes a value
+            next(args, None)
+            continue
+        if arg.startswith("--"):
+            continue
+        if not arg.startswith("-") or arg == "-":
+            return None                       # the script (or standard input): no -m
+        for i, flag in enumerate(arg[1:], 1):
+            if flag == "m":
+                return arg[i + 1:] or next(args, None)
+            if flag == "c":
+                return None
+            if flag in "WX":                  # an option whose value follows
+                if i == len(arg) - 1:
+                    next(args, None)
+                break
+    return None
+
+
+def _console_scripts():
+    """The names of gluonkit's console commands, as installed (``gluonkit-classify``, ...)."""
+    from importlib.metadata import entry_points
+
+    return {point.name for point in entry_points(group="console_scripts")
+            if point.value.startswith("gluonkit.")}
+
+
 def running_command():
     """The gluonkit command this process runs (``gluonkit-classify``, ``python -m
     gluonkit.recipes.classify``, a clone's ``python recipes/classify.py``), or None when
     gluonkit is imported by another program."""
-    argv = list(getattr(sys, "orig_argv", None) or [])   # the interpreter's own argv (3.10+)
-    if "-m" in argv[:-1] and argv[argv.index("-m") + 1].startswith("gluonkit."):
-        return "python -m " + argv[argv.index("-m") + 1]
+    module = _module_run(list(getattr(sys, "orig_argv", None) or []))   # Python 3.10+
+    if module is not None:
+        return f"python -m {module}" if module.startswith("gluonkit.") else None
     script = sys.argv[0] if sys.argv else ""
     if script == "-m":       # before 3.10: runpy is still importing the package of the -m module
         return "gluonkit"
     name = os.path.basename(script)
-    if name.startswith("gluonkit-"):
+    if name.startswith("gluonkit-") and name in _console_scripts():
         return name
-    folder = os.path.basename(os.path.dirname(os.path.abspath(script)))
-    if name in _CLONE_WRAPPERS and folder == "recipes":    # a clone's recipes/classify.py
-        return f"python {os.path.join('recipes', name)}"
+    clone = os.path.dirname(os.path.dirname(os.path.abspath(script)))
+    if name in _CLONE_WRAPPERS and os.path.isfile(os.path.join(clone, "gluonkit", "recipes", name)):
+        return f"python {os.path.join('recipes', name)}"       # a clone's recipes/classify.py
     return None
 
 

@@ -86,6 +86,45 @@ def test_a_program_that_imports_gluonkit_is_no_command():
     assert thread_settings() == {"OMP_NUM_THREADS": str(usable_cpus()), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
+@pytest.mark.parametrize("orig_argv, script, expected", [
+    (["python", "-m", "gluonkit.recipes.classify", "--epochs", "1"], "-m", "python -m gluonkit.recipes.classify"),
+    (["python", "-u", "-X", "importtime", "-m", "gluonkit.recipes.detect"], "-m", "python -m gluonkit.recipes.detect"),
+    (["python", "-um", "gluonkit.recipes.predict"], "-m", "python -m gluonkit.recipes.predict"),
+    (["python", "-mgluonkit.recipes.multitask"], "-m", "python -m gluonkit.recipes.multitask"),
+    (["python", "envcheck.py", "-m", "gluonkit.mytool"], "envcheck.py", None),   # the script's own options
+    (["python", "-c", "code", "-m", "gluonkit.recipes.classify"], "-c", None),
+    (["python", "-m", "mytool.recipes.classify"], "-m", None),
+    (["python", "gluonkit-myexperiment.py"], "gluonkit-myexperiment.py", None),   # not one of the commands
+    (["python", "/venv/bin/gluonkit-classify"], "/venv/bin/gluonkit-classify", "gluonkit-classify"),
+    (["python", "myproj/recipes/classify.py"], "myproj/recipes/classify.py", None),  # not a clone of gluonkit
+])
+def test_only_gluonkits_own_commands_count_as_commands(monkeypatch, orig_argv, script, expected):
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    monkeypatch.setattr(sys, "argv", [script])
+    assert running_command() == expected
+
+
+def test_a_clones_recipe_wrappers_are_commands(tmp_path, monkeypatch):
+    where = folder_with_a_clone(tmp_path) / "gluonkit"
+    (where / "gluonkit" / "recipes").mkdir(parents=True)
+    (where / "gluonkit" / "recipes" / "classify.py").write_text("")
+    script = str(where / "recipes" / "classify.py")
+    monkeypatch.setattr(sys, "orig_argv", ["python", script])
+    monkeypatch.setattr(sys, "argv", [script])
+    assert running_command() == os.path.join("python recipes", "classify.py")
+
+
+def test_a_program_of_ones_own_keeps_its_environment(tmp_path):
+    """A script that imports the recipes, with gluonkit-like words among its own options."""
+    (tmp_path / "envcheck.py").write_text(
+        "import os, gluonkit.recipes.classify\n"
+        "print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('OMP_WAIT_POLICY'))\n")
+    done = subprocess.run([sys.executable, "envcheck.py", "-m", "gluonkit.mytool"], cwd=str(tmp_path),
+                          env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "None"]
+
+
 def test_ranks_share_the_cpus_of_their_machine(monkeypatch):
     monkeypatch.setenv("HOROVOD_LOCAL_SIZE", "2")
     cpus = len(os.sched_getaffinity(0))

@@ -7,7 +7,7 @@ import sys
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import gluon
+from mxnet import autograd, gluon
 
 import gluonkit
 from gluonkit.callbacks import ModelCheckpoint
@@ -105,3 +105,34 @@ def test_seed_all_seeds_python_numpy_and_mxnet_and_refuses_what_numpy_cannot_tak
         gluonkit.seed_all(-1)
     with pytest.raises(TypeError, match="got '0'"):
         gluonkit.seed_all("0")
+
+
+def test_the_first_epoch_draws_what_a_hand_written_loop_draws():
+    """Deferred initialization and dropout in a fresh run's first epoch draw from the stream
+    the user seeded, as in plain Gluon: fit equals the loop written the long way."""
+    data = gluon.data.ArrayDataset(*gluonkit.data.digits()[:200])
+    np.random.seed(0), mx.random.seed(0)
+    net, trainer = _net_and_trainer()
+    gluonkit.fit(net, gluon.loss.SoftmaxCrossEntropyLoss(), trainer,
+                 gluon.data.DataLoader(data, batch_size=32, shuffle=True), epochs=1, progress=False)
+
+    np.random.seed(0), mx.random.seed(0)
+    ref = gluon.nn.HybridSequential()
+    ref.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dropout(0.5), gluon.nn.Dense(10))
+    ref.initialize()
+    ref_trainer = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.1})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for x, y in gluon.data.DataLoader(data, batch_size=32, shuffle=True):
+        with autograd.record():
+            loss = loss_fn(ref(x), y)
+        loss.backward()
+        ref_trainer.step(x.shape[0])
+    for a, b in zip(_weights(net), _weights(ref)):
+        assert np.array_equal(a, b)
+
+
+def test_seed_all_takes_numpy_integers():
+    gluonkit.seed_all(np.int64(3))
+    first = mx.nd.random.uniform().asscalar()
+    gluonkit.seed_all(np.uint32(3))
+    assert mx.nd.random.uniform().asscalar() == first

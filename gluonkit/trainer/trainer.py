@@ -11,6 +11,7 @@ from ..validate import check_count, is_int, positive_int
 from ._args import (check_clip, check_clip_setting, check_horovod, check_kvstore, check_launched,
                     check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore,
                     is_distributed, unique_params, warn_if_launched)
+from ._heads import HeadWindow
 from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from .horovod import Horovod, is_horovod
 from ._loss_scaling import LossScaling
@@ -190,6 +191,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         self._amp_original_scale = self._scale
         self._nonfinite_skips = 0
         self._window = Window()
+        self._heads = HeadWindow()   # the counts by head of a window begun with begin_window
         self._grouping = {}   # the gradients' grouping for their sum of squares, kept between updates
         self._selected = None
         self._skipped = ()
@@ -321,7 +323,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
 
         Parameters
         ----------
-        batch_size : int, float or NDArray
+        batch_size : int, float, NDArray or dict
             What the loss was normalized by in the last backward(s), on this worker: samples,
             or positive anchors, tokens, valid pixels, a sum of weights. Any finite real >= 0
             (a Python or NumPy number; integers keep exact arithmetic), or a one-element
@@ -335,6 +337,12 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             ``RuntimeError``, also raised before anything changes, whatever ``accumulate``;
             except a step of count 0, a micro-batch that got no sample (as on a worker or
             rank whose share of it was empty), which adds nothing.
+
+            Counts by head (``{'mlm': n_tokens, 'nsp': n_sequences}``), in a window begun
+            with ``begin_window`` whose losses ``window_loss`` weighed: this micro-batch's
+            count of each head. The window's counts by head must add up to those
+            ``begin_window`` got (checked at the update; a window that does not is dropped
+            with a ``ValueError``).
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -344,14 +352,128 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             True if this call applied an update (False while the window fills, or when
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
-        count = check_count(batch_size)
+        if isinstance(batch_size, dict) or self._heads.totals is not None:
+            by_head, count = self._count_heads(batch_size)
+        else:
+            by_head, count = None, check_count(batch_size)
         nothing = not isinstance(count, mx.nd.NDArray) and count == 0   # a micro-batch of no sample
         if not nothing and not self._has_fresh_gradient():
             raise RuntimeError(_NO_GRADIENT)
+        if by_head is not None:
+            self._heads.add(by_head)
         self._window.add(count)
         if self._window.steps < self._accumulate:
             return False
-        return self._apply(ignore_stale_grad)
+        return self._apply_window(ignore_stale_grad)
+
+    def begin_window(self, counts):
+        """Begin a window whose losses are normalized head by head: ``counts`` is each head's
+        count over the micro-batches this worker runs in it (before the first one runs).
+
+        The counts are summed over the workers (one small reduction per window): each head's
+        loss is then weighed by 1 / (its count over the window and the workers) by
+        ``window_loss``, and the update applies the weighed gradient as it is. The window's
+        ``step`` calls give each micro-batch's counts by head, which must add up to ``counts``.
+        A head whose count over the window is 0 contributes nothing: its loss is left out, so
+        its own parameters get no gradient and no update. See docs/trainer.md, "Counts by head".
+
+        Parameters
+        ----------
+        counts : dict
+            Head name -> this worker's count for the window (a number >= 0 or a one-element
+            NDArray, read now). With several workers, every worker gives the same names
+            (0 for a head it has nothing of).
+
+        Returns
+        -------
+        dict
+            The counts by head summed over the workers (the N_h of the window).
+
+        Example::
+
+            trainer.begin_window({"main": 64, "aux": int(has_aux.sum().asscalar())})
+            with autograd.record():
+                loss = trainer.window_loss({"main": main_loss, "aux": aux_loss * has_aux})
+            loss.backward()
+            trainer.step({"main": 64, "aux": int(has_aux.sum().asscalar())})
+        """
+        if self._window.steps and self._heads.totals is None:
+            raise ValueError(f"begin_window was called with {self._window.steps} micro-batch(es) counted "
+                             "by a plain number pending; counts by head and a plain number cannot share a "
+                             "window. Apply it first (trainer.flush()).")
+        if self._window.steps:
+            raise RuntimeError(f"begin_window was called with {self._window.steps} micro-batch(es) of the "
+                               "window begun before still pending; step the rest of that window, or apply "
+                               "it with trainer.flush().")
+        self._heads.begin(counts, self.sum_over_workers)
+        return dict(self._heads.totals)
+
+    def window_loss(self, losses):
+        """The loss to backward for this micro-batch (or one device's share of it): each head's
+        per-sample losses summed and divided by its count over the window.
+
+        Parameters
+        ----------
+        losses : dict
+            Head name -> per-sample losses (an NDArray of any shape; a sample without the
+            head's label contributes 0, e.g. the loss times a 0/1 mask). Only names given
+            to ``begin_window``.
+
+        Returns
+        -------
+        NDArray
+            ``sum over heads h of losses[h].sum() / N_h``, recorded when called inside
+            ``autograd.record()``.
+        """
+        if self._heads.totals is None:
+            raise RuntimeError("window_loss needs the window's counts by head first: call "
+                               "trainer.begin_window({'head': count, ...}) before the window's first "
+                               "micro-batch.")
+        return self._heads.weigh(losses)
+
+    @property
+    def window_counts(self):
+        """dict or None: The counts by head of the window begun (summed over the workers), or
+        None when no window was begun with counts by head (after each update, or a resume of
+        a window saved mid-way, it is None or the resumed window's)."""
+        return None if self._heads.totals is None else dict(self._heads.totals)
+
+    def _count_heads(self, counts):
+        """``(counts, total)``: a micro-batch's counts by head, checked, and their sum, as the
+        window counts it."""
+        if not isinstance(counts, dict):
+            raise ValueError(f"step({counts!r}) was given a plain count in a window begun with counts "
+                             "by head; counts by head and a plain number cannot share a window. Give "
+                             "step a dict of counts by head, as begin_window got.")
+        if self._heads.totals is None:
+            if self._window.steps:
+                raise ValueError(f"step({counts!r}) was given counts by head in a window of "
+                                 f"{self._window.steps} micro-batch(es) counted by a plain number; they "
+                                 "cannot share a window. Apply it first (trainer.flush()).")
+            raise RuntimeError(f"step({counts!r}) got counts by head, but no window was begun with them: "
+                               "call trainer.begin_window(counts) before the window's first micro-batch and "
+                               "weigh its losses with trainer.window_loss(losses).")
+        counts = self._heads.check_step(counts)
+        numbers = sum(c for c in counts.values() if not isinstance(c, mx.nd.NDArray))
+        arrays = [c.as_in_context(mx.cpu()) for c in counts.values() if isinstance(c, mx.nd.NDArray)]
+        return counts, mx.nd.add_n(*arrays) + numbers if arrays else numbers
+
+    def _apply_window(self, ignore_stale_grad, active=True):
+        """Apply the pending window; one begun with counts by head is checked first and applied
+        with a normalizer of 1 (its losses were weighed already)."""
+        if self._heads.totals is None:
+            return self._apply(ignore_stale_grad, active)
+        try:
+            self._heads.check_window()
+        except ValueError:
+            self._window.take()
+            self._selected = None
+            self._finish([p for p in self._params if p._data is not None and p.grad_req != "null"])
+            self._window.restore_statistics()
+            raise
+        finally:
+            self._heads.end()
+        return self._apply(ignore_stale_grad, active, normalizer=1)
 
     def flush(self, ignore_stale_grad=False, wait_for_workers=True):
         """Apply a partial window now, normalized by the samples it holds.
@@ -375,15 +497,16 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             False if nothing was pending (with a distributed kvstore: if no update was applied).
         """
         if not self._distributed:
-            return bool(self._window.steps) and self._apply(ignore_stale_grad)
+            return bool(self._window.steps) and self._apply_window(ignore_stale_grad)
         applied = False
         while True:
-            applied = self._apply(ignore_stale_grad, active=False) or applied
+            applied = self._apply_window(ignore_stale_grad, active=False) or applied
             if not wait_for_workers or not self.workers_busy:
                 return applied
 
-    def _apply(self, ignore_stale_grad, active=True):
-        """Apply the pending window as one update; False if it was dropped.
+    def _apply(self, ignore_stale_grad, active=True, normalizer=None):
+        """Apply the pending window as one update; False if it was dropped. The gradient is
+        divided by ``normalizer``, by default the window's count.
 
         The host waits for the devices once, only where it decides something by a value on
         them: with ``on_nonfinite`` 'skip' or 'raise', or with a loss scaler (a window that
@@ -431,7 +554,8 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)
             return False
-        multiplier = abs(self._scale) / count
+        divisor = count if normalizer is None else normalizer
+        multiplier = abs(self._scale) / divisor
         if isinstance(sum_sq, mx.nd.NDArray):   # clipping under 'ignore': on the device, no wait
             norm, factor = clip_factors(sum_sq, multiplier, self._clip_global_norm)
         else:
@@ -444,7 +568,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         if decides and not math.isfinite(norm):
             self._discard(selected, one_copy)
             return False
-        self._check_and_rescale_grad(self._scale * self._clip(norm) / count)
+        self._check_and_rescale_grad(self._scale * self._clip(norm) / divisor)
         if kvstore_updates:
             self._allreduce_grads()
         self._update(ignore_stale_grad, factor)

@@ -1,0 +1,157 @@
+"""Counts by head: one update from several losses, each normalized by its own window count.
+
+A multi-task network's large-batch loss is ``L = sum over heads h of S_h / N_h``, where S_h
+sums head h's per-sample losses over the window and N_h is head h's count over the window
+(every micro-batch, device and worker). Its gradient is linear in the S_h, so each
+micro-batch's backward is exact if it weighs its heads by 1 / N_h: the window's counts are
+taken before its first micro-batch runs (``Trainer.begin_window``, one sum over the workers
+per window), each micro-batch's loss is weighed by them (``Trainer.window_loss``), the
+update is applied with a normalizer of 1, and ``step`` checks that the counts it is given
+add up to those announced. No gradient buffer is added: a window costs one small reduction.
+"""
+import math
+
+import mxnet as mx
+
+from ..validate import check_count
+from ._gradients import read
+from ._window import whole
+
+__all__ = ["HeadWindow", "check_head_state", "head_counts"]
+
+
+def head_counts(counts, what):
+    """``counts`` (a dict of head name -> count) with each count checked as ``step`` takes it.
+
+    ``TypeError`` for anything but a non-empty dict with string keys; ``ValueError`` for a
+    negative, NaN or infinite count, naming the head.
+    """
+    if not isinstance(counts, dict) or not counts or not all(isinstance(name, str) for name in counts):
+        raise TypeError(f"{what} takes the counts by head as a dict of head name -> count, e.g. "
+                        f"{{'mlm': n_tokens, 'nsp': n_sequences}}; got {counts!r}.")
+    return {name: check_count(count, f"the count of head {name!r}") for name, count in counts.items()}
+
+
+def _numbers(counts):
+    """The counts as numbers, NDArray ones read in one wait."""
+    arrays = [name for name, count in counts.items() if isinstance(count, mx.nd.NDArray)]
+    values = dict(zip(arrays, read(*(counts[name] for name in arrays)))) if arrays else {}
+    return {name: whole(values[name]) if name in values else count for name, count in counts.items()}
+
+
+def _close(a, b):
+    """Whether two sums of the same counts agree up to the rounding of their order."""
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+class HeadWindow:
+    """The counts by head of the window begun (``totals``: summed over the workers), what this
+    worker announced, what ``step`` was given so far, and the heads weighed since the last step.
+
+    Outside a window begun with counts by head, ``totals`` is None and the Trainer counts
+    one number per micro-batch, as it always did.
+    """
+
+    def __init__(self):
+        self.totals = None    # {head: count over the window and the workers}
+        self.local = None     # {head: this worker's count for the window}
+        self.stepped = {}     # {head: the numbers step() was given}
+        self.arrays = {}      # {head: [the NDArray counts step() was given, unread]}
+        self.weighed = set()  # the heads window_loss weighed since the last step
+
+    def begin(self, counts, sum_over_workers):
+        """Take ``counts`` (this worker's, for the whole window) and sum them over the workers
+        (one reduction; every worker gives the same head names, 0 for a head it has none of)."""
+        local = _numbers(head_counts(counts, "begin_window"))
+        names = sorted(local)
+        summed = sum_over_workers([local[name] for name in names])
+        self.totals = {name: whole(float(total)) for name, total in zip(names, summed)}
+        self.local, self.stepped, self.arrays, self.weighed = local, {}, {}, set()
+
+    def weigh(self, losses):
+        """``sum over heads of sum(losses[h]) / N_h``; a head of window count 0 is left out."""
+        if not isinstance(losses, dict) or not losses:
+            raise TypeError(f"window_loss takes the losses by head as a dict of head name -> per-sample "
+                            f"losses (an NDArray), got {losses!r}.")
+        unknown = [name for name in losses if name not in self.totals]
+        if unknown:
+            raise KeyError(f"window_loss got a loss for head(s) {', '.join(map(repr, unknown))}, but the "
+                           f"window was begun with counts for {', '.join(map(repr, self.totals))}; give "
+                           "begin_window a count for every head that has a loss.")
+        self.weighed.update(losses)
+        terms = [losses[name].sum() * (1.0 / self.totals[name]) for name in losses if self.totals[name] > 0]
+        return mx.nd.add_n(*terms) if len(terms) > 1 else (terms[0] if terms else next(iter(losses.values())).sum() * 0)
+
+    def check_step(self, counts):
+        """``counts`` checked for one micro-batch (before anything changes)."""
+        counts = head_counts(counts, "step")
+        unknown = [name for name in counts if name not in self.totals]
+        if unknown:
+            raise KeyError(f"step got a count for head(s) {', '.join(map(repr, unknown))}, which no loss "
+                           f"of the window carries (its heads: {', '.join(map(repr, self.totals))}); use "
+                           "the names given to begin_window and window_loss.")
+        missing = [name for name, count in counts.items()
+                   if name not in self.weighed and (isinstance(count, mx.nd.NDArray) or count > 0)]
+        if missing:
+            raise ValueError(f"step got a count for head(s) {', '.join(map(repr, missing))} whose loss this "
+                             "micro-batch did not compute (window_loss got none); give window_loss that "
+                             "head's losses, or a count of 0 for it.")
+        return counts
+
+    def add(self, counts):
+        """Count one micro-batch's checked ``counts``; the weighed heads start afresh."""
+        for name, count in counts.items():
+            if isinstance(count, mx.nd.NDArray):
+                self.arrays.setdefault(name, []).append(count)
+            else:
+                self.stepped[name] = self.stepped.get(name, 0) + count
+        self.weighed = set()
+
+    def check_window(self):
+        """``ValueError`` if the counts given to step do not add up to those begin_window got."""
+        given = dict(self.stepped)
+        for name, arrays in self.arrays.items():
+            given[name] = given.get(name, 0) + whole(read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in arrays)))[0])
+        wrong = [name for name in self.local if not _close(given.get(name, 0), self.local[name])]
+        if wrong:
+            detail = ", ".join(f"{name!r}: {given.get(name, 0)} stepped, {self.local[name]} announced" for name in wrong)
+            raise ValueError(f"The counts given to step() in this window differ from those begin_window got "
+                             f"({detail}): its losses were weighed by the announced counts. The window was "
+                             "dropped, no update was applied; announce the counts of the micro-batches the "
+                             "window runs.")
+
+    def end(self):
+        """Close the window: the next one begins anew."""
+        self.totals, self.local, self.stepped, self.arrays, self.weighed = None, None, {}, {}, set()
+
+    def state(self):
+        """The window begun as JSON values, or None."""
+        if self.totals is None:
+            return None
+        return {"totals": dict(self.totals), "local": dict(self.local), "stepped": _numbers(self._given())}
+
+    def _given(self):
+        given = dict(self.stepped)
+        for name, arrays in self.arrays.items():
+            given[name] = mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in arrays)) + given.get(name, 0)
+        return given
+
+    def load(self, state):
+        """Resume ``state()``'s window (None: no window begun)."""
+        if state is None:
+            self.end()
+            return
+        self.totals, self.local = dict(state["totals"]), dict(state["local"])
+        self.stepped, self.arrays, self.weighed = dict(state["stepped"]), {}, set()
+
+
+def check_head_state(state):
+    """``ValueError`` unless ``state`` is None or what ``HeadWindow.state`` gives."""
+    if state is None:
+        return
+    tables = ("totals", "local", "stepped")
+    if not (isinstance(state, dict) and all(isinstance(state.get(key), dict) for key in tables)
+            and all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and 0 <= v < math.inf for key in tables for k, v in state[key].items())):
+        raise ValueError("the state's 'heads' must be None or a dict of 'totals', 'local' and 'stepped' "
+                         "counts by head; pass what Trainer.state_dict() returned.")

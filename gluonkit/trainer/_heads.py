@@ -5,7 +5,7 @@ sums head h's per-sample losses over the window and N_h is head h's count over t
 (every micro-batch, device and worker). Its gradient is linear in the S_h, so each
 micro-batch's backward is exact if it weighs its heads by 1 / N_h: the window's counts are
 taken before its first micro-batch runs (``Trainer.begin_window``, one sum over the workers
-per window), each micro-batch's loss is weighed by them (``Trainer.window_loss``), the
+per window), each micro-batch's loss is weighed by them (``Trainer.weigh_losses``), the
 update is applied with a normalizer of 1, and ``step`` checks that the counts it is given
 add up to those announced. No gradient buffer is added: a window costs one small reduction.
 """
@@ -57,7 +57,7 @@ class HeadWindow:
         self.local = None     # {head: this worker's count for the window}
         self.stepped = {}     # {head: the numbers step() was given}
         self.arrays = {}      # {head: [the NDArray counts step() was given, unread]}
-        self.weighed = set()  # the heads window_loss weighed since the last step
+        self.weighed = set()  # the heads weigh_losses weighed since the last step
 
     def begin(self, counts, sum_over_workers):
         """Take ``counts`` (this worker's, for the whole window) and sum them over the workers
@@ -71,11 +71,11 @@ class HeadWindow:
     def weigh(self, losses):
         """``sum over heads of sum(losses[h]) / N_h``; a head of window count 0 is left out."""
         if not isinstance(losses, dict) or not losses:
-            raise TypeError(f"window_loss takes the losses by head as a dict of head name -> per-sample "
+            raise TypeError(f"weigh_losses takes the losses by head as a dict of head name -> per-sample "
                             f"losses (an NDArray), got {losses!r}.")
         unknown = [name for name in losses if name not in self.totals]
         if unknown:
-            raise KeyError(f"window_loss got a loss for head(s) {', '.join(map(repr, unknown))}, but the "
+            raise KeyError(f"weigh_losses got a loss for head(s) {', '.join(map(repr, unknown))}, but the "
                            f"window was begun with counts for {', '.join(map(repr, self.totals))}; give "
                            "begin_window a count for every head that has a loss.")
         self.weighed.update(losses)
@@ -89,12 +89,12 @@ class HeadWindow:
         if unknown:
             raise KeyError(f"step got a count for head(s) {', '.join(map(repr, unknown))}, which no loss "
                            f"of the window carries (its heads: {', '.join(map(repr, self.totals))}); use "
-                           "the names given to begin_window and window_loss.")
+                           "the names given to begin_window and weigh_losses.")
         missing = [name for name, count in counts.items()
                    if name not in self.weighed and (isinstance(count, mx.nd.NDArray) or count > 0)]
         if missing:
             raise ValueError(f"step got a count for head(s) {', '.join(map(repr, missing))} whose loss this "
-                             "micro-batch did not compute (window_loss got none); give window_loss that "
+                             "micro-batch did not compute (weigh_losses got none); give weigh_losses that "
                              "head's losses, or a count of 0 for it.")
         return counts
 

@@ -339,7 +339,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             rank whose share of it was empty), which adds nothing.
 
             Counts by head (``{'mlm': n_tokens, 'nsp': n_sequences}``), in a window begun
-            with ``begin_window`` whose losses ``window_loss`` weighed: this micro-batch's
+            with ``begin_window`` whose losses ``weigh_losses`` weighed: this micro-batch's
             count of each head. The window's counts by head must add up to those
             ``begin_window`` got (checked at the update; a window that does not is dropped
             with a ``ValueError``).
@@ -366,13 +366,25 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             return False
         return self._apply_window(ignore_stale_grad)
 
+    def update(self, batch_size, ignore_stale_grad=False):
+        """As ``gluon.Trainer.update`` (after ``allreduce_grads``); ``batch_size`` may be a window's
+        counts by head (a dict), in a window begun with ``begin_window``: they must equal its
+        counts, and the gradient, weighed by ``weigh_losses`` already, is applied as it is."""
+        if not isinstance(batch_size, dict) and self._heads.totals is None:
+            super().update(batch_size, ignore_stale_grad)
+            return
+        by_head, _ = self._count_heads(batch_size)
+        self._heads.add(by_head)
+        self._check_heads()
+        super().update(1, ignore_stale_grad)
+
     def begin_window(self, counts):
         """Begin a window whose losses are normalized head by head: ``counts`` is each head's
         count over the micro-batches this worker runs in it (before the first one runs).
 
         The counts are summed over the workers (one small reduction per window): each head's
         loss is then weighed by 1 / (its count over the window and the workers) by
-        ``window_loss``, and the update applies the weighed gradient as it is. The window's
+        ``weigh_losses``, and the update applies the weighed gradient as it is. The window's
         ``step`` calls give each micro-batch's counts by head, which must add up to ``counts``.
         A head whose count over the window is 0 contributes nothing: its loss is left out, so
         its own parameters get no gradient and no update. See docs/trainer.md, "Counts by head".
@@ -393,7 +405,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
 
             trainer.begin_window({"main": 64, "aux": int(has_aux.sum().asscalar())})
             with autograd.record():
-                loss = trainer.window_loss({"main": main_loss, "aux": aux_loss * has_aux})
+                loss = trainer.weigh_losses({"main": main_loss, "aux": aux_loss * has_aux})
             loss.backward()
             trainer.step({"main": 64, "aux": int(has_aux.sum().asscalar())})
         """
@@ -408,7 +420,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         self._heads.begin(counts, self.sum_over_workers)
         return dict(self._heads.totals)
 
-    def window_loss(self, losses):
+    def weigh_losses(self, losses):
         """The loss to backward for this micro-batch (or one device's share of it): each head's
         per-sample losses summed and divided by its count over the window.
 
@@ -426,7 +438,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             ``autograd.record()``.
         """
         if self._heads.totals is None:
-            raise RuntimeError("window_loss needs the window's counts by head first: call "
+            raise RuntimeError("weigh_losses needs the window's counts by head first: call "
                                "trainer.begin_window({'head': count, ...}) before the window's first "
                                "micro-batch.")
         return self._heads.weigh(losses)
@@ -452,7 +464,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
                                  "cannot share a window. Apply it first (trainer.flush()).")
             raise RuntimeError(f"step({counts!r}) got counts by head, but no window was begun with them: "
                                "call trainer.begin_window(counts) before the window's first micro-batch and "
-                               "weigh its losses with trainer.window_loss(losses).")
+                               "weigh its losses with trainer.weigh_losses(losses).")
         counts = self._heads.check_step(counts)
         numbers = sum(c for c in counts.values() if not isinstance(c, mx.nd.NDArray))
         arrays = [c.as_in_context(mx.cpu()) for c in counts.values() if isinstance(c, mx.nd.NDArray)]
@@ -463,6 +475,12 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         with a normalizer of 1 (its losses were weighed already)."""
         if self._heads.totals is None:
             return self._apply(ignore_stale_grad, active)
+        self._check_heads()
+        return self._apply(ignore_stale_grad, active, normalizer=1)
+
+    def _check_heads(self):
+        """End the window of counts by head; drop it if its steps' counts differ from those
+        announced (its losses were weighed by the announced ones)."""
         try:
             self._heads.check_window()
         except ValueError:
@@ -473,7 +491,6 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             raise
         finally:
             self._heads.end()
-        return self._apply(ignore_stale_grad, active, normalizer=1)
 
     def flush(self, ignore_stale_grad=False, wait_for_workers=True):
         """Apply a partial window now, normalized by the samples it holds.

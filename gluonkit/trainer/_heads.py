@@ -67,6 +67,13 @@ class HeadWindow:
         summed = sum_over_workers([local[name] for name in names])
         self.totals = {name: whole(float(total)) for name, total in zip(names, summed)}
         self.local, self.stepped, self.arrays, self.weighed = local, {}, {}, set()
+        self.names = tuple(names)
+
+    def join(self, sum_over_workers):
+        """Out of data (distributed ``flush``): take part with counts of 0 in the window the
+        other workers begin, when this worker has counted by head and has none begun."""
+        if self.totals is None and self.names:
+            self.begin(dict.fromkeys(self.names, 0), sum_over_workers)
 
     def weigh(self, losses):
         """``sum over heads of sum(losses[h]) / N_h``; a head of window count 0 is left out."""

@@ -517,6 +517,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             return bool(self._window.steps) and self._apply_window(ignore_stale_grad)
         applied = False
         while True:
+            self._heads.join(self.sum_over_workers)
             applied = self._apply_window(ignore_stale_grad, active=False) or applied
             if not wait_for_workers or not self.workers_busy:
                 return applied

@@ -333,3 +333,33 @@ def _window_of_two():
         if trainer.pending[0] == 0:
             trainer.step({"main": 6})
     return net, trainer
+
+
+def test_loss_scaling_unscales_the_weighed_gradient_and_drops_an_overflow():
+    from gluonkit.trainer import amp
+
+    ref, net = _twins(TWO)
+    ref_trainer = gluon.Trainer(ref.collect_params(), *SGD)
+    trainer = gluonkit.Trainer(net.collect_params(), *SGD, accumulate=2)
+    scaler = amp.LossScaler()
+    trainer.attach_loss_scaler(scaler)
+    scaled_ce = amp.ScaledLoss(_CE, trainer)
+    for window, overflow in enumerate([True, False]):
+        batches = [_data(6, 100 + 2 * window), _data(5, 101 + 2 * window)]
+        scale = scaler.loss_scale
+        trainer.begin_window({h: sum(b[2][h].sum() for b in batches) for h in HEADS})
+        for batch in batches:
+            x, labels, masks = batch
+            with autograd.record():
+                outputs = dict(zip(HEADS, net(nd.array(x))))
+                losses = {h: scaled_ce(outputs[h], nd.array(labels[h])) * nd.array(masks[h]) for h in HEADS}
+                if overflow:
+                    losses["parity"] = losses["parity"] * np.inf
+                loss = trainer.weigh_losses(losses)
+            loss.backward()
+            trainer.step({h: masks[h].sum() for h in HEADS})
+        if overflow:
+            assert scaler.loss_scale == scale / 2
+        else:
+            _big_batch(ref, ref_trainer, batches)
+        _assert_same(ref, net)

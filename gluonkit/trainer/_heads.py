@@ -76,7 +76,8 @@ class HeadWindow:
             self.begin(dict.fromkeys(self.names, 0), sum_over_workers)
 
     def weigh(self, losses):
-        """``sum over heads of sum(losses[h]) / N_h``; a head of window count 0 is left out."""
+        """An NDArray whose sum is ``sum over heads of sum(losses[h]) / N_h`` (a head of window
+        count 0 left out): the weighed losses added elementwise where they have one shape."""
         if not isinstance(losses, dict) or not losses:
             raise TypeError(f"weigh_losses takes the losses by head as a dict of head name -> per-sample "
                             f"losses (an NDArray), got {losses!r}.")
@@ -86,8 +87,14 @@ class HeadWindow:
                            f"window was begun with counts for {', '.join(map(repr, self.totals))}; give "
                            "begin_window a count for every head that has a loss.")
         self.weighed.update(losses)
-        terms = [losses[name].sum() * (1.0 / self.totals[name]) for name in losses if self.totals[name] > 0]
-        return mx.nd.add_n(*terms) if len(terms) > 1 else (terms[0] if terms else next(iter(losses.values())).sum() * 0)
+        by_shape = {}   # losses of one shape are weighed and added elementwise: fewer operators
+        for name, value in losses.items():
+            if self.totals[name] > 0:
+                by_shape.setdefault(value.shape, []).append(value * (1.0 / self.totals[name]))
+        if not by_shape:   # every head of count 0: nothing to learn (the window is dropped)
+            return next(iter(losses.values())).sum() * 0
+        groups = [mx.nd.add_n(*terms) if len(terms) > 1 else terms[0] for terms in by_shape.values()]
+        return groups[0] if len(groups) == 1 else mx.nd.add_n(*(group.sum() for group in groups))
 
     def check_step(self, counts):
         """``counts`` checked for one micro-batch (before anything changes)."""

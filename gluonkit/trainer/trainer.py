@@ -434,8 +434,10 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         Returns
         -------
         NDArray
-            ``sum over heads h of losses[h].sum() / N_h``, recorded when called inside
-            ``autograd.record()``.
+            Its sum is ``sum over heads h of losses[h].sum() / N_h``; recorded when called
+            inside ``autograd.record()``, so ``backward()`` gives that sum's gradient. Losses of
+            one shape are weighed and added elementwise (the per-sample weighed loss, fewer
+            operators than one sum per head); with several shapes it is the sum itself.
         """
         if self._heads.totals is None:
             raise RuntimeError("weigh_losses needs the window's counts by head first: call "

@@ -363,3 +363,31 @@ def test_loss_scaling_unscales_the_weighed_gradient_and_drops_an_overflow():
         else:
             _big_batch(ref, ref_trainer, batches)
         _assert_same(ref, net)
+
+
+def test_heads_whose_losses_have_different_shapes():
+    # a per-token head (two tokens a sample, some masked) beside a per-sample one, as masked-LM and NSP
+    def losses(net, x, labels, tokens):
+        outputs = dict(zip(HEADS, net(nd.array(x))))
+        per_token = _CE(outputs["aux"], nd.array(labels["aux"])).reshape((-1, 1)) * nd.array(tokens)
+        return {"main": _CE(outputs["main"], nd.array(labels["main"])), "aux": per_token}
+
+    rng = np.random.RandomState(110)
+    batches = [(*_data(n, 110 + n)[:2], (rng.rand(n, 2) < 0.5) * 1.0) for n in (5, 8)]
+    ref, net = _twins(ONE)
+    trainer = gluonkit.Trainer(net.collect_params(), *ADAM, accumulate=2)
+    trainer.begin_window({"main": 13, "aux": sum(b[2].sum() for b in batches)})
+    for x, labels, tokens in batches:
+        with autograd.record():
+            loss = trainer.weigh_losses(losses(net, x, labels, tokens))
+        loss.backward()
+        trainer.step({"main": len(x), "aux": tokens.sum()})
+    x = np.concatenate([b[0] for b in batches])
+    labels = {h: np.concatenate([b[1][h] for b in batches]) for h in HEADS}
+    tokens = np.concatenate([b[2] for b in batches])
+    with autograd.record():
+        by_head = losses(ref, x, labels, tokens)
+        loss = by_head["main"].sum() / 13 + by_head["aux"].sum() / tokens.sum()
+    loss.backward()
+    gluon.Trainer(ref.collect_params(), *ADAM).step(1, ignore_stale_grad=True)
+    _assert_same(ref, net)

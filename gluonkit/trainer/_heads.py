@@ -17,7 +17,7 @@ from ..validate import check_count
 from ._gradients import read
 from ._window import whole
 
-__all__ = ["HeadWindow", "check_head_state", "head_counts"]
+__all__ = ["HeadCounting", "HeadWindow", "check_head_state", "head_counts"]
 
 
 def head_counts(counts, what):
@@ -169,3 +169,137 @@ def check_head_state(state):
                     and 0 <= v < math.inf for key in tables for k, v in state[key].items())):
         raise ValueError("the state's 'heads' must be None or a dict of 'totals', 'local' and 'stepped' "
                          "counts by head; pass what Trainer.state_dict() returned.")
+
+
+class HeadCounting:
+    """``begin_window``, ``weigh_losses``, ``window_counts`` and ``update`` with counts by head
+    of ``gluonkit.Trainer`` (a mixin; its only user): the window's counts by head live in the
+    Trainer's ``_heads`` (a :class:`HeadWindow`), its micro-batches in ``_window``."""
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        """As ``gluon.Trainer.update`` (after ``allreduce_grads``); ``batch_size`` may be a window's
+        counts by head (a dict), in a window begun with ``begin_window``: they must equal its
+        counts, and the gradient, weighed by ``weigh_losses`` already, is applied as it is."""
+        if not isinstance(batch_size, dict) and self._heads.totals is None:
+            super().update(batch_size, ignore_stale_grad)
+            return
+        by_head, _ = self._count_heads(batch_size)
+        self._heads.add(by_head)
+        self._check_heads()
+        super().update(1, ignore_stale_grad)
+
+    def begin_window(self, counts):
+        """Begin a window whose losses are normalized head by head: ``counts`` is each head's
+        count over the micro-batches this worker runs in it (before the first one runs).
+
+        The counts are summed over the workers (one small reduction per window): each head's
+        loss is then weighed by 1 / (its count over the window and the workers) by
+        ``weigh_losses``, and the update applies the weighed gradient as it is. The window's
+        ``step`` calls give each micro-batch's counts by head, which must add up to ``counts``.
+        A head whose count over the window is 0 contributes nothing: its loss is left out, so
+        its own parameters get no gradient and no update. See docs/trainer.md, "Counts by head".
+
+        Parameters
+        ----------
+        counts : dict
+            Head name -> this worker's count for the window (a number >= 0 or a one-element
+            NDArray, read now). With several workers, every worker gives the same names
+            (0 for a head it has nothing of).
+
+        Returns
+        -------
+        dict
+            The counts by head summed over the workers (the N_h of the window).
+
+        Example::
+
+            trainer.begin_window({"main": 64, "aux": int(has_aux.sum().asscalar())})
+            with autograd.record():
+                loss = trainer.weigh_losses({"main": main_loss, "aux": aux_loss * has_aux})
+            loss.backward()
+            trainer.step({"main": 64, "aux": int(has_aux.sum().asscalar())})
+        """
+        if self._window.steps and self._heads.totals is None:
+            raise ValueError(f"begin_window was called with {self._window.steps} micro-batch(es) counted "
+                             "by a plain number pending; counts by head and a plain number cannot share a "
+                             "window. Apply it first (trainer.flush()).")
+        if self._window.steps:
+            raise RuntimeError(f"begin_window was called with {self._window.steps} micro-batch(es) of the "
+                               "window begun before still pending; step the rest of that window, or apply "
+                               "it with trainer.flush().")
+        self._heads.begin(counts, self.sum_over_workers)
+        return dict(self._heads.totals)
+
+    def weigh_losses(self, losses):
+        """The loss to backward for this micro-batch (or one device's share of it): each head's
+        per-sample losses summed and divided by its count over the window.
+
+        Parameters
+        ----------
+        losses : dict
+            Head name -> per-sample losses (an NDArray of any shape; a sample without the
+            head's label contributes 0, e.g. the loss times a 0/1 mask). Only names given
+            to ``begin_window``.
+
+        Returns
+        -------
+        NDArray
+            Its sum is ``sum over heads h of losses[h].sum() / N_h``; recorded when called
+            inside ``autograd.record()``, so ``backward()`` gives that sum's gradient. Losses of
+            one shape are weighed and added elementwise (the per-sample weighed loss, fewer
+            operators than one sum per head); with several shapes it is the sum itself.
+        """
+        if self._heads.totals is None:
+            raise RuntimeError("weigh_losses needs the window's counts by head first: call "
+                               "trainer.begin_window({'head': count, ...}) before the window's first "
+                               "micro-batch.")
+        return self._heads.weigh(losses)
+
+    @property
+    def window_counts(self):
+        """dict or None: The counts by head of the window begun (summed over the workers), or
+        None when no window was begun with counts by head (after each update, or a resume of
+        a window saved mid-way, it is None or the resumed window's)."""
+        return None if self._heads.totals is None else dict(self._heads.totals)
+
+    def _count_heads(self, counts):
+        """``(counts, total)``: a micro-batch's counts by head, checked, and their sum, as the
+        window counts it."""
+        if not isinstance(counts, dict):
+            raise ValueError(f"step({counts!r}) was given a plain count in a window begun with counts "
+                             "by head; counts by head and a plain number cannot share a window. Give "
+                             "step a dict of counts by head, as begin_window got.")
+        if self._heads.totals is None:
+            if self._window.steps:
+                raise ValueError(f"step({counts!r}) was given counts by head in a window of "
+                                 f"{self._window.steps} micro-batch(es) counted by a plain number; they "
+                                 "cannot share a window. Apply it first (trainer.flush()).")
+            raise RuntimeError(f"step({counts!r}) got counts by head, but no window was begun with them: "
+                               "call trainer.begin_window(counts) before the window's first micro-batch and "
+                               "weigh its losses with trainer.weigh_losses(losses).")
+        counts = self._heads.check_step(counts)
+        numbers = sum(c for c in counts.values() if not isinstance(c, mx.nd.NDArray))
+        arrays = [c.as_in_context(mx.cpu()) for c in counts.values() if isinstance(c, mx.nd.NDArray)]
+        return counts, mx.nd.add_n(*arrays) + numbers if arrays else numbers
+
+    def _apply_window(self, ignore_stale_grad, active=True):
+        """Apply the pending window; one begun with counts by head is checked first and applied
+        with a normalizer of 1 (its losses were weighed already)."""
+        if self._heads.totals is None:
+            return self._apply(ignore_stale_grad, active)
+        self._check_heads()
+        return self._apply(ignore_stale_grad, active, normalizer=1)
+
+    def _check_heads(self):
+        """End the window of counts by head; drop it if its steps' counts differ from those
+        announced (its losses were weighed by the announced ones)."""
+        try:
+            self._heads.check_window()
+        except ValueError:
+            self._window.take()
+            self._selected = None
+            self._finish([p for p in self._params if p._data is not None and p.grad_req != "null"])
+            self._window.restore_statistics()
+            raise
+        finally:
+            self._heads.end()

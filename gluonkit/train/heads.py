@@ -107,6 +107,29 @@ class HeadTally:
         previous = self._sums.get(head)
         self._sums[head] = total if previous is None else previous.as_in_context(ctx) + total
 
+    def state_dict(self):
+        """The sums so far, as numbers: ``{'sums': {head: float}, 'counts': {head: number}}`` (a wait)."""
+        sums, counts = {}, {}
+        for head in set(self._parts) | set(self._sums):
+            self._fold(head)
+            sums[head] = float(self._sums[head].asscalar())
+        for head, count in self._counts.items():
+            counts[head] = float(count.asscalar()) if isinstance(count, mx.nd.NDArray) else count
+        return {"sums": sums, "counts": counts}
+
+    def load_state_dict(self, state):
+        """Start from ``state_dict()``'s sums (None, a checkpoint saved without counts by head: zero)."""
+        self._parts, self._counts = {}, {}
+        self._sums = {}
+        if state is None:
+            return
+        if not (isinstance(state, dict) and isinstance(state.get("sums"), dict) and isinstance(state.get("counts"), dict)
+                and all(isinstance(v, numbers.Real) for table in state.values() for v in table.values())):
+            raise ValueError("the checkpoint's 'head_losses' must hold 'sums' and 'counts' by head; resume from a "
+                             "checkpoint fit wrote.")
+        self._sums = {head: mx.nd.array([value], dtype="float64") for head, value in state["sums"].items()}
+        self._counts = dict(state["counts"])
+
     def values(self):
         """``{'loss': sum of the heads' means, 'loss_<head>': each head's mean}`` (a wait)."""
         logs, total = {}, 0.0

@@ -272,10 +272,11 @@ def _append_row(history, logs):
 
 def _run_epoch(run, train_data, val_data, val_metrics, progress):
     began = run.continues_epoch   # resumed in its middle: its on_epoch_begin ran before the stop
+    if run.head_counts is not None:
+        run.head_tally = HeadTally()   # a resume in mid-epoch takes its sums back
     batches, skips_before = run.begin_epoch()   # after the batches done, when resuming in mid-epoch
     if run.head_counts is not None:
         batches = counted_windows(batches, run.trainer, run.head_counts)
-        run.head_tally = HeadTally()
     if not began:
         _call(run, "on_epoch_begin")
     total = len(train_data) if hasattr(train_data, "__len__") else None

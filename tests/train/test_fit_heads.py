@@ -118,3 +118,32 @@ def test_fit_refuses_counts_by_head_it_cannot_use_before_training(options, error
         gluonkit.fit(net, CE, trainer, loader, epochs=1, progress=False, **kwargs)
     for name, value in params_of(net).items():
         assert (value == before[name]).all(), name
+
+
+def _fit_heads(net, callbacks=()):
+    x, y, has_aux = _data()
+    trainer = gluonkit.Trainer(net, *OPT, accumulate=ACCUMULATE)
+    loader = gluon.data.DataLoader(gluon.data.ArrayDataset(x, y, has_aux), batch_size=BATCH, shuffle=True)
+    return gluonkit.fit(net, None, trainer, loader, epochs=2, batch_fn=batch_fn, head_counts=head_counts,
+                        callbacks=list(callbacks), progress=False)
+
+
+def test_a_stop_inside_a_window_resumes_to_the_same_weights_and_losses_by_head(tmp_path):
+    from conftest import StopAt
+    from gluonkit.callbacks import ModelCheckpoint
+
+    _, straight = _twins([mx.cpu()])
+    _, stopped = _twins([mx.cpu()])
+    for a, b in zip(straight.collect_params().values(), stopped.collect_params().values()):
+        b.set_data(a.data())
+    np.random.seed(0)
+    expected = _fit_heads(straight)
+    np.random.seed(0)
+    with pytest.raises(KeyboardInterrupt):   # after batch 5 of epoch 2: inside its second window
+        _fit_heads(stopped, [StopAt(1, 4), ModelCheckpoint(tmp_path / "ckpt", resume=True)])
+    np.random.seed(7)
+    history = _fit_heads(stopped, [ModelCheckpoint(tmp_path / "ckpt", resume=True)])
+    for name, value in params_of(straight).items():
+        np.testing.assert_array_equal(params_of(stopped)[name], value, err_msg=name)
+    for key in ("loss", "loss_main", "loss_aux"):
+        assert_allclose(history[key], expected[key], rtol=1e-6, err_msg=key)

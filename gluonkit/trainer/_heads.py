@@ -91,8 +91,10 @@ class HeadWindow:
         for name, value in losses.items():
             if self.totals[name] > 0:
                 by_shape.setdefault(value.shape, []).append(value * (1.0 / self.totals[name]))
-        if not by_shape:   # every head of count 0: nothing to learn (the window is dropped)
-            return next(iter(losses.values())).sum() * 0
+        if not by_shape:   # only heads of count 0: a zero tied to no parameter, which none gets a gradient from
+            zero = mx.nd.zeros((1,), ctx=next(iter(losses.values())).context)
+            zero.attach_grad()
+            return zero * 1
         groups = [mx.nd.add_n(*terms) if len(terms) > 1 else terms[0] for terms in by_shape.values()]
         return groups[0] if len(groups) == 1 else mx.nd.add_n(*(group.sum() for group in groups))
 

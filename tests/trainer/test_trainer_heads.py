@@ -391,3 +391,22 @@ def test_heads_whose_losses_have_different_shapes():
     loss.backward()
     gluon.Trainer(ref.collect_params(), *ADAM).step(1, ignore_stale_grad=True)
     _assert_same(ref, net)
+
+
+def test_a_micro_batch_of_heads_of_count_zero_only_gives_their_parameters_no_gradient():
+    ref, net = _twins(ONE)
+    ref_trainer = gluon.Trainer(ref.collect_params(), *SGD)
+    trainer = gluonkit.Trainer(net.collect_params(), *SGD, accumulate=2)
+    batches = [_data(6, 120, absent=HEADS), _data(5, 121, absent=("parity",))]
+    trainer.begin_window({h: sum(b[2][h].sum() for b in batches) for h in HEADS})
+    with autograd.record():   # the first micro-batch: no label, only the parity loss (window count 0)
+        loss = trainer.weigh_losses({"parity": _losses(net, *batches[0])["parity"]})
+    loss.backward()
+    trainer.step({"main": 0, "aux": 0, "parity": 0})
+    with autograd.record():
+        loss = trainer.weigh_losses(_losses(net, *batches[1]))
+    loss.backward()
+    assert trainer.step({h: batches[1][2][h].sum() for h in HEADS})
+    _big_batch(ref, ref_trainer, batches[1:])   # the first micro-batch added nothing
+    _assert_same(ref, net)
+    assert "parity.weight" in trainer.skipped

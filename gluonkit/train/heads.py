@@ -107,6 +107,11 @@ class HeadTally:
         previous = self._sums.get(head)
         self._sums[head] = total if previous is None else previous.as_in_context(ctx) + total
 
+    @property
+    def counted(self):
+        """bool: Whether a batch was added."""
+        return bool(self._counts)
+
     def state_dict(self):
         """The sums so far, as numbers: ``{'sums': {head: float}, 'counts': {head: number}}`` (a wait)."""
         sums, counts = {}, {}

@@ -473,7 +473,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
               make_metrics(metrics, names), outputs_optional=val_data is not None)
     run.train_data = train_data
     run.batch_fn, run.eval_fn, run.dtype = batch_fn, eval_fn, input_dtype(net)
-    run.head_counts, run.head_tally = head_counts, None
+    run.head_counts = head_counts
     run.batch_fn_keywords = {"state": run.view} if batch_fn is not None and _takes_state(batch_fn) else {}
     run.loss_graph = compiled_loss(loss)
     run.tally.class_axis = None if batch_fn is not None else _class_axis(loss)

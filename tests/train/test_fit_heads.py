@@ -7,6 +7,7 @@ from mxnet import autograd, gluon, nd
 from numpy.testing import assert_allclose
 
 import gluonkit
+from gluonkit.callbacks import Callback
 from conftest import TWO_CPUS, params_of
 from gluonkit.nn import Branches
 
@@ -84,14 +85,26 @@ def _reference(ref, x, y, has_aux, epochs):
     return history
 
 
+class Running(Callback):
+    """The running logs after each batch."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_batch_end(self, state):
+        self.seen.append(dict(state.logs))
+
+
 def test_fit_with_counts_by_head_equals_one_large_batch_per_window():
     x, y, has_aux = _data()
     ref, net = _twins(TWO_CPUS)
     expected = _reference(ref, x, y, has_aux, epochs=2)
     trainer = gluonkit.Trainer(net, *OPT, accumulate=ACCUMULATE)
     loader = gluon.data.DataLoader(gluon.data.ArrayDataset(x, y, has_aux), batch_size=BATCH)
+    running = Running()
     history = gluonkit.fit(net, None, trainer, loader, epochs=2, ctx=TWO_CPUS, batch_fn=batch_fn,
-                           head_counts=head_counts, progress=False)
+                           head_counts=head_counts, callbacks=[running], progress=False)
+    assert running.seen[-1]["loss_main"] == pytest.approx(history["loss_main"][-1])   # the running losses by head
     for name, value in params_of(ref).items():
         assert_allclose(params_of(net)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     for epoch, by_head in enumerate(expected):

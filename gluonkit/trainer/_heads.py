@@ -125,9 +125,7 @@ class HeadWindow:
 
     def check_window(self):
         """``ValueError`` if the counts given to step do not add up to those begin_window got."""
-        given = dict(self.stepped)
-        for name, arrays in self.arrays.items():
-            given[name] = given.get(name, 0) + whole(read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in arrays)))[0])
+        given = _numbers(self._given())
         wrong = [name for name in self.local if not _close(given.get(name, 0), self.local[name])]
         if wrong:
             detail = ", ".join(f"{name!r}: {given.get(name, 0)} stepped, {self.local[name]} announced" for name in wrong)
@@ -147,6 +145,7 @@ class HeadWindow:
         return {"totals": dict(self.totals), "local": dict(self.local), "stepped": _numbers(self._given())}
 
     def _given(self):
+        """The counts step() was given, by head: a number, or an NDArray of the NDArray ones and the numbers."""
         given = dict(self.stepped)
         for name, arrays in self.arrays.items():
             given[name] = mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in arrays)) + given.get(name, 0)
@@ -159,6 +158,7 @@ class HeadWindow:
             return
         self.totals, self.local = dict(state["totals"]), dict(state["local"])
         self.stepped, self.arrays, self.weighed = dict(state["stepped"]), {}, set()
+        self.names = tuple(sorted(self.totals))
 
 
 def check_head_state(state):

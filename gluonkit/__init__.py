@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it (a submodule's own name for the subpackages).
 _PUBLIC = {
-    "Trainer": ".trainer", "split_and_load": ".split", "fit": ".train.loop",
+    "Trainer": ".trainer", "check_accumulation": ".trainer.self_check", "split_and_load": ".split", "fit": ".train.loop",
     "evaluate": ".train.evaluate", "Checkpoint": ".train.checkpoint", "Epochs": ".train.resume",
     "seed_all": ".train.resume",
     "CheckpointError": ".train.checkpoint", "export_model": ".export",

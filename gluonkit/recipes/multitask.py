@@ -45,7 +45,7 @@ from gluonkit.recipes import common
 from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset, split_off
 from gluonkit.recipes.runs import RunFolder
 
-__all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "eval_batch",
+__all__ = ["HEADS", "HEAD_CLASSES", "MultiTaskNet", "HeadSchedule", "LabelledHeads", "MissingLabels", "eval_batch",
            "main", "parse_args", "train"]
 
 #: Each head's target, computed from the digit label.
@@ -136,6 +136,67 @@ class HeadSchedule:
         return losses, data.shape[0], outputs, labels
 
 
+class MissingLabels(gluon.data.Dataset):
+    """``dataset``'s (image, digit) samples with two 0/1 flags, ``(image, digit, has_parity,
+    has_aux)``: a ``fraction`` of the samples (drawn with ``seed``) lack the parity or the aux
+    label, each the one or the other with even odds; the digit label is always there.
+
+    Example::
+
+        MissingLabels(digits(), 0.5, seed=0)[0]   # (image, digit, 1.0, 0.0): no aux label
+    """
+
+    def __init__(self, dataset, fraction, seed):
+        import numpy as np
+
+        self._dataset = dataset
+        rng = np.random.RandomState(seed)
+        missing = rng.rand(len(dataset)) < fraction
+        lacks_aux = rng.rand(len(dataset)) < 0.5
+        self.has_parity = (~(missing & ~lacks_aux)).astype("float32")
+        self.has_aux = (~(missing & lacks_aux)).astype("float32")
+
+    def __len__(self):
+        return len(self._dataset)
+
+    def __getitem__(self, index):
+        image, digit = self._dataset[index]
+        return image, digit, self.has_parity[index], self.has_aux[index]
+
+
+class LabelledHeads:
+    """``fit``'s ``batch_fn`` with counts by head for :class:`MissingLabels` batches: every
+    head runs on every batch and each head's loss is normalized by the samples that carry its
+    label (``head_counts`` counts them), over the whole accumulation window.
+
+    Example::
+
+        fit(net, None, trainer, loader, epochs=5, batch_fn=LabelledHeads(),
+            head_counts=LabelledHeads.head_counts)
+    """
+
+    def __init__(self):
+        self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    @staticmethod
+    def head_counts(batch):
+        """The batch's labelled samples by head."""
+        data, _, has_parity, has_aux = batch
+        return {"digit": data.shape[0], "parity": float(has_parity.sum().asscalar()),
+                "aux": float(has_aux.sum().asscalar())}
+
+    def __call__(self, net, batch, ctx_list):
+        data, label, has_parity, has_aux = batch
+        masks = {"digit": None, "parity": split_and_load(has_parity, ctx_list), "aux": split_and_load(has_aux, ctx_list)}
+        losses, outputs, labels = [], [], []
+        for i, (out, target) in enumerate(_forward(net, tuple(HEADS), data, label, ctx_list)):
+            losses.append({name: self._loss(out[name], target[name]) * (1 if masks[name] is None else masks[name][i])
+                           for name in HEADS})
+            outputs.append(out)
+            labels.append(target)
+        return losses, self.head_counts(batch), outputs, labels
+
+
 def eval_batch(net, batch, ctx_list):
     """``eval_fn`` for ``fit`` and ``evaluate``: every head's outputs and targets, per device,
     of a ``MultiTaskNet`` or of its exported model (one output per head, in :data:`HEADS`'
@@ -164,6 +225,10 @@ def _build_parser():
     train.add_argument("--wd", type=common.non_negative_float, default=1e-4)
     train.add_argument("--aux-every", type=common.positive_int, default=3,
                        help="train the auxiliary head on every N-th batch only")
+    train.add_argument("--missing-labels", type=common.fraction, default=None, metavar="F",
+                       help="a fraction F of the training samples (seeded by --seed) lack the parity "
+                            "or the aux label; every head then trains on every batch, each normalized "
+                            "by the samples that carry its label (counts by head; --aux-every unused)")
     train.add_argument("--ctx", type=common.ctx_type, default="cpu:0",
                        help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
     train.add_argument("--hybridize", dest="hybridize", action="store_true", default=True)
@@ -227,6 +292,8 @@ def _train(args, callbacks, folder):
     train_set, val_set = split_off(digits(train=True), args.val_fraction, args.seed)
     if args.train_size:
         train_set = train_set.take(args.train_size)
+    if args.missing_labels is not None:
+        train_set = MissingLabels(train_set, args.missing_labels, args.seed)
     train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
     val_loader = None if val_set is None else gluon.data.DataLoader(val_set,
                                                                     batch_size=args.batch_size)
@@ -241,7 +308,10 @@ def _train(args, callbacks, folder):
         common.finish_init(net, _INPUT_SHAPE, ctx_list[0])
     trainer = Trainer(net, "sgd", {"learning_rate": args.lr, "momentum": args.momentum,
                                    "wd": args.wd})
-    schedule = HeadSchedule(args.aux_every)
+    if args.missing_labels is None:
+        steps = {"batch_fn": HeadSchedule(args.aux_every)}
+    else:
+        steps = {"batch_fn": LabelledHeads(), "head_counts": LabelledHeads.head_counts}
     callbacks = list(callbacks)
     main_process = trainer.rank == 0
     monitor = _MONITOR if val_set is not None else None
@@ -252,8 +322,11 @@ def _train(args, callbacks, folder):
                                              args=args)
     metrics = {head: "acc" for head in HEADS}   # per head (dicts by name): digit_accuracy, ...
     if main_process:
-        log.info("Training on %d images; the aux head trains on one batch in %d, the Trainer "
-                 "leaves it unchanged on the others; %s", len(train_set), args.aux_every,
+        heads = (f"the aux head trains on one batch in {args.aux_every}, the Trainer leaves it unchanged "
+                 "on the others" if args.missing_labels is None else
+                 f"{args.missing_labels:.0%} of them lack the parity or aux label, each head is normalized "
+                 "by the samples that carry its label")
+        log.info("Training on %d images; %s; %s", len(train_set), heads,
                  common.splits_note(None if val_set is None else len(val_set), len(test_set),
                                     monitor, exported=bool(args.out)))
     tic = time.perf_counter()
@@ -261,7 +334,7 @@ def _train(args, callbacks, folder):
         warnings.filterwarnings("ignore", message=_AUX_SKIPPED, category=UserWarning)
         history = fit(net, None, trainer, train_loader, epochs=args.epochs, ctx=ctx_list,
                       val_data=val_loader, metrics=metrics, callbacks=callbacks,
-                      progress=args.progress, batch_fn=schedule, eval_fn=eval_batch)
+                      progress=args.progress, eval_fn=eval_batch, **steps)
     if not main_process:        # rank 0 exports the model and reports its test accuracy
         return {"test_accuracy": None, "history": history, "out": args.out, "net": net,
                 "export": None}

@@ -22,6 +22,7 @@ from .batches import (as_dtype, check_arrays, check_hook, compiled_loss, context
                       output_names, per_device, per_sample_losses, single_output, unpack_batch)
 from .callbacks import Callback
 from .evaluate import evaluate_batches
+from .heads import HeadTally, counted_windows, unpack_heads
 from .metrics import make_metrics
 from .resume import batch_length
 from .state import FitState, Run
@@ -108,6 +109,17 @@ def _updated(run):
 
 def _train_batch(run, batch):
     """Forward, backward and trainer.step on one batch split over the contexts; its samples."""
+    if run.head_counts is not None:
+        with autograd.record():
+            result = run.batch_fn(run.net, batch, run.ctx, **run.batch_fn_keywords)
+            losses, counts, outputs, labels = unpack_heads(result, run.batch)
+            weighed = [run.trainer.weigh_losses(by_head) for by_head in losses]
+        autograd.backward(weighed)
+        if run.trainer.step(counts):
+            _updated(run)
+        run.tally.add(labels, outputs, None, 0)   # the metrics; the losses go to the heads' tally
+        run.head_tally.add(losses, counts)
+        return batch_length(batch)
     if run.batch_fn is not None:
         with autograd.record():
             result = run.batch_fn(run.net, batch, run.ctx, **run.batch_fn_keywords)
@@ -126,6 +138,20 @@ def _train_batch(run, batch):
         outputs, losses = _forward_losses(run.net, run.loss_graph, xs, ys)
     _step(run, losses, data.shape[0], ys, outputs)
     return data.shape[0]
+
+
+def _check_head_counts(head_counts, batch_fn, trainer):
+    """Counts by head need a callable, a batch_fn that returns losses by head, and a trainer
+    that weighs them (``gluonkit.Trainer``)."""
+    if head_counts is None:
+        return
+    check_hook(head_counts, "head_counts")
+    if batch_fn is None:
+        raise ValueError("head_counts needs a batch_fn that returns the per-sample losses by head and the "
+                         "batch's counts by head; pass batch_fn=... too.")
+    if not hasattr(trainer, "begin_window"):
+        raise TypeError(f"head_counts needs a gluonkit.Trainer (it counts each window by head before it "
+                        f"runs), got {type(trainer).__name__}.")
 
 
 def _check_validation(run, val_data, val_metrics):
@@ -246,7 +272,11 @@ def _append_row(history, logs):
 
 def _run_epoch(run, train_data, val_data, val_metrics, progress):
     began = run.continues_epoch   # resumed in its middle: its on_epoch_begin ran before the stop
+    if run.head_counts is not None:
+        run.head_tally = HeadTally()   # a resume in mid-epoch takes its sums back
     batches, skips_before = run.begin_epoch()   # after the batches done, when resuming in mid-epoch
+    if run.head_counts is not None:
+        batches = counted_windows(batches, run.trainer, run.head_counts)
     if not began:
         _call(run, "on_epoch_begin")
     total = len(train_data) if hasattr(train_data, "__len__") else None
@@ -288,7 +318,10 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
         return
     mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
-    logs = {"epoch": run.epoch + 1, **run.tally.values()}
+    if run.head_counts is None:
+        logs = {"epoch": run.epoch + 1, **run.tally.values()}
+    else:
+        logs = {"epoch": run.epoch + 1, **run.head_tally.values(), **run.tally.values(loss=False)}
     if val_data is not None:
         val = evaluate_batches(run.net, val_data, run.ctx, val_metrics, run.loss_graph, "val_data",
                         run.eval_fn)
@@ -310,7 +343,7 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
 
 
 def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metrics=None,
-        callbacks=(), progress=True, batch_fn=None, eval_fn=None, val_metrics=None):
+        callbacks=(), progress=True, batch_fn=None, eval_fn=None, val_metrics=None, head_counts=None):
     """Train ``net`` for ``epochs`` epochs; return the per-epoch history.
 
     Each batch is split over ``ctx`` with ``gluonkit.split_and_load``, the per-sample losses
@@ -390,6 +423,14 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     batch_fn : callable, optional
         ``batch_fn(net, batch, ctx_list[, state=FitState]) -> (losses, count[, outputs,
         labels])``, see above.
+    head_counts : callable, optional
+        ``head_counts(batch) -> {head: count}``: a batch's counts by head, from its labels
+        (no forward), for a network whose heads each have their own count (docs/trainer.md,
+        "Counts by head"). Each accumulation window is then taken from ``train_data`` and
+        counted (``trainer.begin_window``) before it runs; ``batch_fn`` returns the losses as
+        a list over the devices of dicts of per-sample losses by head and the batch's counts
+        by head, and the history has each head's mean loss (``loss_<head>``) beside
+        'loss', their sum. Needs a ``gluonkit.Trainer`` and a ``batch_fn``.
     eval_fn : callable, optional
         ``eval_fn(net, batch, ctx_list) -> (outputs, labels[, losses])`` for ``val_data``, as
         in ``evaluate``. 'val_loss' is the mean of the losses it returns, else of
@@ -426,11 +467,13 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     if loss is None and batch_fn is None:
         raise ValueError("loss is None; pass a gluon.loss.Loss, or a batch_fn that computes the "
                          "losses itself.")
+    _check_head_counts(head_counts, batch_fn, trainer)
     names = output_names(net)
     run = Run(net, loss, trainer, contexts(ctx, net), epochs, _check_callbacks(callbacks),
               make_metrics(metrics, names), outputs_optional=val_data is not None)
     run.train_data = train_data
     run.batch_fn, run.eval_fn, run.dtype = batch_fn, eval_fn, input_dtype(net)
+    run.head_counts = head_counts
     run.batch_fn_keywords = {"state": run.view} if batch_fn is not None and _takes_state(batch_fn) else {}
     run.loss_graph = compiled_loss(loss)
     run.tally.class_axis = None if batch_fn is not None else _class_axis(loss)

@@ -414,6 +414,7 @@ class Resumer:
         self.callback_states = None  # the callbacks' states, until training begins
         self.seen = 0                # samples of the epoch's batches so far
         self.largest = 0             # samples of the epoch's largest batch so far (the batch size)
+        self.sizes = []              # samples of each batch taken from the loader this epoch, in order
         self.skips_at_start = 0      # the trainer's nonfinite_skips when the epoch began
 
     @staticmethod
@@ -429,9 +430,11 @@ class Resumer:
         callback_states = [[type(cb).__name__, cb.state_dict()] for cb in callbacks]
         if self.pending is not None:   # resumed but not started yet: the snapshot loaded
             return {**self.pending, "history": history, "callbacks": callback_states}
+        # the batches done, not those taken ahead (fit with counts by head counts a window first)
+        done = self.sizes[:batch] if batch else self.sizes
         snap = {"epoch": epoch, "batch": batch, "step": state.step, "history": history,
                 "callbacks": callback_states, "settings": self.settings(state),
-                "batch_size": self.largest}
+                "batch_size": max(done, default=0)}
         sampler = sampler_of(state.train_data)
         if sampler is not None:
             snap["sampler"] = self.epoch_sampler if batch else sampler.state_dict()
@@ -439,10 +442,12 @@ class Resumer:
             tally.settle()
             rng = get_rng_state()
             rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, batch, state.step))
-            snap.update(epoch_rng=self.epoch_rng, rng=rng, batch_samples=self.seen,
+            snap.update(epoch_rng=self.epoch_rng, rng=rng, batch_samples=sum(done),
                         loss_sum=tally.loss_sum, samples=tally.samples,
                         metrics=[_metric_sums(m) for m in tally.metrics], grad_norms=list(tally.grad_norms),
                         nonfinite_skips=self._skips(state) - self.skips_at_start)
+            if getattr(state, "head_tally", None) is not None:   # fit with counts by head
+                snap["head_losses"] = state.head_tally.state_dict()
         return snap
 
     def restore(self, state, saved):
@@ -512,6 +517,8 @@ class Resumer:
             self.skips_at_start = self._skips(state)
             return self._batches(state.train_data, 0, None, None)
         tally.loss_sum, tally.samples = snap["loss_sum"], snap["samples"]
+        if getattr(state, "head_tally", None) is not None:
+            state.head_tally.load_state_dict(snap.get("head_losses"))
         tally.grad_norms = list(snap["grad_norms"])
         if [m["type"] for m in snap["metrics"]] == [type(m).__name__ for m in tally.metrics]:
             try:
@@ -529,6 +536,7 @@ class Resumer:
         """The loader's batches after the first ``skip``, which must hold ``samples`` samples
         in batches of ``saved_size`` (the interrupted run's, if known)."""
         self.seen = self.largest = 0
+        self.sizes = []
         batches = iter(loader)
         for _ in range(skip):
             batch = next(batches, None)
@@ -548,6 +556,7 @@ class Resumer:
 
     def _count(self, batch):
         size = batch_length(batch)
+        self.sizes.append(size)
         self.seen += size
         self.largest = max(self.largest, size)
 

@@ -30,6 +30,7 @@ class Run:
         self.workers = getattr(trainer, "num_workers", 1) if hasattr(trainer, "request_stop") else 1
         self.callbacks = callbacks
         self.tally = Tally(metrics, outputs_optional)
+        self.head_tally = None        # the losses by head, with fit's head_counts (a HeadTally)
         self.phase = "idle"           # 'train' inside an epoch, 'end' at on_epoch_end
         self.resumer = Resumer()      # generator and sampler states, snapshots, the replay of an epoch
         self.view = FitState(self)
@@ -37,6 +38,8 @@ class Run:
     @property
     def logs(self):
         """The running loss and metrics inside an epoch, else the last epoch's row."""
+        if self.phase == "train" and self.head_tally is not None and self.head_tally.counted:
+            return {**self.head_tally.values(), **self.tally.values(loss=False)}
         if self.phase == "train" and self.tally.samples:
             return self.tally.values()
         return self.epoch_logs

@@ -4,6 +4,8 @@ Which module holds what:
 
 - ``trainer``: the update path (``step``, ``flush``, the normalizer, clipping, the non-finite
   check) and the Trainer's public properties;
+- ``_heads``: counts by head (``begin_window``, ``weigh_losses``, ``step({head: count})``);
+- ``self_check``: ``check_accumulation``, an accumulated update against the large batch's;
 - ``_window``: the accumulation window (micro-batches, their counts, the running statistics a
   dropped window returns to);
 - ``_state``: ``state_dict`` / ``load_state_dict`` and structural parameter names;

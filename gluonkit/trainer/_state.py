@@ -15,6 +15,7 @@ from mxnet import gluon
 from ..names import brief_names, first_names, select, shape_fits
 from ..validate import is_int
 from ._args import check_pending
+from ._heads import check_head_state
 from ._gradients import replicas, zero
 
 __all__ = ["TrainerState"]
@@ -121,7 +122,8 @@ class TrainerState:
         ``(steps, count)`` and, when steps are pending, each parameter's gradient on each
         device and whether a backward wrote it; ``nonfinite_skips``; whether the kvstore was
         set up; and the dynamic loss scaler's state (its scale and clean windows counted) when
-        one is attached (``gluonkit.trainer.amp.init_trainer``), else None.
+        one is attached (``gluonkit.trainer.amp.init_trainer``), else None; and the counts by
+        head of a window begun with ``begin_window`` (``heads``), else None.
 
         Reading the state changes nothing (the kvstore is not set up by it).
 
@@ -149,7 +151,7 @@ class TrainerState:
                 "update_counts": counts, "accumulate": self._accumulate,
                 "pending": list(self.pending), "window": window,
                 "nonfinite_skips": self._nonfinite_skips, "kvstore_ready": bool(self._kv_initialized),
-                "loss_scaler": self._scaler_state()}
+                "loss_scaler": self._scaler_state(), "heads": self._heads.state()}
 
     def _scaler_state(self):
         """The loss scaler's fields by name (gluonkit's and MXNet's scalers share them), or None."""
@@ -187,6 +189,7 @@ class TrainerState:
         check_pending(state["pending"], self._accumulate)
         _check_tables(state, names)
         self._check_scaler_state(state["loss_scaler"])
+        check_head_state(state.get("heads"))
         params = dict(zip(names, self._params))
         for name, saved_state in state["states"].items():
             _check_optimizer_state(name, saved_state, params[name], self._optimizer, names.index(name))
@@ -296,6 +299,7 @@ class TrainerState:
             self._scale = self._amp_original_scale / scaler.loss_scale   # what the window was scaled by
         self._nonfinite_skips = int(state["nonfinite_skips"])
         self.pending = tuple(state["pending"])   # also takes the statistics a dropped window returns to
+        self._heads.load(state.get("heads"))   # a state saved before counts by head has none
 
     @staticmethod
     def _restore_window(param, saved):

@@ -11,6 +11,7 @@ from ..validate import check_count, is_int, positive_int
 from ._args import (check_clip, check_clip_setting, check_horovod, check_kvstore, check_launched,
                     check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore,
                     is_distributed, unique_params, warn_if_launched)
+from ._heads import HeadCounting, HeadWindow
 from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from .horovod import Horovod, is_horovod
 from ._loss_scaling import LossScaling
@@ -58,7 +59,7 @@ def _named(params):
     return params, {}
 
 
-class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
+class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
     """A ``gluon.Trainer`` that accumulates gradients exactly and never applies stale ones.
 
     With ``accumulate=k``, ``step`` collects ``k`` micro-batches (of any sizes, shapes and
@@ -190,6 +191,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         self._amp_original_scale = self._scale
         self._nonfinite_skips = 0
         self._window = Window()
+        self._heads = HeadWindow()   # the counts by head of a window begun with begin_window
         self._grouping = {}   # the gradients' grouping for their sum of squares, kept between updates
         self._selected = None
         self._skipped = ()
@@ -321,7 +323,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
 
         Parameters
         ----------
-        batch_size : int, float or NDArray
+        batch_size : int, float, NDArray or dict
             What the loss was normalized by in the last backward(s), on this worker: samples,
             or positive anchors, tokens, valid pixels, a sum of weights. Any finite real >= 0
             (a Python or NumPy number; integers keep exact arithmetic), or a one-element
@@ -335,6 +337,12 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             ``RuntimeError``, also raised before anything changes, whatever ``accumulate``;
             except a step of count 0, a micro-batch that got no sample (as on a worker or
             rank whose share of it was empty), which adds nothing.
+
+            Counts by head (``{'mlm': n_tokens, 'nsp': n_sequences}``), in a window begun
+            with ``begin_window`` whose losses ``weigh_losses`` weighed: this micro-batch's
+            count of each head. The window's counts by head must add up to those
+            ``begin_window`` got (checked at the update; a window that does not is dropped
+            with a ``ValueError``).
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -344,14 +352,19 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             True if this call applied an update (False while the window fills, or when
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
-        count = check_count(batch_size)
+        if isinstance(batch_size, dict) or self._heads.totals is not None:
+            by_head, count = self._count_heads(batch_size)
+        else:
+            by_head, count = None, check_count(batch_size)
         nothing = not isinstance(count, mx.nd.NDArray) and count == 0   # a micro-batch of no sample
         if not nothing and not self._has_fresh_gradient():
             raise RuntimeError(_NO_GRADIENT)
+        if by_head is not None:
+            self._heads.add(by_head)
         self._window.add(count)
         if self._window.steps < self._accumulate:
             return False
-        return self._apply(ignore_stale_grad)
+        return self._apply_window(ignore_stale_grad)
 
     def flush(self, ignore_stale_grad=False, wait_for_workers=True):
         """Apply a partial window now, normalized by the samples it holds.
@@ -375,15 +388,17 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
             False if nothing was pending (with a distributed kvstore: if no update was applied).
         """
         if not self._distributed:
-            return bool(self._window.steps) and self._apply(ignore_stale_grad)
+            return bool(self._window.steps) and self._apply_window(ignore_stale_grad)
         applied = False
         while True:
-            applied = self._apply(ignore_stale_grad, active=False) or applied
+            self._heads.join(self.sum_over_workers)
+            applied = self._apply_window(ignore_stale_grad, active=False) or applied
             if not wait_for_workers or not self.workers_busy:
                 return applied
 
-    def _apply(self, ignore_stale_grad, active=True):
-        """Apply the pending window as one update; False if it was dropped.
+    def _apply(self, ignore_stale_grad, active=True, normalizer=None):
+        """Apply the pending window as one update; False if it was dropped. The gradient is
+        divided by ``normalizer``, by default the window's count.
 
         The host waits for the devices once, only where it decides something by a value on
         them: with ``on_nonfinite`` 'skip' or 'raise', or with a loss scaler (a window that
@@ -431,7 +446,8 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)
             return False
-        multiplier = abs(self._scale) / count
+        divisor = count if normalizer is None else normalizer
+        multiplier = abs(self._scale) / divisor
         if isinstance(sum_sq, mx.nd.NDArray):   # clipping under 'ignore': on the device, no wait
             norm, factor = clip_factors(sum_sq, multiplier, self._clip_global_norm)
         else:
@@ -444,7 +460,7 @@ class Trainer(TrainerState, LossScaling, Workers, gluon.Trainer):
         if decides and not math.isfinite(norm):
             self._discard(selected, one_copy)
             return False
-        self._check_and_rescale_grad(self._scale * self._clip(norm) / count)
+        self._check_and_rescale_grad(self._scale * self._clip(norm) / divisor)
         if kvstore_updates:
             self._allreduce_grads()
         self._update(ignore_stale_grad, factor)

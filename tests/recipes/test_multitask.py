@@ -193,9 +193,36 @@ def test_config_file_sets_defaults_and_flags_win(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--ctx", "cpu0"], ["--ctx", "tpu:0"], ["--epochs", "-1"],
-                                  ["--aux-every", "-1"], ["--resume", "--out", ""],
+                                  ["--aux-every", "-1"], ["--missing-labels", "1"], ["--missing-labels", "-0.1"],
+                                  ["--resume", "--out", ""],
                                   ["--export", "--out", ""]])
 def test_bad_options_are_rejected(argv, capsys):
     with pytest.raises(SystemExit):
         recipe.parse_args(argv)
     assert argv[0] in capsys.readouterr().err
+
+
+def test_missing_labels_are_seeded_and_each_lacks_the_parity_or_the_aux_label():
+    data = gluonkit.data.digits()
+    masks = recipe.MissingLabels(data, 0.5, seed=3)
+    again = recipe.MissingLabels(data, 0.5, seed=3)
+    np.testing.assert_array_equal(masks.has_aux, again.has_aux)
+    missing = (masks.has_parity == 0) | (masks.has_aux == 0)
+    assert not ((masks.has_parity == 0) & (masks.has_aux == 0)).any()   # never both
+    assert abs(missing.mean() - 0.5) < 0.05 and 0.3 < (masks.has_aux == 0).mean() / missing.mean() < 0.7
+    image, digit, has_parity, has_aux = masks[7]
+    assert digit == data[7][1] and (has_parity, has_aux) == (masks.has_parity[7], masks.has_aux[7])
+
+
+def test_missing_labels_train_every_head_normalized_by_its_own_count(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    history = run("--epochs", "2", "--train-size", "160", "--batch-size", "32", "--missing-labels", "0.6",
+                  "--out", "")["history"]
+    for epoch in range(2):
+        heads = [history[f"loss_{head}"][epoch] for head in ("digit", "parity", "aux")]
+        assert all(0 < value < 5 for value in heads)
+        assert history["loss"][epoch] == pytest.approx(sum(heads))
+    assert history["loss"][1] < history["loss"][0]
+    # the counts by head against each head's samples: a batch's counts are its labelled samples
+    batch = [mx.nd.zeros((4, 1, 8, 8)), mx.nd.arange(4), mx.nd.array([1, 0, 1, 1]), mx.nd.array([0, 0, 1, 1])]
+    assert recipe.LabelledHeads.head_counts(batch) == {"digit": 4, "parity": 3.0, "aux": 2.0}

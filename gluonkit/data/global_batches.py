@@ -3,7 +3,7 @@
 An epoch's order is drawn from ``(seed, epoch)`` alone and cut into global batches of
 ``batch_size`` samples, one update each; every global batch is cut into micro-batches of
 ``micro_batch`` samples (the last may be smaller). Micro-batch ``j`` of a global batch goes to
-worker ``j % num_workers``, and every sample is augmented from the seed of its position in
+worker ``j % workers``, and every sample is augmented from the seed of its position in
 the epoch's order. So micro-batch ``j`` of global batch ``b`` holds the same samples,
 augmented the same way, on 1, 2 or 3 workers; with ``gluonkit.Trainer(accumulate=
 sampler.accumulate)``, which sums the workers' counts, N workers running their micro-batches
@@ -33,7 +33,7 @@ class GlobalBatchSampler(gluon.data.Sampler):
     micro_batch : int
         Samples per micro-batch: what a worker runs in one forward and backward (split over
         its devices). It does not depend on the number of workers.
-    rank, num_workers : int, default 0 and 1
+    rank, workers : int, default 0 and 1
         This worker and the job's workers (``trainer.rank``, ``trainer.num_workers``).
     shuffle : bool, default True
         Draw each epoch's order from ``(seed, epoch)``; False keeps the dataset's order.
@@ -48,22 +48,22 @@ class GlobalBatchSampler(gluon.data.Sampler):
         >>> trainer = gluonkit.Trainer(params, 'sgd', kvstore=kv, accumulate=sampler.accumulate)
     """
 
-    def __init__(self, length, batch_size, micro_batch, rank=0, num_workers=1, shuffle=True, seed=None,
+    def __init__(self, length, batch_size, micro_batch, rank=0, workers=1, shuffle=True, seed=None,
                  last_batch="keep"):
         self.length = positive_int(length, "length", "the samples of the dataset")
         self.batch_size = positive_int(batch_size, "batch_size", "samples per global batch")
         self.micro_batch = positive_int(micro_batch, "micro_batch", "samples per micro-batch")
-        self.num_workers = positive_int(num_workers, "num_workers")
+        self.workers = positive_int(workers, "workers", "the job's workers")
         self.rank = non_negative_int(rank, "rank")
-        if self.rank >= self.num_workers:
-            raise ValueError(f"rank {rank} is not one of the {num_workers} workers (0 to {num_workers - 1}).")
+        if self.rank >= self.workers:
+            raise ValueError(f"rank {rank} is not one of the {workers} workers (0 to {workers - 1}).")
         if self.micro_batch > self.batch_size:
             raise ValueError(f"micro_batch {micro_batch} is larger than the global batch_size {batch_size}; "
                              "pass a micro-batch of at most the global batch.")
-        if self.micro_batches_per_batch < self.num_workers:
+        if self.micro_batches_per_batch < self.workers:
             raise ValueError(f"a global batch of {batch_size} holds {self.micro_batches_per_batch} micro-batch(es) "
-                             f"of {micro_batch}, fewer than the {num_workers} workers: some would have nothing to "
-                             f"run; pass a micro-batch of at most {batch_size // num_workers}.")
+                             f"of {micro_batch}, fewer than the {workers} workers: some would have nothing to "
+                             f"run; pass a micro-batch of at most {batch_size // workers}.")
         if last_batch not in ("keep", "discard"):
             raise ValueError(f"last_batch must be 'keep' or 'discard', got {last_batch!r}.")
         if last_batch == "discard" and self.length < self.batch_size:
@@ -88,7 +88,7 @@ class GlobalBatchSampler(gluon.data.Sampler):
     def accumulate(self):
         """int: This worker's micro-batches in a full global batch: the ``accumulate`` of its
         Trainer (a last, smaller global batch ends the epoch, where ``flush`` applies it)."""
-        return len(range(self.rank, self.micro_batches_per_batch, self.num_workers))
+        return len(range(self.rank, self.micro_batches_per_batch, self.workers))
 
     @property
     def updates_per_epoch(self):
@@ -119,7 +119,7 @@ class GlobalBatchSampler(gluon.data.Sampler):
         indices, index = [], 0
         for start in range(0, self.samples_per_epoch, self.batch_size):
             count = math.ceil((min(start + self.batch_size, self.samples_per_epoch) - start) / self.micro_batch)
-            indices.extend(index + j for j in range(self.rank, min(count, per_batch), self.num_workers))
+            indices.extend(index + j for j in range(self.rank, min(count, per_batch), self.workers))
             index += count
         return indices
 
@@ -167,7 +167,7 @@ class GlobalBatchSampler(gluon.data.Sampler):
         self._seed, self._epoch = seed, epoch
 
 
-def global_loader(dataset, batch_size, micro_batch, rank=0, num_workers=1, shuffle=True, seed=None,
+def global_loader(dataset, batch_size, micro_batch, rank=0, workers=1, shuffle=True, seed=None,
                   last_batch="keep", **loader_kwargs):
     """A gluonkit ``DataLoader`` of this worker's micro-batches of ``dataset`` (the whole
     dataset, on every worker), each sample augmented from the seed of its position in the
@@ -187,7 +187,7 @@ def global_loader(dataset, batch_size, micro_batch, rank=0, num_workers=1, shuff
     if loader_kwargs.get("thread_pool"):
         raise ValueError("global_loader(thread_pool=True): threads share the process's generators, so the "
                          "samples' seeds would mix; use worker processes (thread_pool=False, the default).")
-    sampler = GlobalBatchSampler(len(dataset), batch_size, micro_batch, rank, num_workers, shuffle, seed,
+    sampler = GlobalBatchSampler(len(dataset), batch_size, micro_batch, rank, workers, shuffle, seed,
                                  last_batch)
     return DataLoader(SeededDataset(dataset), batch_sampler=SeededSamples(sampler, sampler.seed),
                       **loader_kwargs)

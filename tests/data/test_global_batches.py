@@ -63,7 +63,7 @@ def test_the_workers_shares_cover_each_global_batch_once_and_accumulate_counts_a
 
 def test_bad_settings_are_refused_with_the_value_and_the_fix():
     with pytest.raises(ValueError, match="rank 2 is not one of the 2 workers"):
-        GlobalBatchSampler(10, 4, 2, rank=2, num_workers=2)
+        GlobalBatchSampler(10, 4, 2, rank=2, workers=2)
     with pytest.raises(ValueError, match="micro_batch 8 is larger than the global batch_size 4"):
         GlobalBatchSampler(10, 4, 8)
     with pytest.raises(ValueError, match="pass a micro-batch of at most 2"):

@@ -138,6 +138,8 @@ def parse_args(argv=None):
     if _variable_sizes(args) and args.micro_batch is not None:
         parser.error("--micro-batch cuts batches of one image size; --multiscale and --image-size 0 train on "
                      "batches of each worker's own (--batch-size per worker and step): drop --micro-batch.")
+    if (args.resume or args.export) and args.out and global_batch.trained_per_worker(args.out):
+        args.per_worker_batch = True    # a run of an earlier version goes on as it was trained
     if not _variable_sizes(args):
         global_batch.check_global_batch(parser, args)
     if not 0 <= args.label_smoothing < 1:

@@ -12,15 +12,17 @@ same updates with the same learning rate, but BatchNorm normalizes smaller micro
 themselves: ``--batch-size`` per worker and step, ``--accumulate`` steps per update, each
 worker on its own shard.
 """
+import json
 import math
+import os
 
 import mxnet as mx
 
 from gluonkit.callbacks import MergeRunningStatistics
 from gluonkit.data import GlobalBatchSampler, global_loader
-from gluonkit.recipes import common
+from gluonkit.recipes import common, runs
 
-__all__ = ["add_global_batch_options", "check_global_batch", "workers_of", "global_train_loader",
+__all__ = ["add_global_batch_options", "check_global_batch", "trained_per_worker", "workers_of", "global_train_loader",
            "initialize_without_forward", "merge_callbacks", "describe"]
 
 
@@ -52,6 +54,17 @@ def check_global_batch(parser, args):
     if args.micro_batch is not None and args.micro_batch > args.batch_size:
         parser.error(f"--micro-batch {args.micro_batch} is larger than the global --batch-size {args.batch_size}; "
                      "pass a micro-batch of at most the global batch.")
+
+
+def trained_per_worker(out):
+    """Whether the run in ``out`` recorded its options (``args.json``) before ``--batch-size``
+    meant the global batch: it trained on batches per worker, and resumes or exports on them."""
+    try:
+        with open(os.path.join(out, runs.ARGS_FILE), "rb") as f:
+            recorded = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and "per_worker_batch" not in recorded
 
 
 def workers_of(kvstore):

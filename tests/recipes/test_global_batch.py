@@ -1,4 +1,6 @@
 """The recipes' global batch options: what goes together, what is refused with the fix."""
+import json
+
 import numpy as np
 import pytest
 
@@ -46,3 +48,15 @@ def test_one_process_runs_every_micro_batch_of_the_global_batch_in_order_and_say
             "on 1), 3 per global batch; each worker's share of a global batch, in micro-batches: 3 (") in caplog.text
     assert "3 updates per epoch" in caplog.text
     assert np.isfinite(result["history"]["loss"][0])
+
+
+def test_a_run_recorded_before_global_batches_resumes_on_batches_per_worker(tmp_path):
+    out = tmp_path / "old"
+    argv = ["--limit", "60", "--epochs", "1", "--batch-size", "8", "--per-worker-batch", "--accumulate", "2",
+            "--no-progress", "--out", str(out)]
+    classify.train(classify.parse_args(argv))
+    recorded = json.loads((out / "args.json").read_text())
+    del recorded["per_worker_batch"], recorded["micro_batch"]     # as an earlier version wrote it
+    (out / "args.json").write_text(json.dumps(recorded))
+    args = classify.parse_args(["--out", str(out), "--resume", "--epochs", "2"])
+    assert (args.per_worker_batch, args.batch_size, args.accumulate) == (True, 8, 2)

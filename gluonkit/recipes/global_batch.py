@@ -22,8 +22,8 @@ from gluonkit.callbacks import MergeRunningStatistics
 from gluonkit.data import GlobalBatchSampler, global_loader
 from gluonkit.recipes import common, runs
 
-__all__ = ["add_global_batch_options", "check_global_batch", "trained_per_worker", "workers_of", "global_train_loader",
-           "initialize_without_forward", "merge_callbacks", "describe"]
+__all__ = ["add_global_batch_options", "check_global_batch", "trained_per_worker", "workers_of",
+           "global_train_loader", "initialize_without_forward", "merge_callbacks", "describe"]
 
 
 def add_global_batch_options(group):

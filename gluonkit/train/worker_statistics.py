@@ -8,11 +8,10 @@ only its own micro-batches. Both updates are linear, so the statistics of one pr
 every micro-batch in the global order are the sum of one term per micro-batch:
 :class:`MergeRunningStatistics` lets each worker decay its statistics by ``m`` for every
 micro-batch another worker runs (as if that micro-batch contributed 0) and, at every epoch's
-end (before validation, checkpoint and export), adds them up over the workers, taking out the
-starting value the workers all counted. Every worker then holds the statistics of one
-process, device by device, to float rounding. A checkpoint in mid-epoch holds each worker's
-own statistics and, in the callback's state, what the merge needs, so that the same number of
-workers resumes bit for bit.
+end (before validation, checkpoint and export) and when training stops, adds them up over the
+workers, taking out the starting value the workers all counted. Every worker then holds the
+statistics of one process, device by device, to float rounding (a run stopped in mid-epoch
+and resumed gets them to float rounding too, not bit for bit).
 """
 import mxnet as mx
 import numpy as np
@@ -43,8 +42,8 @@ class MergeRunningStatistics(Callback):
     running all micro-batches of ``sampler`` (a :class:`~gluonkit.data.GlobalBatchSampler`) in
     order; a no-op on one worker.
 
-    Put it before ``ModelCheckpoint`` in the callbacks, so that the checkpoints of every epoch's
-    end hold the merged statistics. The network must be initialized (shapes known) before the Trainer is
+    Put it before ``ModelCheckpoint`` in the callbacks, so that checkpoints hold the merged
+    statistics. The network must be initialized (shapes known) before the Trainer is
     created, so that the Trainer's first update does not copy worker 0's statistics over the
     others' (a ``ValueError`` says so).
 
@@ -66,7 +65,7 @@ class MergeRunningStatistics(Callback):
         self._done = self._since = 0   # micro-batches accounted for; the last merge's position
         self._base = None               # the statistics at the last merge, one copy per array
         self._last_batch = None
-        self._saved = None              # a mid-epoch state_dict loaded, for on_resume
+        self._in_epoch = False
 
     def _active(self, state):
         return state.trainer.num_workers > 1 and bool(self._stats)
@@ -116,45 +115,30 @@ class MergeRunningStatistics(Callback):
             begin = end
         self._take_base(position)
 
+    def _global_batch_end(self, index):
+        """The global micro-batches up to the end of the global batch that holds micro-batch ``index``."""
+        batch = self._ranges[index][0] // self.sampler.batch_size
+        return sum(1 for begin, _ in self._ranges if begin // self.sampler.batch_size <= batch)
+
     def on_epoch_begin(self, state):
-        self._last_batch = 0
+        self._in_epoch, self._last_batch = True, 0
         if self._active(state):
             self._epoch_structure()
             self._take_base(0)
             self._decay_to(self._own[0] if self._own else 0)
 
     def on_resume(self, state):
-        saved, self._saved = self._saved, None
         if not self._active(state):
             return
-        if state.batch == 0:   # at an epoch's start: merged in the checkpoint, and the epoch begins anew
-            return
         self._epoch_structure()
-        self._last_batch = state.batch
-        if saved is None:
-            raise ValueError("MergeRunningStatistics: the checkpoint of this mid-epoch position holds no state of "
-                             "this callback; resume with the callbacks it was saved with.")
-        arrays = self._arrays()
-        if len(saved["base"]) != len(arrays) or any(len(b) != a.size for b, (a, _) in zip(saved["base"], arrays)):
-            raise ValueError("MergeRunningStatistics: the checkpoint's state holds the running statistics of "
-                             "another network or of other devices; resume with the devices it was saved on.")
-        self._base = [mx.nd.array(np.asarray(b).reshape(a.shape), ctx=a.context, dtype=a.dtype)
-                      for b, (a, _) in zip(saved["base"], arrays)]
-        self._done, self._since = saved["done"], saved["since"]
-
-    def state_dict(self):
-        """dict: Where this worker's statistics stand (micro-batches accounted for, the last
-        merge's position) and their values at the last merge: JSON values."""
-        return {"done": self._done, "since": self._since,
-                "base": [b.asnumpy().astype("float64").reshape(-1).tolist() for b in self._base or ()]}
-
-    def load_state_dict(self, state):
-        """Continue from ``state_dict()`` (taken into account when the run resumes)."""
-        if not (isinstance(state, dict) and set(state) == {"done", "since", "base"}
-                and all(isinstance(state[k], int) and state[k] >= 0 for k in ("done", "since"))
-                and isinstance(state["base"], list)):
-            raise ValueError(f"state must be a MergeRunningStatistics.state_dict(), got {str(state)[:200]}.")
-        self._saved = state
+        done = state.batch
+        self._last_batch = done
+        self._in_epoch = done > 0
+        # a checkpoint holds merged statistics, taken at the end of the last update
+        position = self._global_batch_end(self._own[done - 1]) if 0 < done <= len(self._own) else 0
+        self._take_base(position)
+        if done < len(self._own):
+            self._decay_to(self._own[done])
 
     def on_batch_end(self, state):
         if not self._active(state) or state.batch == self._last_batch:
@@ -165,5 +149,15 @@ class MergeRunningStatistics(Callback):
             self._decay_to(self._own[index])
 
     def on_train_data_end(self, state):
+        self._in_epoch = False
         if self._active(state):
             self._merge(state, len(self._ranges))
+
+    def on_train_end(self, state):
+        if not (self._in_epoch and self._active(state)):
+            return
+        # stopped in mid-epoch after an update every worker made: rank 0 ran the latest global batch
+        own_end = self._global_batch_end(self._own[state.batch - 1]) if state.batch else 0
+        position = int(state.trainer.sum_over_workers([own_end if state.trainer.rank == 0 else 0])[0])
+        self._merge(state, position)
+        self._in_epoch = False

@@ -60,7 +60,10 @@ class SeededSamples(gluon.data.Sampler):
     """The batches of ``batch_sampler``, every item ``i`` paired with its sample's seed:
     ``(i, (seed, epoch, position))``, the position counted from 0 over the epoch.
 
-    For a loader of :class:`SeededDataset` (see :func:`seeded_loader`). The seeds depend
+    For a loader of :class:`SeededDataset` (see :func:`seeded_loader`). A ``batch_sampler``
+    that yields one worker's share of a global order (``GlobalBatchSampler``) gives, as
+    ``batch_position``, where its last batch begins in that order, and the positions count
+    from there. The seeds depend
     only on ``seed``, the epoch and the order ``batch_sampler`` yields; ``state_dict()``
     holds the epoch and ``batch_sampler``'s own state (when it has one), which ``fit``
     checkpoints to resume exactly.
@@ -103,7 +106,9 @@ class SeededSamples(gluon.data.Sampler):
             if not isinstance(batch, (list, tuple)):
                 raise TypeError(f"batch_sampler yielded {batch!r}, not a batch (a list of items); wrap a "
                                 "sampler of single items in gluon.data.BatchSampler(sampler, batch_size).")
-            yield [(item, (self.seed, epoch, position + k)) for k, item in enumerate(batch)]
+            # a sampler of one worker's share of a global order says where its batch begins in it
+            start = getattr(self.sampler, "batch_position", position)
+            yield [(item, (self.seed, epoch, start + k)) for k, item in enumerate(batch)]
             position += len(batch)
 
     def __len__(self):

@@ -36,7 +36,7 @@ from gluonkit.train.evaluate import evaluate
 from gluonkit.train.loop import fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer, amp
-from gluonkit.recipes import common
+from gluonkit.recipes import common, global_batch
 from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset
 from gluonkit.recipes.models import build_model, check_input_shape, check_model_name
 from gluonkit.recipes.runs import RunFolder
@@ -101,10 +101,13 @@ def _build_parser():
     train.add_argument("--epochs", type=common.non_negative_int, default=12,
                        help="epochs to train (to reach, with --resume); 0 evaluates and exports")
     train.add_argument("--batch-size", type=common.positive_int, default=64,
-                       help="samples per batch, split over --ctx")
+                       help="samples per update over every worker (the global batch; with "
+                            "--per-worker-batch: per worker and step), split over --ctx")
+    global_batch.add_global_batch_options(train)
     train.add_argument("--accumulate", type=common.positive_int, default=1,
-                       help="batches per update (the update equals one batch of them all, "
-                            "except that BatchNorm normalizes each batch by its own statistics)")
+                       help="with --per-worker-batch: batches per update (the update equals one batch "
+                            "of them all, except that BatchNorm normalizes each batch by its own "
+                            "statistics)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, adam, ...")
     train.add_argument("--lr", type=common.non_negative_float, default=0.1, help="learning rate")
     train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")
@@ -132,6 +135,13 @@ def parse_args(argv=None):
     parser = _build_parser()
     args = common.parse_with_config(parser, argv, fixed=_FIXED)
     common.check_output_options(parser, args)
+    if _variable_sizes(args) and args.micro_batch is not None:
+        parser.error("--micro-batch cuts batches of one image size; --multiscale and --image-size 0 train on "
+                     "batches of each worker's own (--batch-size per worker and step): drop --micro-batch.")
+    if (args.resume or args.export) and args.out and global_batch.trained_per_worker(args.out):
+        args.per_worker_batch = True    # a run of an earlier version goes on as it was trained
+    if not _variable_sizes(args):
+        global_batch.check_global_batch(parser, args)
     if not 0 <= args.label_smoothing < 1:
         parser.error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}.")
     try:
@@ -149,6 +159,12 @@ def parse_args(argv=None):
     return args
 
 
+def _variable_sizes(args):
+    """Whether the training batches come in several image sizes (multi-scale or buckets): those
+    are per worker, not cut from global batches."""
+    return bool(args.multiscale) or args.image_size == 0
+
+
 def no_wd_on_bias(net):
     """Turn weight decay off for biases and BatchNorm's ``beta``/``gamma`` (GluonCV's
     ``--no-wd``); returns the parameter names changed."""
@@ -164,7 +180,8 @@ def make_loaders(train_set, eval_sets, batch_size, multiscale, interval, image_s
     (None for None): fixed size, one size per training batch drawn from ``multiscale``
     (evaluation at the largest), or (``image_size`` 0) images of their own sizes batched in
     ``buckets`` shapes. Every training sample is augmented from a seed of its own
-    (``gluonkit.data.seeded_loader``): the same batches with any ``num_workers``."""
+    (``gluonkit.data.seeded_loader``): the same batches with any ``num_workers``. With
+    ``train_set`` None (fixed size only) the training loader is None: the caller makes its own."""
     if multiscale:
         train = multiscale_loader(train_set, batch_size, multiscale, interval, seed=seed,
                                   num_workers=num_workers, sample_seeds=True)
@@ -179,8 +196,10 @@ def make_loaders(train_set, eval_sets, batch_size, multiscale, interval, image_s
         evaluation = functools.partial(bucket_loader, batch_size=batch_size, buckets=shapes, shuffle=False,
                                        num_workers=num_workers)
     else:
-        order = gluon.data.BatchSampler(gluon.data.RandomSampler(len(train_set)), batch_size, "keep")
-        train = seeded_loader(train_set, order, seed, num_workers=num_workers)
+        train = None
+        if train_set is not None:
+            order = gluon.data.BatchSampler(gluon.data.RandomSampler(len(train_set)), batch_size, "keep")
+            train = seeded_loader(train_set, order, seed, num_workers=num_workers)
         evaluation = functools.partial(DataLoader, batch_size=batch_size,
                                        num_workers=num_workers)
     return train, [None if data is None else evaluation(data) for data in eval_sets]
@@ -261,12 +280,21 @@ def _train(args, callbacks, folder):
     kvstore = common.create_kvstore(args.kvstore)
     train_set = data.train
     job_images = len(train_set)
-    if not isinstance(kvstore, str):
+    per_worker = args.per_worker_batch or _variable_sizes(args)
+    if not isinstance(kvstore, str) and per_worker:
         train_set = common.worker_shard(train_set, kvstore)
     train_loader, (val_loader, test_loader) = make_loaders(
-        train_set, (data.val, data.test), args.batch_size, args.multiscale,
+        train_set if per_worker else None, (data.val, data.test), args.batch_size, args.multiscale,
         args.multiscale_interval, args.image_size, args.buckets, common.worker_seed(args.seed, kvstore),
         args.num_workers)
+    accumulate = args.accumulate
+    if not per_worker:      # every worker reads every sample, and runs its micro-batches of each update
+        try:
+            train_loader = global_batch.global_train_loader(train_set, args.batch_size, args.micro_batch,
+                                                            len(ctx), kvstore, args.seed, args.num_workers)
+        except ValueError as err:
+            raise common.OptionError(str(err)) from None
+        accumulate = train_loader.batch_sampler.sampler.accumulate
     input_shape = _input_shape(test_loader)
     model_prefix = os.path.join(args.out, "model") if args.out else None
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
@@ -283,17 +311,22 @@ def _train(args, callbacks, folder):
     check_input_shape(net, args.model, input_shape)
     net = _prepare(net, ctx, args.hybridize,
                    bool(args.multiscale) or args.image_size == 0, pretrained)
+    if not per_worker:      # values before the Trainer, which broadcasts them then (not at the first update)
+        global_batch.initialize_without_forward(net, input_shape, ctx[0], mx.init.Xavier())
     if args.epochs == 0:        # no batch will give the layers their shapes before the save
         common.finish_init(net, input_shape, ctx[0])
     if args.no_wd_on_bias:
         no_wd_on_bias(net)
     trainer = Trainer(net.collect_params(), args.optimizer,
                       common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
-                      kvstore=kvstore, accumulate=args.accumulate)
+                      kvstore=kvstore, accumulate=accumulate)
     main_process = trainer.rank == 0
-    schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs,
-                                  common.updates_per_epoch(trainer, train_loader, args.accumulate))
+    updates = (common.updates_per_epoch(trainer, train_loader, accumulate) if per_worker
+               else train_loader.batch_sampler.sampler.updates_per_epoch)
+    schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs, updates)
     callbacks = ([schedule] if schedule else []) + list(callbacks)
+    if not per_worker:      # before the checkpoints, which then hold the statistics of one process
+        callbacks += global_batch.merge_callbacks(train_loader)
     monitor = _MONITOR if data.val is not None else None
     if args.out:
         if main_process:
@@ -301,7 +334,9 @@ def _train(args, callbacks, folder):
         callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation",
                                              args=args)
     if main_process:
-        shards = f" split over {trainer.num_workers} workers" if trainer.num_workers > 1 else ""
+        log.info("Batches: %s", f"per worker: {args.batch_size} per step, {accumulate} step(s) per update, "
+                 f"{updates} updates per epoch." if per_worker else global_batch.describe(train_loader, len(ctx)))
+        shards = f" split over {trainer.num_workers} workers" if trainer.num_workers > 1 and per_worker else ""
         log.info("Training %s on %s (%d images%s, %d classes) on %s; %s", args.model, args.dataset,
                  job_images, shards, classes, ctx,
                  common.splits_note(None if data.val is None else len(data.val), len(data.test), monitor,

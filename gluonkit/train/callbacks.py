@@ -88,6 +88,10 @@ class Callback:
     def on_batch_end(self, state):
         """Called after every batch's ``trainer.step``."""
 
+    def on_train_data_end(self, state):
+        """Called when the epoch's training data is done and its last update applied (on every
+        worker after the same update), before validation and ``on_epoch_end``."""
+
     def on_epoch_end(self, state):
         """Called after every epoch, validation included; ``state.logs`` holds its row."""
 

@@ -316,6 +316,7 @@ def _run_epoch(run, train_data, val_data, val_metrics, progress):
     _finish_updates(run)
     if run.workers > 1 and _stopping(run):
         return
+    _call(run, "on_train_data_end")
     mx.nd.waitall()   # the clock reads the devices' work, not only what the host queued
     train_time = time.perf_counter() - tic
     if run.head_counts is None:

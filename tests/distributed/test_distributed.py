@@ -136,7 +136,8 @@ def test_classify_recipe_trains_under_the_launcher_and_rank_0_writes(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert output.count("test accuracy:") == 1
-    assert output.count("images split over 2 workers, 10 classes") == 1   # the job's images, logged once
+    assert output.count("Training cnn on digits (") == 1                  # the job's images, logged once
+    assert output.count("global batch 64 (samples per update over 2 worker(s))") == 1
     assert sorted(os.listdir(out)) == ["args.json", "checkpoints", "curves.png", "history.csv",
                                        "model-0000.params", "model-symbol.json", "model.json",
                                        "model.onnx"]

@@ -136,12 +136,11 @@ def test_a_mid_epoch_resume_under_another_batch_size_says_which_to_pass(tmp_path
 
 
 def test_two_contexts_accumulating_equal_one_context_with_the_same_micro_batches(tmp_path):
-    """2 devices x 8 samples, 2 batches per update == 1 device, batches of 8, 4 per update."""
-    tiny = ["--limit", "96", "--epochs", "2", "--out", ""]
-    two = recipe.train(recipe.parse_args([*tiny, "--ctx", "cpu:0,cpu:1", "--batch-size", "16",
-                                         "--accumulate", "2", "--no-progress"]))
-    one = recipe.train(recipe.parse_args([*tiny, "--ctx", "cpu:0", "--batch-size", "8",
-                                         "--accumulate", "4", "--no-progress"]))
+    """Global batches of 32 in micro-batches of 8 per device: 2 devices x 8 samples, 2 steps per
+    update == 1 device, steps of 8, 4 per update."""
+    tiny = ["--limit", "96", "--epochs", "2", "--out", "", "--batch-size", "32", "--micro-batch", "8"]
+    two = recipe.train(recipe.parse_args([*tiny, "--ctx", "cpu:0,cpu:1", "--no-progress"]))
+    one = recipe.train(recipe.parse_args([*tiny, "--ctx", "cpu:0", "--no-progress"]))
     np.testing.assert_allclose(two["history"]["loss"], one["history"]["loss"], rtol=1e-4)
     np.testing.assert_allclose(two["history"]["accuracy"], one["history"]["accuracy"])
     assert two["history"]["loss"][1] < two["history"]["loss"][0]

@@ -54,7 +54,7 @@ def test_a_stop_inside_a_window_on_two_devices_with_batchnorm_resumes_bit_identi
     # every sample's crop and flip drawn from a seed of its own: the run in this process alone,
     # the stopped one with 2 worker processes and its resume with 1 are one run
     argv = ["--no-progress", "--dataset", f"imagefolder:{data}", "--model", "cifar_resnet20_v1",
-            "--ctx", "cpu:0,cpu:1", "--accumulate", "2", "--batch-size", "4", "--epochs", "2"]
+            "--ctx", "cpu:0,cpu:1", "--batch-size", "8", "--micro-batch", "2", "--epochs", "2"]
     straight = classify.train(classify.parse_args(argv + ["--out", str(tmp_path / "a"),
                                                           "--num-workers", "0"]))
     with pytest.raises(SystemExit) as stop:

@@ -1,0 +1,135 @@
+"""A recipe's ``--batch-size`` as the global batch: the same updates on any number of workers.
+
+``--batch-size B`` is the samples of one update over every worker; ``--micro-batch M`` the
+samples each device runs in one forward (a worker with D devices runs D * M per step). One
+process accumulates the ``ceil(B / (M * D))`` micro-batches of a global batch; N workers run
+them side by side, each its share (:class:`gluonkit.data.GlobalBatchSampler`), with the same
+data order and per-sample augmentations. Without ``--micro-batch`` a worker runs its whole
+share of a global batch in one step: one process is then as before, and N workers make the
+same updates with the same learning rate, but BatchNorm normalizes smaller micro-batches.
+
+``--per-worker-batch`` keeps the earlier meaning for those who scale the learning rate
+themselves: ``--batch-size`` per worker and step, ``--accumulate`` steps per update, each
+worker on its own shard.
+"""
+import json
+import math
+import os
+
+import mxnet as mx
+
+from gluonkit.callbacks import MergeRunningStatistics
+from gluonkit.data import GlobalBatchSampler, global_loader
+from gluonkit.recipes import common, runs
+
+__all__ = ["add_global_batch_options", "check_global_batch", "trained_per_worker", "workers_of",
+           "global_train_loader", "initialize_without_forward", "merge_callbacks", "describe"]
+
+
+def add_global_batch_options(group):
+    """``--micro-batch`` and ``--per-worker-batch``, added to the argument ``group``."""
+    group.add_argument("--micro-batch", type=common.positive_int, metavar="M",
+                       help="samples per device in one forward; a global batch is ceil(B / (M x devices)) "
+                            "micro-batches, shared by the workers (default: each worker's share of a "
+                            "global batch in one step)")
+    group.add_argument("--per-worker-batch", action="store_true",
+                       help="the earlier meaning: --batch-size per worker and step, --accumulate steps per "
+                            "update, each worker on a shard of its own (scale the learning rate yourself)")
+
+
+def check_global_batch(parser, args):
+    """``parser.error`` for options that do not go together: ``--accumulate`` without
+    ``--per-worker-batch`` (the global batch sets the accumulation), ``--micro-batch`` with it,
+    a micro-batch larger than the global batch."""
+    if args.per_worker_batch:
+        if args.micro_batch is not None:
+            parser.error("--micro-batch cuts a global batch; with --per-worker-batch, --batch-size is per worker "
+                         "and step and --accumulate steps per update: drop one of them.")
+        return
+    if args.accumulate != 1:
+        parser.error(f"--accumulate {args.accumulate}: --batch-size is the samples of an update over every "
+                     f"worker, and --micro-batch sets how it is accumulated; pass --batch-size "
+                     f"{args.batch_size * args.accumulate} --micro-batch {args.batch_size} (the same updates on "
+                     "one device), or --per-worker-batch for the earlier meaning.")
+    if args.micro_batch is not None and args.micro_batch > args.batch_size:
+        parser.error(f"--micro-batch {args.micro_batch} is larger than the global --batch-size {args.batch_size}; "
+                     "pass a micro-batch of at most the global batch.")
+
+
+def trained_per_worker(out):
+    """Whether the run in ``out`` recorded its options (``args.json``) before ``--batch-size``
+    meant the global batch: it trained on batches per worker, and resumes or exports on them."""
+    try:
+        with open(os.path.join(out, runs.ARGS_FILE), "rb") as f:
+            recorded = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and "per_worker_batch" not in recorded
+
+
+def workers_of(kvstore):
+    """``(rank, num_workers)`` of a kvstore as ``common.create_kvstore`` gives it (a name: one process)."""
+    return (0, 1) if isinstance(kvstore, str) else (kvstore.rank, kvstore.num_workers)
+
+
+def _step_samples(batch_size, micro_batch, devices, workers):
+    """The samples a worker runs in one step."""
+    if micro_batch is None:
+        return math.ceil(batch_size / workers)
+    return min(batch_size, micro_batch * devices)
+
+
+def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed, num_workers):
+    """This worker's loader of the global batches of ``dataset`` (every worker reads all of it):
+    steps of ``micro_batch`` samples per device on ``devices`` devices. A ``GlobalBatchSampler``
+    error (fewer micro-batches in a global batch than workers) becomes a ``ValueError`` that
+    names the options."""
+    rank, workers = workers_of(kvstore)
+    step = _step_samples(batch_size, micro_batch, devices, workers)
+    try:
+        return global_loader(dataset, batch_size, step, rank, workers, seed=seed, num_workers=num_workers)
+    except ValueError as err:
+        most = batch_size // (workers * devices)
+        raise ValueError(f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per "
+                         f"worker makes {math.ceil(batch_size / step)} micro-batch(es) per update, fewer than the "
+                         f"{workers} workers; pass --micro-batch {max(most, 1)} or less, or a larger --batch-size."
+                         ) from err
+
+
+def initialize_without_forward(net, input_shape, ctx, init):
+    """Give ``net``'s deferred parameters their shapes (``infer_shape`` on one sample of
+    ``input_shape`` on ``ctx``) and their values from ``init``, running nothing.
+
+    Before a distributed Trainer is created, so that it broadcasts worker 0's values at once
+    (not at the first update, which would copy worker 0's BatchNorm statistics over the
+    others'). Not by a forward in prediction mode: oneDNN then keeps the convolution
+    weights in a layout of its own, which the distributed kvstore cannot send.
+    """
+    net.infer_shape(mx.nd.zeros((1,) + tuple(input_shape), ctx=ctx))
+    for param in net.collect_params().values():
+        try:
+            param.data(param.list_ctx()[0])
+        except mx.gluon.parameter.DeferredInitializationError:
+            param.initialize(default_init=init, ctx=param.list_ctx(), force_reinit=True)
+
+
+def merge_callbacks(loader):
+    """The ``fit`` callbacks that merge BatchNorm's running statistics over the workers (put
+    before the checkpoints): nothing on one worker."""
+    sampler = loader.batch_sampler.sampler
+    return [MergeRunningStatistics(sampler)] if sampler.workers > 1 else []
+
+
+def describe(loader, devices):
+    """The start-up line of a run on global batches: the global batch, the micro-batch, each
+    worker's share and the updates per epoch."""
+    sampler = loader.batch_sampler.sampler
+    workers = sampler.workers
+    per_device = sampler.micro_batch / devices
+    shares = [GlobalBatchSampler(sampler.length, sampler.batch_size, sampler.micro_batch, r, workers, seed=0)
+              for r in range(workers)]
+    share_text = ", ".join(f"{s.accumulate} ({s.share()} samples an epoch)" for s in shares)
+    return (f"global batch {sampler.batch_size} (samples per update over {workers} worker(s)), micro-batches of "
+            f"{sampler.micro_batch} ({per_device:g} per device on {devices}), "
+            f"{sampler.micro_batches_per_batch} per global batch; each worker's share of a global batch, in "
+            f"micro-batches: {share_text}; {sampler.updates_per_epoch} updates per epoch.")

@@ -1,0 +1,62 @@
+"""The recipes' global batch options: what goes together, what is refused with the fix."""
+import json
+
+import numpy as np
+import pytest
+
+from gluonkit.data import digits
+from gluonkit.recipes import classify, global_batch
+
+
+def _error(capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        classify.parse_args(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_accumulate_without_per_worker_batch_is_refused_with_the_options_that_do_the_same(capsys):
+    err = _error(capsys, ["--batch-size", "16", "--accumulate", "4", "--out", ""])
+    assert "--accumulate 4: --batch-size is the samples of an update over every worker" in err
+    assert "pass --batch-size 64 --micro-batch 16 (the same updates on one device), or --per-worker-batch" in err
+    args = classify.parse_args(["--batch-size", "16", "--accumulate", "4", "--per-worker-batch", "--out", ""])
+    assert (args.batch_size, args.accumulate, args.per_worker_batch) == (16, 4, True)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--micro-batch", "8", "--per-worker-batch"], "--micro-batch cuts a global batch; with --per-worker-batch"),
+    (["--micro-batch", "80"], "--micro-batch 80 is larger than the global --batch-size 64"),
+    (["--micro-batch", "8", "--multiscale", "8,12"], "--micro-batch cuts batches of one image size"),
+])
+def test_options_that_do_not_go_together_are_named(capsys, argv, message):
+    assert message in _error(capsys, [*argv, "--out", ""])
+
+
+def test_too_many_workers_for_the_micro_batches_of_a_global_batch_names_the_micro_batch_that_fits():
+    class FourWorkers:   # the rank and count of a distributed kvstore, as the loader reads them
+        rank, num_workers = 0, 4
+    with pytest.raises(ValueError, match=r"makes 2 micro-batch\(es\) per update, fewer than the 4 workers; pass "
+                                         r"--micro-batch 16 or less"):
+        global_batch.global_train_loader(digits(), 64, 32, 1, FourWorkers(), 0, 0)
+
+
+def test_one_process_runs_every_micro_batch_of_the_global_batch_in_order_and_says_so(tmp_path, caplog):
+    caplog.set_level("INFO", logger="gluonkit")
+    result = classify.train(classify.parse_args(["--limit", "60", "--epochs", "1", "--batch-size", "20",
+                                                 "--micro-batch", "8", "--out", "", "--no-progress"]))
+    assert ("Batches: global batch 20 (samples per update over 1 worker(s)), micro-batches of 8 (8 per device "
+            "on 1), 3 per global batch; each worker's share of a global batch, in micro-batches: 3 (") in caplog.text
+    assert "3 updates per epoch" in caplog.text
+    assert np.isfinite(result["history"]["loss"][0])
+
+
+def test_a_run_recorded_before_global_batches_resumes_on_batches_per_worker(tmp_path):
+    out = tmp_path / "old"
+    argv = ["--limit", "60", "--epochs", "1", "--batch-size", "8", "--per-worker-batch", "--accumulate", "2",
+            "--no-progress", "--out", str(out)]
+    classify.train(classify.parse_args(argv))
+    recorded = json.loads((out / "args.json").read_text())
+    del recorded["per_worker_batch"], recorded["micro_batch"]     # as an earlier version wrote it
+    (out / "args.json").write_text(json.dumps(recorded))
+    args = classify.parse_args(["--out", str(out), "--resume", "--epochs", "2"])
+    assert (args.per_worker_batch, args.batch_size, args.accumulate) == (True, 8, 2)

@@ -78,9 +78,9 @@ def _without(field):
      r"0\.xml, object 1 \('dog'\): <difficult> is 'yes'; write 0 or 1"),
     (annotation(GOOD["0"], width=0), r"0\.xml: the image size 0x24 is not positive"),
     (annotation([("cat", (3, 2, 40, 15), 0)]),
-     r"0\.xml, object 0 \('cat'\): box \(3, 2, 40, 15\) is empty or outside the 32x24 image"),
-    (annotation([("cat", (0, 2, 20, 15), 0)]), r"box \(0, 2, 20, 15\) is empty or outside"),
-    (annotation([("cat", (5, 2, 5, 15), 0)]), r"box \(5, 2, 5, 15\) is empty or outside"),
+     r"0\.xml, object 0 \('cat'\): box \(3, 2, 40, 15\) is outside the 32x24 image"),
+    (annotation([("cat", (0, 2, 20, 15), 0)]), r"box \(0, 2, 20, 15\) is outside"),
+    (annotation([("cat", (5, 2, 5, 15), 0)]), r"box \(5, 2, 5, 15\) is empty; fix"),
 ])
 def test_a_bad_annotation_is_named(tmp_path, xml, message):
     root = write_voc(tmp_path, {**GOOD, "0": xml})
@@ -164,7 +164,7 @@ def test_a_size_that_is_not_the_images_is_refused_when_loading(tmp_path):
     with pytest.raises(DataFileError, match=re.escape(
             f"{root / 'Annotations' / '1.xml'}: <size> says 400x400 but "
             f"{root / 'JPEGImages' / '1.jpg'} is 32x24 pixels, so its boxes cannot be placed on "
-            "it; fix the <size> and the boxes (or the image).")):
+            "it; fix the size and the boxes (or the image).")):
         load_voc(str(root))
 
 

@@ -391,17 +391,17 @@ def _read(path, folders, max_bytes, classes, limits, upright, skip_bad):
         except DataFileError as err:
             bad.refuse(err, f"{path}: image {ident}")
             images.pop(ident, None)
-    boxes, zero_id = _boxes(path, document, images, class_of, bad)
     ids = list(images)
     if not ids and classes is None:
         raise DataFileError(f"{path} lists no images; a training file needs some.")
     files = [_image_path(path, names[i], i, folders) for i in ids]
-    for ident, image in zip(ids, files):
+    for ident, image in zip(ids, files):      # before the boxes: a turned image explains them
         frame = image_frame(image, upright, **limits)
         if frame[:2] != images[ident]:
             width, height = images[ident]
             raise DataFileError(f"{path}, image {ident}: width and height say {width:g}x{height:g} "
                                 f"but {frame_mismatch(image, images[ident], frame, upright)}.")
+    boxes, zero_id = _boxes(path, document, images, class_of, bad)
     keep = _repeated_files(path, ids, files, bad)
     ids, files = [ids[k] for k in keep], [files[k] for k in keep]
     if bad.left_out:

@@ -130,9 +130,10 @@ def frame_mismatch(image, said, frame, upright):
              f"Orientation = {orientation} (0x0112), which turns it to {shown[0]}x{shown[1]} as "
              "viewers and labelling tools show it")
     if tuple(said) == stored:
-        return (f"{sizes}, and the images are read upright: if the boxes were drawn on the "
-                "stored pixels, pass --exif-orientation ignore (exif_orientation='ignore'); "
-                "else export the size and boxes as shown")
+        return (f"{sizes}, the frame images are read in: if the boxes were drawn on the image "
+                f"as shown (Label Studio and CVAT show it so), give it that size, {shown[0]}x"
+                f"{shown[1]}; if on the stored pixels, pass --exif-orientation ignore "
+                "(exif_orientation='ignore')")
     if tuple(said) == shown:
         return (f"{sizes}, the size annotated, but the images are read as stored "
                 "(--exif-orientation ignore): leave that option out")

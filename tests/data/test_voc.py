@@ -168,16 +168,21 @@ def test_a_size_that_is_not_the_images_is_refused_when_loading(tmp_path):
         load_voc(str(root))
 
 
-def test_an_exif_oriented_photo_is_read_as_stored_the_frame_of_its_boxes(tmp_path):
-    # annotation tools and GluonCV's reader (MXNet's imdecode) give boxes and pixels as stored;
-    # before, OpenCV turned the image upright and the size check refused it
+def test_an_exif_oriented_photo_labelled_as_stored_reads_as_stored_when_told(tmp_path):
+    # GluonCV's reader (MXNet's imdecode) gives boxes and pixels as stored; by default images
+    # are read upright, as labelling tools show them, and a stored size is refused naming the tag
     from PIL import Image
     root = write_voc(tmp_path, GOOD)
     photo = Image.open(root / "JPEGImages" / "0.jpg")
     exif = photo.getexif()
     exif[0x0112] = 6
     photo.save(root / "JPEGImages" / "0.jpg", exif=exif, quality=100)
-    (train, _), classes = load_voc(str(root))
+    with pytest.raises(DataFileError, match=r"0\.xml: <size> says 32x24 but .*0\.jpg is stored "
+                                            r"as 32x24 pixels with the EXIF tag Orientation = 6 "
+                                            r"\(0x0112\), which turns it to 24x32 .*pass "
+                                            r"--exif-orientation ignore"):
+        load_voc(str(root))
+    (train, _), classes = load_voc(str(root), upright=False)
     image, label = train[0]
     theirs = CustomVOCDetectionBase(classes=classes, root=str(root), splits=(("", "train"),))
     assert image.shape == (24, 32, 3)

@@ -52,6 +52,7 @@ MAX_JSON_BYTES = 1 << 30
 _MAX_DIGITS = 18          # the ids and sizes a tool writes fit in 64 bits
 _SLACK_PIXELS = 0.5       # a box may pass its image's edge by rounding, no more
 _SKIP_SLACK_PIXELS = 1.0  # with skip_bad, boxes within a pixel of the edge are clipped
+_NUMBERS = (int, float)     # bool is neither, by type()
 _INTEGER_TEXT = re.compile(r"-?[0-9]{1,%d}" % _MAX_DIGITS)
 
 
@@ -123,28 +124,30 @@ def _records(document, key, path):
     return records
 
 
-_CHECKS = {"id": lambda v: isinstance(v, int) and not isinstance(v, bool),
-           "size": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
-           "name": lambda v: isinstance(v, str) and v.strip() != "",
-           "flag": lambda v: v in (0, 1) and not isinstance(v, float)}
+_CHECKS = {"id": lambda v: type(v) is int,
+           "size": lambda v: type(v) in _NUMBERS and v > 0,
+           "name": lambda v: type(v) is str and v.strip() != "",
+           "flag": lambda v: type(v) is int and v in (0, 1)}
 _EXPECTED = {"id": "an integer", "size": "a positive number", "name": "a non-empty string",
              "flag": "0 or 1"}
 
 
 def _field(record, field, kind, where, default=None):
     """``record[field]`` checked to be of ``kind`` ('id', 'size', 'name', 'flag'); an id
-    written as a string of an integer is that integer."""
+    written as a string of an integer is that integer. ``where`` names the record in errors:
+    a string, or a function that makes it (called only for an error)."""
     value = record.get(field, default)
+    if _CHECKS[kind](value):
+        return value
+    where = where() if callable(where) else where
     if value is None:
         raise BadRecord(f"{where}: {field!r} is missing; fix the record.")
     if kind == "id" and isinstance(value, str) and _INTEGER_TEXT.fullmatch(value.strip()):
         return int(value)
-    if not _CHECKS[kind](value):
-        tool = (" (or a string of one: Label Studio's converter writes the category values of "
-                "its labelling config so)") if kind == "id" and isinstance(value, str) else ""
-        raise BadRecord(f"{where}: {field!r} is {value!r:.60}, not {_EXPECTED[kind]}{tool}; fix "
-                        "the record.")
-    return value
+    tool = (" (or a string of one: Label Studio's converter writes the category values of its "
+            "labelling config so)") if kind == "id" and isinstance(value, str) else ""
+    raise BadRecord(f"{where}: {field!r} is {value!r:.60}, not {_EXPECTED[kind]}{tool}; fix the "
+                    "record.")
 
 
 def _ordinal(number):
@@ -162,8 +165,8 @@ def _unique(records, what, path, bad=None):
     by_id, place = {}, {}
     for number, record in enumerate(records):
         try:
-            ident = _field(record, "id", "id", f"{path}, the {_ordinal(number + 1)} {what} of "
-                                               "the list")
+            ident = _field(record, "id", "id", lambda: f"{path}, the {_ordinal(number + 1)} "
+                                                       f"{what} of the list")
             if ident in by_id:
                 raise BadRecord(f"{path}: {what} id {ident} appears twice (the "
                                 f"{_ordinal(place[ident] + 1)} and {_ordinal(number + 1)} "
@@ -300,36 +303,39 @@ def _categories(path, document):
 def _box(record, ident, images, class_of, path, slack):
     """``(image id, (box, class, crowd, area))`` of the annotation ``record`` of id ``ident``;
     BadRecord."""
-    image_id = _field(record, "image_id", "id", f"{path}, annotation {ident}")
+    image_id = _field(record, "image_id", "id", lambda: f"{path}, annotation {ident}")
     if image_id not in images:
         raise BadRecord(f"{path}, annotation {ident}: image_id {image_id} is not in 'images'; "
                         "add the image or remove the annotation.",
                         "annotation of an unlisted image")
-    where = f"{path}, image {image_id}, annotation {ident}"
+
+    def where():
+        return f"{path}, image {image_id}, annotation {ident}"
+
     category = _field(record, "category_id", "id", where)
     if category not in class_of:
-        raise BadRecord(f"{where}: category_id {category} is not one of the categories "
+        raise BadRecord(f"{where()}: category_id {category} is not one of the categories "
                         f"({', '.join(map(str, sorted(class_of)))}); fix it.", "unknown category")
     bbox = record.get("bbox")
     if bbox is None:
-        raise BadRecord(f"{where}: 'bbox' is missing; give [x, y, width, height] in pixels.")
-    if not (isinstance(bbox, list) and len(bbox) == 4 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)):
-        raise BadRecord(f"{where}: 'bbox' is {bbox!r:.60}, not [x, y, width, height] in pixels.")
-    x, y, w, h = (float(v) for v in bbox)
+        raise BadRecord(f"{where()}: 'bbox' is missing; give [x, y, width, height] in pixels.")
+    if not (type(bbox) is list and len(bbox) == 4 and all(type(v) in _NUMBERS for v in bbox)):
+        raise BadRecord(f"{where()}: 'bbox' is {bbox!r:.60}, not [x, y, width, height] in "
+                        "pixels.")
+    x, y, w, h = bbox
     width, height = images[image_id]
     if not (w > 0 and h > 0):
-        raise BadRecord(f"{where}: 'bbox' [{x:g}, {y:g}, {w:g}, {h:g}] is empty; fix the box.",
+        raise BadRecord(f"{where()}: 'bbox' [{x:g}, {y:g}, {w:g}, {h:g}] is empty; fix the box.",
                         "empty box")
     if not (x >= -slack and y >= -slack and x + w <= width + slack and y + h <= height + slack):
-        raise BadRecord(f"{where}: 'bbox' [{x:g}, {y:g}, {w:g}, {h:g}] is outside the "
+        raise BadRecord(f"{where()}: 'bbox' [{x:g}, {y:g}, {w:g}, {h:g}] is outside the "
                         f"{width:g}x{height:g} image; fix the box.", "box outside its image")
     crowd = _field(record, "iscrowd", "flag", where, default=0)
     area = record.get("area", w * h)
-    if isinstance(area, bool) or not isinstance(area, (int, float)) or area < 0:
-        raise BadRecord(f"{where}: 'area' is {area!r:.60}, not a number >= 0.")
+    if type(area) not in _NUMBERS or area < 0:
+        raise BadRecord(f"{where()}: 'area' is {area!r:.60}, not a number >= 0.")
     # tools round their float boxes: clip the slack
-    box = [max(x, 0.0), max(y, 0.0), min(x + w, width), min(y + h, height)]
+    box = [float(max(x, 0)), float(max(y, 0)), float(min(x + w, width)), float(min(y + h, height))]
     return image_id, (box, class_of[category], crowd, float(area))
 
 
@@ -355,7 +361,7 @@ def _repeated_files(path, ids, files, bad):
     warned about (it trains twice), or with ``bad.skip`` its later records left out."""
     first, keep = {}, []
     for number, (ident, image) in enumerate(zip(ids, files)):
-        real = os.path.realpath(image)
+        real = os.path.normpath(image)
         if real in first:
             if bad.skip:
                 bad.left_out.setdefault("repeated image file", []).append(

@@ -198,7 +198,7 @@ def test_datumaro_voc_with_imperfect_boxes_trains_on_the_rest(tools_python, tmp_
     # datumaro writes x + w as <xmax>: VOC's pixels from 1 end at width + 1, 41 here
     items = [("train", "frame_000", frames[0], [[2, 3, 10, 8, 0], [30, 3, 11.8, 8, 1]]),
              ("train", "frame_001", frames[1], [[30, 3, 30, 8, 0]]),
-             ("val", "frame_000", frames[0], [[2, 3, 10, 8, 0]])]
+             ("val", "frame_100", frames[0], [[2, 3, 10, 8, 0]])]   # VOC: one name per image
     root = datumaro_export(tools_python, tmp_path, "voc_detection", items, ["circle", "square"])
     with pytest.raises(DataFileError, match=r"frame_00[01]\.xml, object [01] \('(circle|square)'\): "
                                             r"box .* is outside the 40x30 image"):

@@ -70,7 +70,7 @@ def _no_repeats(pairs):
 
 
 def _parse_int(text):
-    if len(text.lstrip("-")) > _MAX_DIGITS:
+    if len(text) > _MAX_DIGITS and len(text.lstrip("-")) > _MAX_DIGITS:
         raise ValueError(f"the integer {text[:20]}... has more than {_MAX_DIGITS} digits")
     return int(text)
 
@@ -201,7 +201,7 @@ def image_folders(path, images_dir=None):
 def _image_path(path, name, image_id, folders):
     """The file of image ``name`` (a relative path) in the first of ``folders`` holding it."""
     where = f"{path}, image {image_id}"
-    if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
+    if ".." in name and ".." in name.replace("\\", "/").split("/") or os.path.isabs(name):
         raise DataFileError(f"{where}: file_name {name!r} is not a path relative to the images' "
                             "folder; write it relative (no leading / or ..).")
     for folder in folders:

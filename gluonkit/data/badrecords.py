@@ -9,7 +9,7 @@ few named.
 """
 from .errors import DataFileError
 
-__all__ = ["BadRecord", "BadRecords"]
+__all__ = ["BadRecord", "BadRecords", "summary"]
 
 #: Records named per kind in a summary.
 SHOWN = 3
@@ -54,14 +54,26 @@ class BadRecords:
         """How many records were left out."""
         return sum(len(places) for places in self.left_out.values())
 
-    def summary(self, what="records"):
-        """One line: how many ``what`` were left out, by kind, the first :data:`SHOWN` of each
-        named; '' when none were."""
-        if not self.left_out:
-            return ""
-        kinds = []
-        for kind, places in self.left_out.items():
-            more = f"; {len(places) - SHOWN} more" if len(places) > SHOWN else ""
-            kinds.append(f"{len(places)} {kind} ({'; '.join(places[:SHOWN])}{more})")
-        return (f"--skip-bad-annotations left out {self.count()} {what}: "
-                + ", ".join(kinds) + ".")
+    def summary(self, noun="record", of=""):
+        """:func:`summary` of :attr:`left_out`."""
+        return summary(self.left_out, noun, of)
+
+
+def summary(left_out, noun="record", of=""):
+    """One line: how many ``noun`` s (``of`` what) ``left_out`` (``{kind: [where, ...]}``)
+    holds, by kind, the first :data:`SHOWN` of each named; '' when none.
+
+    Example::
+
+        >>> summary({"empty box": ["a.json: image 1, annotation 2"]}, of=" of a.json")
+        '--skip-bad-annotations left out 1 record of a.json: empty box (1: a.json: image 1, annotation 2).'
+    """
+    count = sum(len(places) for places in left_out.values())
+    if not count:
+        return ""
+    kinds = []
+    for kind, places in left_out.items():
+        more = f"; {len(places) - SHOWN} more" if len(places) > SHOWN else ""
+        kinds.append(f"{kind} ({len(places)}: {'; '.join(places[:SHOWN])}{more})")
+    return (f"--skip-bad-annotations left out {count} {noun}{'' if count == 1 else 's'}{of}: "
+            + ", ".join(kinds) + ".")

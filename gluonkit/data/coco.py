@@ -411,7 +411,7 @@ def _read(path, folders, max_bytes, classes, limits, upright, skip_bad):
     keep = _repeated_files(path, ids, files, bad)
     ids, files = [ids[k] for k in keep], [files[k] for k in keep]
     if bad.left_out:
-        warnings.warn(bad.summary(f"records of {path}"), stacklevel=3)
+        warnings.warn(bad.summary(of=f" of {path}"), stacklevel=3)
     return COCOFile(path, files, ids, [images[i] for i in ids], [boxes[i] for i in ids],
                     [ident for ident, _ in categories], classes is not None, limits,
                     upright=upright, left_out=bad.left_out, zero_annotation_id=zero_id), categories

@@ -28,7 +28,7 @@ from .records import detection_objects
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
            "check_limits", "decode_image", "read_image", "image_size", "image_frame",
-           "frame_mismatch", "exif_orientation", "check_resize",
+           "frame_mismatch", "check_resize",
            "ImageFolderDataset", "ImageRecordDataset", "DetectionRecordDataset"]
 
 
@@ -97,12 +97,6 @@ def read_image(path, channels=3, *, upright=True, max_pixels=MAX_PIXELS, max_asp
     data, header = read_checked(path, max_pixels, max_aspect)
     # the bytes checked are the bytes decoded: a file replaced meanwhile is not read again
     return _decode(data, os.fspath(path), header, channels, upright)
-
-
-def exif_orientation(upright):
-    """The ``exif_orientation`` entry of a model's preprocessing for images read ``upright``
-    ('apply') or as stored ('ignore')."""
-    return "apply" if upright else "ignore"
 
 
 def image_frame(path, upright=True, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):

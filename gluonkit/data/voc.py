@@ -260,7 +260,7 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
                 raise DataFileError(f"{xml}: <size> says {width:g}x{height:g} but "
                                     f"{frame_mismatch(image, (width, height), frame, upright)}.")
         if bad.left_out:
-            warnings.warn(bad.summary(f"objects of {split}.txt's annotations"), stacklevel=2)
+            warnings.warn(bad.summary("object", f" of {split}.txt's annotations"), stacklevel=2)
         datasets.append(VOCFolder(images, labels, upright=upright, left_out=bad.left_out,
                                   max_pixels=max_pixels, max_aspect=max_aspect))
     return datasets, list(classes)

@@ -40,7 +40,7 @@ from gluonkit.recipes.runs import RunFolder
 from gluonkit.recipes.workers import choose_num_workers
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_coco, \
     load_voc
-from gluonkit.data.badrecords import BadRecords
+from gluonkit.data.badrecords import summary
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, DetectionRecordDataset
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.evaluate import evaluate
@@ -437,6 +437,7 @@ def _train(args, folder):
                                                  skip_bad=args.skip_bad_annotations,
                                                  max_pixels=args.max_image_pixels,
                                                  max_aspect=args.max_aspect_ratio)
+    left_out = [getattr(dataset, "left_out", None) for dataset in (train_set, val_set)]
     monitor = "val_coco_AP" if _metric(args) == "coco" else "val_mAP"
     rcnn_options = {}
     if family == "faster_rcnn":         # before sharding: the same anchors on every worker
@@ -527,24 +528,20 @@ def _train(args, folder):
         print(f"score threshold {thresh:.2f} (the best F1 on the validation set), recorded for "
               "gluonkit-predict")
     if main_process:
-        for line in _data_notes(train_set, val_set, detections, args):
+        for line in _data_notes(left_out, val_set, detections):
             print(line)
     return {"map": mean_ap, "coco": coco, "transform_map": transform_map, "detections": detections,
             "score_threshold": thresh, "history": history, "seconds": seconds, "out": args.out,
             "net": net, "export": metadata}
 
 
-def _data_notes(train_set, val_set, detections, args):
+def _data_notes(left_out, val_set, detections):
     """The run's last lines on its data and outputs: the records --skip-bad-annotations left
-    out, a COCO file that numbers an annotation 0 (pycocotools scores it otherwise) and
-    validation images on which the network's boxes are not finite."""
-    notes = []
-    for dataset, split in ((train_set, "training"), (val_set, "validation")):
-        left_out = getattr(dataset, "left_out", None)
-        if left_out:
-            summary = BadRecords(True)
-            summary.left_out = left_out
-            notes.append(f"{split} data: " + summary.summary("records"))
+    out (``left_out``: the training and validation data's), a COCO file that numbers an
+    annotation 0 (pycocotools scores it otherwise) and validation images on which the
+    network's boxes are not finite."""
+    notes = [f"{split} data: {summary(records)}"
+             for split, records in zip(("training", "validation"), left_out) if records]
     if getattr(val_set, "zero_annotation_id", False):
         notes.append(f"note: {val_set.path} numbers an annotation 0 (as Label Studio's converter "
                      "does); pycocotools' COCOeval counts a ground-truth annotation of id 0 as "

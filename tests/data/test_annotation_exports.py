@@ -131,8 +131,8 @@ def test_a_file_under_two_image_ids_is_warned_about(tools_python, tmp_path):
     with pytest.warns(UserWarning, match=r"a\.jpg is listed under image ids 0 and 1, so it trains"):
         (train,), _ = load_coco([result])
     assert len(train) == 2
-    with pytest.warns(UserWarning, match=r"left out 1 records .*1 repeated image file "
-                                         r"\(.*image 1, .*a\.jpg \(also image 0\)\)"):
+    with pytest.warns(UserWarning, match=r"left out 1 record .*: repeated image file "
+                                         r"\(1: .*image 1, .*a\.jpg \(also image 0\)\)"):
         (train,), _ = load_coco([result], skip_bad=True)
     assert train.image_ids == [0]
 
@@ -184,8 +184,8 @@ def test_datumaro_coco_with_imperfect_boxes_trains_on_the_rest(tools_python, tmp
         warnings.simplefilter("always")
         (train,), _ = load_coco([path], skip_bad=True)
     summary = str(caught[0].message)
-    assert re.search(r"left out 2 records of .*instances_train\.json: 1 empty box \(.*image 1, "
-                     r"annotation 2\), 1 box outside its image \(.*image 3, annotation 4\)\.",
+    assert re.search(r"left out 2 records of .*instances_train\.json: empty box \(1: .*image 1, "
+                     r"annotation 2\), box outside its image \(1: .*image 3, annotation 4\)\.",
                      summary), summary
     assert train.left_out == {"empty box": [f"{path}: image 1, annotation 2"],
                               "box outside its image": [f"{path}: image 3, annotation 4"]}
@@ -203,8 +203,8 @@ def test_datumaro_voc_with_imperfect_boxes_trains_on_the_rest(tools_python, tmp_
     with pytest.raises(DataFileError, match=r"frame_00[01]\.xml, object [01] \('(circle|square)'\): "
                                             r"box .* is outside the 40x30 image"):
         load_voc(root)
-    with pytest.warns(UserWarning, match=r"left out 1 objects of train\.txt's annotations: 1 box "
-                                         r"outside its image \(.*frame_001\.xml, object 0\)\."):
+    with pytest.warns(UserWarning, match=r"left out 1 object of train\.txt's annotations: box "
+                                         r"outside its image \(1: .*frame_001\.xml, object 0\)\."):
         (train, val), classes = load_voc(root, skip_bad=True)
     assert classes == ["circle", "square"]
     assert train[0][1][:, :5].tolist() == [[1, 2, 11, 10, 0], [29, 2, 40, 10, 1]]   # clipped

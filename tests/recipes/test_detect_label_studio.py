@@ -59,10 +59,10 @@ def test_label_studio_export_trains_and_says_what_it_left_out(tools_python, tmp_
         "empty; fix the box.")
     result = detect.train(detect.parse_args(options + ["--skip-bad-annotations"]))
     last = capsys.readouterr().out.splitlines()[-3:]
-    assert last[0] == (f"training data: --skip-bad-annotations left out 1 records: 1 empty box "
-                       f"({train}: image 0, annotation {train_empty}).")
-    assert last[1] == (f"validation data: --skip-bad-annotations left out 1 records: 1 empty box "
-                       f"({val}: image 0, annotation {val_empty}).")
+    assert last[0] == (f"training data: --skip-bad-annotations left out 1 record: empty box "
+                       f"(1: {train}: image 0, annotation {train_empty}).")
+    assert last[1] == (f"validation data: --skip-bad-annotations left out 1 record: empty box "
+                       f"(1: {val}: image 0, annotation {val_empty}).")
     assert last[2].startswith(f"note: {val} numbers an annotation 0 (as Label Studio's converter "
                               "does); pycocotools' COCOeval counts a ground-truth annotation of "
                               "id 0 as never matched")

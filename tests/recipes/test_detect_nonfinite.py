@@ -35,7 +35,7 @@ def test_the_runs_last_lines_say_its_boxes_are_not_finite(overflowing):
     detections = serving.validation_detections(net, loader, val, False, mx.cpu())
     assert detections.nonfinite == [0, 1, 2, 3]
     assert all(np.isfinite(boxes).all() for _, _, boxes in detections)   # clipped for the mAP
-    notes = detect._data_notes(val, val, detections, None)
+    notes = detect._data_notes([None, None], val, detections)
     assert len(notes) == 1 and notes[0].startswith(
         "warning: the network gives non-finite box corners (NaN or infinity) on 4 of 4 "
         "validation images")

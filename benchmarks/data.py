@@ -2,6 +2,7 @@
 
     python -m benchmarks.data              # 96x96 and 400x300 images, 0, 1 and 2 workers (~5 min)
     python -m benchmarks.data --quick      # seconds, for the test suite
+    python -m benchmarks.data --measures load_coco --out benchmarks/results/data-coco.json
 
 Two measurements, in one process, repeats interleaved:
 
@@ -235,6 +236,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, help="timed repeats (default 5; --quick 1)")
     parser.add_argument("--workers", default=None,
                         help="DataLoader workers to try, comma-separated (default 0,1,2; --quick 0)")
+    parser.add_argument("--measures", default="read,pipeline,load_coco",
+                        help="what to measure, comma-separated: read, pipeline (and its CPU "
+                             "time), load_coco")
     parser.add_argument("--coco-images", default=None,
                         help="images of the COCO files loaded, comma-separated (default "
                              "4000,40000; --quick 200)")
@@ -245,21 +249,24 @@ def main(argv=None):
                           "workers": "0" if quick else "0,1,2",
                           "coco_images": "200" if quick else "4000,40000"}, "data")
     info = machine()
-    rows = []
+    rows, measures = [], args.measures.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        for width, height in ((96, 96), (400, 300)):
+        for width, height in ((96, 96), (400, 300)) if {"read", "pipeline"} & set(measures) else ():
             root = os.path.join(tmp, f"{width}x{height}")
             write_voc(root, args.images, width, height)
             paths = [os.path.join(root, "JPEGImages", f"{i}.jpg") for i in range(args.images)]
-            rows += _rows("read", f"{width}x{height}", 0, read_costs(paths, args.repeats),
-                          "CPU ms/image", "read_image")
-            for workers in (int(w) for w in str(args.workers).split(",")):
+            if "read" in measures:
+                rows += _rows("read", f"{width}x{height}", 0, read_costs(paths, args.repeats),
+                              "CPU ms/image", "read_image")
+            for workers in (int(w) for w in str(args.workers).split(",")
+                            if "pipeline" in measures):
                 rates, costs = pipeline(root, 416 if width > 96 else 96, workers, args.repeats)
                 rows += _rows("pipeline", f"{width}x{height}", workers, rates, "images/s",
                               "gluoncv")
                 rows += _rows("pipeline CPU", f"{width}x{height}", workers, costs,
                               "CPU ms/image", "gluoncv")
-        for count in (int(c) for c in str(args.coco_images).split(",")):
+        for count in (int(c) for c in str(args.coco_images).split(",")
+                      if "load_coco" in measures):
             path = write_coco(os.path.join(tmp, f"coco{count}"), count)
             rows += _rows("load_coco", f"{count} images", 0, coco_load_costs(path, args.repeats),
                           "CPU s", "pycocotools + headers")

@@ -4,7 +4,7 @@
     python -m benchmarks.data --quick      # seconds, for the test suite
     python -m benchmarks.data --measures load_coco --out benchmarks/results/data-coco.json
 
-Two measurements, in one process, repeats interleaved:
+The measurements, in one process, repeats interleaved:
 
 - *pipeline*: images/s of a whole epoch of decode, augmentation and batching into a batch on
   ``cpu(0)``, ready for a network. gluonkit: what ``gluonkit-detect`` builds, a VOC folder read

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HOROVOD_STAMP := $(VENV)/.horovod
 
-.PHONY: run test bench horovod serve-env clean
+.PHONY: run test bench horovod serve-env annotation-tools-env clean
 
 # editable installs of a pyproject.toml project need pip >= 21.3 (Python 3.8/3.9 bring older ones)
 $(STAMP): setup.cfg pyproject.toml
@@ -37,6 +37,11 @@ test: $(STAMP)
 # tests build it: prints its Python
 serve-env: $(STAMP)
 	$(PY) -m benchmarks.serving_env
+
+# the environment of the tests on annotation tools' exports (label-studio-converter, datumaro;
+# numpy 2, no mxnet), as the tests build it: prints its Python
+annotation-tools-env: $(STAMP)
+	PYTHONPATH=. $(PY) tests/annotation_tools.py
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.throughput $(ARGS)

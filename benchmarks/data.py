@@ -2,8 +2,9 @@
 
     python -m benchmarks.data              # 96x96 and 400x300 images, 0, 1 and 2 workers (~5 min)
     python -m benchmarks.data --quick      # seconds, for the test suite
+    python -m benchmarks.data --measures load_coco --out benchmarks/results/data-coco.json
 
-Two measurements, in one process, repeats interleaved:
+The measurements, in one process, repeats interleaved:
 
 - *pipeline*: images/s of a whole epoch of decode, augmentation and batching into a batch on
   ``cpu(0)``, ready for a network. gluonkit: what ``gluonkit-detect`` builds, a VOC folder read
@@ -30,10 +31,19 @@ Two measurements, in one process, repeats interleaved:
   ``mx.image.imread`` (GluonCV's reader: no checks, the decode not waited for; the clock
   waits for all of them at the end). Run it with another gluonkit on the path to measure that
   one's ``read_image``.
+- *load_coco*: the CPU time of ``gluonkit.data.load_coco`` on a COCO file of 4000 and of 40000
+  images (64x48 JPEGs, three boxes each, as a tool exports them: every record checked, every
+  image file found and its header read) against pycocotools' ``COCO()`` on the same file plus
+  a header read of every image (``gluonkit.imagefiles.image_header``, the least a loader that
+  checks the images' sizes does); the ratio is gluonkit's over that reference.
 """
+import contextlib
 import gc
+import io
+import json
 import os
 import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -46,15 +56,17 @@ from gluoncv.data.batchify import Pad, Stack, Tuple
 from gluoncv.data.transforms.presets.yolo import YOLO3DefaultTrainTransform
 from mxnet import gluon
 
-from gluonkit.data import MultiScaleSampler, load_voc, sample_generators
+from gluonkit.data import MultiScaleSampler, load_coco, load_voc, sample_generators
 from gluonkit.data.images import read_image
+from gluonkit.imagefiles import image_header
 from gluonkit.recipes.detection import SizedTransform, detection_loader
 
 from ._common import add_output_options, apply_defaults, benchmark_parser, parse_with_config, \
     set_env, write_outputs
 from ._harness import machine, markdown_table, measured_on, paired
 
-__all__ = ["write_voc", "SameDraws", "loaders", "pipeline", "read_costs", "main"]
+__all__ = ["write_voc", "SameDraws", "loaders", "pipeline", "read_costs", "write_coco",
+           "coco_load_costs", "main"]
 
 _CLASSES = ("box",)
 
@@ -167,6 +179,56 @@ def read_costs(paths, repeats):
     return costs
 
 
+def write_coco(root, count, seed=0):
+    """A COCO file ``root/annotations/instances_train.json`` of ``count`` 64x48 JPEGs in
+    ``root/images/train`` (copies of 8 random ones), three boxes each; its path."""
+    folder = os.path.join(root, "images", "train")
+    os.makedirs(folder)
+    os.makedirs(os.path.join(root, "annotations"))
+    rng = np.random.RandomState(seed)
+    sources = []
+    for k in range(8):
+        sources.append(os.path.join(root, f"source{k}.jpg"))
+        cv2.imwrite(sources[-1], rng.randint(0, 255, (48, 64, 3), np.uint8))
+    images, annotations = [], []
+    for i in range(count):
+        shutil.copyfile(sources[i % 8], os.path.join(folder, f"{i:06d}.jpg"))
+        images.append({"id": i + 1, "file_name": f"{i:06d}.jpg", "width": 64, "height": 48})
+        for k in range(3):
+            annotations.append({"id": len(annotations) + 1, "image_id": i + 1, "category_id": k + 1,
+                                "bbox": [2.5 + 9 * k, 3, 20, 10.25], "area": 205.0, "iscrowd": 0,
+                                "segmentation": [[2.5, 3, 22.5, 3, 22.5, 13.25]]})
+    path = os.path.join(root, "annotations", "instances_train.json")
+    with open(path, "w") as f:
+        json.dump({"images": images, "annotations": annotations,
+                   "categories": [{"id": k, "name": f"class{k}"} for k in (1, 2, 3)]}, f)
+    return path
+
+
+def _pycocotools_and_headers(path):
+    from pycocotools.coco import COCO
+    with contextlib.redirect_stdout(io.StringIO()):        # its timing lines
+        coco = COCO(path)
+    folder = os.path.join(os.path.dirname(os.path.dirname(path)), "images", "train")
+    for image in coco.dataset["images"]:
+        image_header(os.path.join(folder, image["file_name"]))
+
+
+def coco_load_costs(path, repeats):
+    """CPU seconds per repeat of ``load_coco`` and of pycocotools' load plus the header reads."""
+    readers = {"load_coco": lambda: load_coco([path]),
+               "pycocotools + headers": lambda: _pycocotools_and_headers(path)}
+    costs = {name: [] for name in readers}
+    for repeat in range(repeats + 1):
+        for name, read in readers.items():
+            gc.collect()
+            tic = time.process_time()
+            read()
+            if repeat:
+                costs[name].append(time.process_time() - tic)
+    return costs
+
+
 def main(argv=None):
     set_env("benchmarks.data")
     parser = benchmark_parser(__doc__)
@@ -174,37 +236,55 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, help="timed repeats (default 5; --quick 1)")
     parser.add_argument("--workers", default=None,
                         help="DataLoader workers to try, comma-separated (default 0,1,2; --quick 0)")
+    parser.add_argument("--measures", default="read,pipeline,load_coco",
+                        help="what to measure, comma-separated: read, pipeline (and its CPU "
+                             "time), load_coco")
+    parser.add_argument("--coco-images", default=None,
+                        help="images of the COCO files loaded, comma-separated (default "
+                             "4000,40000; --quick 200)")
     add_output_options(parser, "data")
     args = parse_with_config(parser, argv)
-    quick = args.quick
+    quick, partial = args.quick, args.measures != "read,pipeline,load_coco"
+    readme_given = args.readme is not None
     apply_defaults(args, {"images": 16 if quick else 400, "repeats": 1 if quick else 5,
-                          "workers": "0" if quick else "0,1,2"}, "data")
+                          "workers": "0" if quick else "0,1,2",
+                          "coco_images": "200" if quick else "4000,40000"}, "data")
+    if partial and not readme_given:        # the README's section holds every measure
+        args.readme = None
     info = machine()
-    rows = []
+    rows, measures = [], args.measures.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        for width, height in ((96, 96), (400, 300)):
+        for width, height in ((96, 96), (400, 300)) if {"read", "pipeline"} & set(measures) else ():
             root = os.path.join(tmp, f"{width}x{height}")
             write_voc(root, args.images, width, height)
             paths = [os.path.join(root, "JPEGImages", f"{i}.jpg") for i in range(args.images)]
-            rows += _rows("read", f"{width}x{height}", 0, read_costs(paths, args.repeats),
-                          "CPU ms/image", "read_image")
-            for workers in (int(w) for w in str(args.workers).split(",")):
+            if "read" in measures:
+                rows += _rows("read", f"{width}x{height}", 0, read_costs(paths, args.repeats),
+                              "CPU ms/image", "read_image")
+            for workers in (int(w) for w in str(args.workers).split(",")
+                            if "pipeline" in measures):
                 rates, costs = pipeline(root, 416 if width > 96 else 96, workers, args.repeats)
                 rows += _rows("pipeline", f"{width}x{height}", workers, rates, "images/s",
                               "gluoncv")
                 rows += _rows("pipeline CPU", f"{width}x{height}", workers, costs,
                               "CPU ms/image", "gluoncv")
+        for count in (int(c) for c in str(args.coco_images).split(",")
+                      if "load_coco" in measures):
+            path = write_coco(os.path.join(tmp, f"coco{count}"), count)
+            rows += _rows("load_coco", f"{count} images", 0, coco_load_costs(path, args.repeats),
+                          "CPU s", "pycocotools + headers")
     info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     table = markdown_table(rows, [
         ("measure", "measure"), ("image", "image"), ("workers", "workers"),
         ("contestant", "contestant"),
-        ("median", lambda r: f"{r['median']:.3f}" if r["measure"] == "read"
+        ("median", lambda r: f"{r['median']:.3f}" if r["measure"] in ("read", "load_coco")
          else f"{r['median']:.1f}"),
         ("unit", "unit"), ("range", lambda r: f"{min(r['runs']):.3g}-{max(r['runs']):.3g}"),
         ("ratio (range)", lambda r: f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})")])
     section = ("## The detection input pipeline (`data.py`)\n\n" + __doc__.split("\n\n", 2)[2]
-               + "\n\nThe ratio is to GluonCV's pipeline (images/s) or to `read_image` (CPU "
-               "time), over the repeats of one round (median, and the range).\n\n"
+               + "\n\nThe ratio is to GluonCV's pipeline (images/s), to `read_image` (CPU "
+               "time) or to pycocotools' load plus the header reads (CPU time), over the "
+               "repeats of one round (median, and the range).\n\n"
                + measured_on(info, f"{args.images} images per size, {args.repeats} repeats")
                + "\n\n" + table)
     write_outputs(args, "data", {"machine": info, "images": args.images,

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-__all__ = ["REQUIREMENTS", "folder", "serving_python"]
+__all__ = ["REQUIREMENTS", "folder", "serving_python", "built_python"]
 
 #: What the environment holds: what ``gluonkit[serve]`` needs (OpenCV to decode and resize as
 #: gluonkit.predict does), and numpy 2 to prove it.
@@ -29,7 +29,12 @@ def folder():
 def serving_python():
     """The environment's Python, the environment built first if it is not there (once: a lock
     keeps parallel runs apart). Raises ``subprocess.CalledProcessError`` if pip fails."""
-    where = folder()
+    return built_python(folder(), REQUIREMENTS)
+
+
+def built_python(where, requirements):
+    """The Python of the virtual environment ``where`` holding ``requirements``, built first
+    if it is not there (once: a lock keeps parallel runs apart)."""
     python, ready = os.path.join(where, "bin", "python"), os.path.join(where, ".ready")
     os.makedirs(os.path.dirname(os.path.abspath(where)), exist_ok=True)
     with open(where + ".lock", "w") as lock:
@@ -38,7 +43,7 @@ def serving_python():
             subprocess.run([sys.executable, "-m", "venv", "--clear", where], check=True,
                            capture_output=True, timeout=300)
             subprocess.run([python, "-m", "pip", "install", "--quiet",
-                            "--disable-pip-version-check", *REQUIREMENTS], check=True,
+                            "--disable-pip-version-check", *requirements], check=True,
                            capture_output=True, timeout=900)
             open(ready, "w").close()
     return python

@@ -33,7 +33,7 @@ from .errors import DataFileError
 from .validate import finite_real, positive_int
 
 __all__ = ["ImageError", "ImageHeader", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
-           "check_limits", "check_header", "image_size", "read_checked", "check_whole",
+           "check_limits", "check_header", "image_header", "image_size", "read_checked", "check_whole",
            "check_decoded", "check_resize", "add_limit_options"]
 
 #: Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``): a 1 GB RGBA image.
@@ -250,17 +250,22 @@ def read_checked(path, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     return data, header
 
 
-def image_size(path, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
-    """``(width, height)`` of the image file ``path`` from its header alone (no pixels
-    decoded), checked as :func:`read_checked` checks it: a cheap look at every file of a
-    dataset before training reads them."""
+def image_header(path, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """The :class:`ImageHeader` of the image file ``path`` (its size as stored and its EXIF
+    orientation), from its header alone (no pixels decoded), checked as :func:`read_checked`
+    checks it: a cheap look at every file of a dataset before training reads them."""
     max_pixels, max_aspect = check_limits(max_pixels, max_aspect)
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            return check_header(f, path, max_pixels, max_aspect)[1:]
+            return check_header(f, path, max_pixels, max_aspect)
     except OSError as err:
         raise ImageError(f"{path} cannot be read ({err.strerror or err}).") from None
+
+
+def image_size(path, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """``(width, height)`` of the image file ``path`` as stored, from :func:`image_header`."""
+    return image_header(path, max_pixels=max_pixels, max_aspect=max_aspect)[1:]
 
 
 def check_whole(data, name, header):

@@ -130,7 +130,8 @@ def _prepare(image, preprocessing, name, max_pixels, max_aspect):
     ``preprocessing`` dict saved with the model."""
     channels = preprocessing["channels"]
     if isinstance(image, str):
-        image = read_image(image, channels, max_pixels=max_pixels, max_aspect=max_aspect)
+        image = read_image(image, channels, max_pixels=max_pixels, max_aspect=max_aspect,
+                           upright=preprocessing.get("exif_orientation", "apply") == "apply")
     else:
         image = _pixels(image, channels, name)
     steps = plan(image.shape[1::-1], preprocessing, name, max_pixels)

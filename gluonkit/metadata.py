@@ -65,7 +65,8 @@ class ExportedModel:
 
 
 _PREPROCESSING_KEYS = ("channels", "mean", "std", "resize", "resize_short", "crop", "max_size",
-                       "resize_short_within", "pad_to", "interp", "scale", "layout")
+                       "resize_short_within", "pad_to", "interp", "scale", "layout",
+                       "exif_orientation")
 _INTERPOLATIONS = (0, 1, 2, 3, 4, 9)      # OpenCV's, and 9: area to shrink, bicubic to enlarge
 _METADATA_BYTES = 16 << 20      # class names of a large classifier take well under 1 MB
 
@@ -133,6 +134,8 @@ def _preprocessing_problem(preprocessing):
         return f"['interp'] must be one of {_INTERPOLATIONS}, got {p['interp']!r}"
     if "scale" in p and not (_is_real(p["scale"]) and abs(p["scale"] - 1 / 255) < 1e-9):
         return f"['scale'] must be 1/255 (pixels to [0, 1]), got {p['scale']!r}"
+    if p.get("exif_orientation", "apply") not in ("apply", "ignore"):
+        return f"['exif_orientation'] must be 'apply' or 'ignore', got {p['exif_orientation']!r}"
     if p.get("layout", "NCHW") != "NCHW":
         return f"['layout'] must be 'NCHW', got {p['layout']!r}"
     return None
@@ -145,8 +148,9 @@ def check_preprocessing(preprocessing):
     ``resize`` / ``crop`` ([height, width]) and ``resize_short`` / ``max_size`` (ints),
     ``resize_short_within`` ([shorter side, longest side], GluonCV's rule), ``pad_to`` (a list
     of [height, width]: padded at the bottom and right to the smallest that holds the image),
-    ``interp`` (the resizes' interpolation, default 1: bilinear), ``scale`` (1/255) and
-    ``layout`` ('NCHW')."""
+    ``interp`` (the resizes' interpolation, default 1: bilinear), ``scale`` (1/255),
+    ``layout`` ('NCHW') and ``exif_orientation`` ('apply', the default: image files are read
+    turned by it; 'ignore': as stored)."""
     problem = _preprocessing_problem(preprocessing)
     if problem:
         raise ValueError(f"preprocessing{problem if problem.startswith('[') else ' ' + problem}.")

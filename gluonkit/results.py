@@ -51,14 +51,19 @@ def check_finite(outputs, kind, model, name):
     ``outputs`` for that image (NumPy arrays) are finite: a detector's in its boxes (rows of id
     -1, the padding, excepted), a classifier's everywhere. NaN or infinity is what damaged
     weights (or a training that diverged) give, not an answer to print."""
+    names = [f"output {i}" for i in range(len(outputs))]
     if kind == "detector":
         ids = np.asarray(outputs[0]).reshape(-1)
         boxes = ~(ids < 0)                        # NaN ids count as boxes
         outputs = [np.asarray(o).reshape(len(ids), -1)[boxes] for o in outputs]
-    if not all(np.isfinite(o).all() for o in outputs):
-        raise ExportError(f"{model} gives non-finite outputs (NaN or infinity) for {name}: its "
-                          "weights are damaged, or its training diverged; export it again from "
-                          "a good checkpoint.")
+        names = ["class ids", "scores", "box corners"][:len(outputs)] + names[3:]
+    for what, values in zip(names, outputs):
+        bad = int(np.size(values) - np.isfinite(values).sum())
+        if bad:
+            raise ExportError(f"{model} gives non-finite {what} (NaN or infinity: {bad} of "
+                              f"{np.size(values)} values) for {name}: its weights are damaged, "
+                              "or its training diverged or was too short; export it again from "
+                              "a good checkpoint, or train longer or at a lower learning rate.")
 
 
 def _top(probabilities, classes, k):

@@ -5,9 +5,11 @@ goes through :func:`decode_image` or :func:`read_image`: the checks of
 :mod:`gluonkit.imagefiles` first (header, limits, a whole file), then OpenCV decodes it at once,
 in the calling thread (the pixels MXNet's ``imdecode`` gives, since that calls OpenCV too,
 without a round trip through MXNet's asynchronous engine), turned upright by the image's EXIF
-orientation unless ``upright=False`` (MXNet's decoder does not turn them; the detection
-datasets read them as stored, the frame of their boxes). Every refusal is an
-:class:`ImageError` naming the file.
+orientation unless ``upright=False`` (MXNet's decoder does not turn them). The detection
+datasets read them upright too, as labelling tools show them, unless their data was labelled
+on the stored pixels (``upright=False``, recorded in the exported model's preprocessing as
+``exif_orientation: 'ignore'``): one frame in training, evaluation and prediction
+(:func:`image_frame`). Every refusal is an :class:`ImageError` naming the file.
 """
 import io
 import os
@@ -21,11 +23,12 @@ from mxnet import gluon
 
 from ..imagefiles import (DECODER_MAX_PIXELS, MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageError,
                           check_decoded, check_header, check_limits, check_resize, check_whole,
-                          image_size, read_checked)
+                          image_header, image_size, read_checked)
 from .records import detection_objects
 
 __all__ = ["ImageError", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
-           "check_limits", "decode_image", "read_image", "image_size", "check_resize",
+           "check_limits", "decode_image", "read_image", "image_size", "image_frame",
+           "frame_mismatch", "check_resize",
            "ImageFolderDataset", "ImageRecordDataset", "DetectionRecordDataset"]
 
 
@@ -94,6 +97,41 @@ def read_image(path, channels=3, *, upright=True, max_pixels=MAX_PIXELS, max_asp
     data, header = read_checked(path, max_pixels, max_aspect)
     # the bytes checked are the bytes decoded: a file replaced meanwhile is not read again
     return _decode(data, os.fspath(path), header, channels, upright)
+
+
+def image_frame(path, upright=True, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    """``(width, height, orientation)`` of the image file ``path`` from its header alone: its
+    size as :func:`read_image` gives it (``upright``: turned by its EXIF orientation, which for
+    5 to 8 swaps width and height; else as stored) and the orientation tag (1 to 8)."""
+    header = image_header(path, max_pixels=max_pixels, max_aspect=max_aspect)
+    _, width, height = header
+    if upright and header.orientation >= 5:
+        width, height = height, width
+    return width, height, header.orientation
+
+
+def frame_mismatch(image, said, frame, upright):
+    """Why the annotated size ``said`` (width, height) does not fit the image file ``image``
+    whose :func:`image_frame` is ``frame``, and the fix: a phrase to follow "the annotation
+    says WxH but". Names the EXIF orientation tag where it turns the image."""
+    width, height, orientation = frame
+    if orientation < 5:
+        return (f"{image} is {width}x{height} pixels, so its boxes cannot be placed on it; fix "
+                "the size and the boxes (or the image)")
+    stored, shown = ((height, width), (width, height)) if upright else \
+        ((width, height), (height, width))
+    sizes = (f"{image} is stored as {stored[0]}x{stored[1]} pixels with the EXIF tag "
+             f"Orientation = {orientation} (0x0112), which turns it to {shown[0]}x{shown[1]} as "
+             "viewers and labelling tools show it")
+    if tuple(said) == stored:
+        return (f"{sizes}, the frame images are read in: if the boxes were drawn on the image "
+                f"as shown (Label Studio and CVAT show it so), give it that size, {shown[0]}x"
+                f"{shown[1]}; if on the stored pixels, pass --exif-orientation ignore "
+                "(exif_orientation='ignore')")
+    if tuple(said) == shown:
+        return (f"{sizes}, the size annotated, but the images are read as stored "
+                "(--exif-orientation ignore): leave that option out")
+    return f"{sizes}; fix the size (or the image)"
 
 
 class ImageFolderDataset(gluon.data.vision.ImageFolderDataset):
@@ -168,12 +206,12 @@ class DetectionRecordDataset(RecordFileDetection, ImageRecordDataset):
     errors naming the file and the record. Samples and labels are GluonCV's: an (objects, 5+)
     array of xmin, ymin, xmax, ymax in pixels, class id, (more); an image without objects,
     stored as a label header alone (which ``RecordFileDetection`` refuses), has none. The
-    pixels are as stored, not turned by an EXIF orientation: the frame the boxes are in."""
+    pixels are turned by their EXIF orientation unless ``upright`` is False (boxes placed on
+    the stored pixels)."""
 
-    _upright = False
-
-    def __init__(self, filename, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    def __init__(self, filename, *, upright=True, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
         ImageRecordDataset.__init__(self, filename, max_pixels=max_pixels, max_aspect=max_aspect)
+        self._upright = bool(upright)
 
     def __getitem__(self, idx):
         image, label = super(RecordFileDetection, self).__getitem__(idx)   # decoded as above

@@ -4,10 +4,17 @@ with its file named when it is malformed, incomplete, or holds a box outside its
 The XML goes through defusedxml, which refuses entity declarations (a few hundred bytes of
 nested entities can expand to gigabytes) and external references whatever the system's expat
 allows. Samples are what GluonCV's ``VOCDetection`` gives, without its silent cases: GluonCV
-drops an image whose box lies outside it and skips objects of unlisted classes.
+drops an image whose box lies outside it and skips objects of unlisted classes. With
+``skip_bad`` the objects that cannot be used (an empty box, a box more than a pixel past the
+border, a missing or malformed field) are left out and counted instead
+(:mod:`gluonkit.data.badrecords`), and boxes within a pixel of the border are clipped to it.
+
+Images are read upright by their EXIF orientation, as labelling tools show them, and an
+annotation's <size> must be that frame's (``upright=False``: the pixels as stored).
 """
 import math
 import os
+import warnings
 from xml.etree.ElementTree import ParseError
 
 import defusedxml.ElementTree as SafeET
@@ -15,52 +22,60 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from mxnet import gluon
 
+from .badrecords import BadRecord, BadRecords
 from .errors import DataFileError
-from .images import MAX_ASPECT, MAX_PIXELS, image_size, read_image
+from .images import MAX_ASPECT, MAX_PIXELS, frame_mismatch, image_frame, read_image
 
 __all__ = ["read_annotation", "VOCFolder", "load_voc"]
 
 _BOX = ("xmin", "ymin", "xmax", "ymax")
+_SKIP_SLACK_PIXELS = 1.0      # with skip_bad, boxes within a pixel of the edge are clipped
 
 
 def _number(node, field, where):
     """The number in ``node``'s child ``field``; DataFileError if missing or not a number."""
     text = node.findtext(field)
     if text is None or not text.strip():
-        raise DataFileError(f"{where}: <{field}> is missing or empty; every VOC annotation gives "
-                            "<size> (width, height) and each <object> a <name> and a <bndbox>.")
+        raise BadRecord(f"{where}: <{field}> is missing or empty; every VOC annotation gives "
+                        "<size> (width, height) and each <object> a <name> and a <bndbox>.")
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise DataFileError(f"{where}: <{field}> is {text.strip()[:40]!r}, not a number.")
+        raise BadRecord(f"{where}: <{field}> is {text.strip()[:40]!r}, not a number.")
     return value
 
 
-def _object(node, where, width, height):
-    """``(name, [xmin, ymin, xmax, ymax], difficult)`` of one <object>, the box 0-based."""
+def _object(node, where, width, height, slack):
+    """``(name, [xmin, ymin, xmax, ymax], difficult)`` of one <object>, the box 0-based and
+    clipped to the image when within ``slack`` pixels of it."""
     name = (node.findtext("name") or "").strip().lower()
     if not name:
-        raise DataFileError(f"{where}: <name> is missing or empty; name the object's class.")
+        raise BadRecord(f"{where}: <name> is missing or empty; name the object's class.")
     where = f"{where} ({name!r})"
     difficult = (node.findtext("difficult") or "0").strip()
     if difficult not in ("0", "1"):
-        raise DataFileError(f"{where}: <difficult> is {difficult[:40]!r}; write 0 or 1 (or leave "
-                            "it out for 0).")
+        raise BadRecord(f"{where}: <difficult> is {difficult[:40]!r}; write 0 or 1 (or leave "
+                        "it out for 0).")
     box = node.find("bndbox")
     if box is None:
-        raise DataFileError(f"{where}: <bndbox> is missing; give the object's box.")
+        raise BadRecord(f"{where}: <bndbox> is missing; give the object's box.")
     xmin, ymin, xmax, ymax = (_number(box, field, where) for field in _BOX)
-    if not (1 <= xmin < xmax <= width + 1 and 1 <= ymin < ymax <= height + 1):
-        raise DataFileError(f"{where}: box ({xmin:g}, {ymin:g}, {xmax:g}, {ymax:g}) is empty or "
-                            f"outside the {width:g}x{height:g} image (VOC pixels count from 1: "
-                            "1 <= xmin < xmax <= width + 1, the same for y); fix the box.")
+    if not (xmin < xmax and ymin < ymax):
+        raise BadRecord(f"{where}: box ({xmin:g}, {ymin:g}, {xmax:g}, {ymax:g}) is empty; fix "
+                        "the box.", "empty box")
+    if not (1 - slack <= xmin and xmax <= width + 1 + slack and 1 - slack <= ymin
+            and ymax <= height + 1 + slack):
+        raise BadRecord(f"{where}: box ({xmin:g}, {ymin:g}, {xmax:g}, {ymax:g}) is outside the "
+                        f"{width:g}x{height:g} image (VOC pixels count from 1: 1 <= xmin < xmax "
+                        "<= width + 1, the same for y); fix the box.", "box outside its image")
     # VOC counts pixels from 1, GluonCV's boxes from 0
-    return name, [xmin - 1, ymin - 1, xmax - 1, ymax - 1], int(difficult)
+    box = [max(xmin, 1), max(ymin, 1), min(xmax, width + 1), min(ymax, height + 1)]
+    return name, [v - 1 for v in box], int(difficult)
 
 
-def read_annotation(path):
+def read_annotation(path, bad=None):
     """The image size and objects of the VOC annotation file ``path``.
 
     Returns
@@ -70,12 +85,19 @@ def read_annotation(path):
         name lower-cased, ``[xmin, ymin, xmax, ymax]`` in 0-based pixels (as GluonCV reads
         them) and 0 or 1; a missing <difficult> is 0.
 
+    Other Parameters
+    ----------------
+    bad : gluonkit.data.badrecords.BadRecords, optional
+        Where a bad <object> goes: refused (the default), or with ``bad.skip`` left out and
+        counted, and boxes within a pixel of the border clipped.
+
     Raises
     ------
     DataFileError
         Malformed XML, an entity declaration or external reference (refused by defusedxml),
         a missing or non-numeric field, or a box that is empty or outside the image.
     """
+    bad = bad or BadRecords()
     try:
         root = SafeET.parse(path).getroot()
     except DefusedXmlException as err:
@@ -90,8 +112,13 @@ def read_annotation(path):
     width, height = (_number(size, field, f"{path}, <size>") for field in ("width", "height"))
     if width < 1 or height < 1:
         raise DataFileError(f"{path}: the image size {width:g}x{height:g} is not positive.")
-    objects = [_object(node, f"{path}, object {number}", width, height)
-               for number, node in enumerate(root.iter("object"))]
+    slack = _SKIP_SLACK_PIXELS if bad.skip else 0.0
+    objects = []
+    for number, node in enumerate(root.iter("object")):
+        try:
+            objects.append(_object(node, f"{path}, object {number}", width, height, slack))
+        except DataFileError as err:
+            bad.refuse(err, f"{path}, object {number}")
     return width, height, objects
 
 
@@ -100,8 +127,8 @@ class VOCFolder(gluon.data.Dataset):
 
     Build it with :func:`load_voc`. A sample is ``(image, label)`` as GluonCV's
     ``VOCDetection`` gives it: an (H, W, 3) uint8 RGB NDArray and an (objects, 6) float array
-    of xmin, ymin, xmax, ymax (0-based pixels), class id, difficult. The pixels are as stored,
-    not turned by an EXIF orientation: annotation files give boxes in that frame.
+    of xmin, ymin, xmax, ymax (0-based pixels), class id, difficult. The pixels are turned by
+    their EXIF orientation unless ``upright`` is False.
 
     Parameters
     ----------
@@ -109,19 +136,31 @@ class VOCFolder(gluon.data.Dataset):
         Image file paths.
     labels : list of numpy.ndarray
         One (objects, 6) label per image.
+    upright : bool, default True
+        Read the images turned by their EXIF orientation (the frame of the boxes).
+    left_out : dict, optional
+        ``{kind: [where, ...]}``: the objects ``skip_bad`` left out.
     max_pixels, max_aspect
         The limits on the images read (see :mod:`gluonkit.data.images`).
     """
 
-    def __init__(self, images, labels, *, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
+    def __init__(self, images, labels, *, upright=True, left_out=None, max_pixels=MAX_PIXELS,
+                 max_aspect=MAX_ASPECT):
         self.images, self.labels = list(images), list(labels)
+        self.upright, self.left_out = bool(upright), dict(left_out or {})
         self.limits = {"max_pixels": max_pixels, "max_aspect": max_aspect}
 
     def __len__(self):
         return len(self.images)
 
     def __getitem__(self, idx):
-        return read_image(self.images[idx], upright=False, **self.limits), self.labels[idx].copy()
+        return read_image(self.images[idx], upright=self.upright, **self.limits), \
+            self.labels[idx].copy()
+
+    def take(self, count):
+        """The first ``count`` images, a :class:`VOCFolder` still."""
+        return VOCFolder(self.images[:count], self.labels[:count], upright=self.upright,
+                         left_out=self.left_out, **self.limits)
 
 
 def _listed(root, split):
@@ -141,7 +180,7 @@ def _listed(root, split):
     return listed
 
 
-def _annotated(root, split):
+def _annotated(root, split, bad):
     """``(images, annotations)`` of a split: image paths and ``read_annotation`` of each."""
     images, annotations = [], []
     for where, ident in _listed(root, split):
@@ -152,12 +191,12 @@ def _annotated(root, split):
                 raise FileNotFoundError(f"{where} lists {ident!r} but {path} is missing; add it "
                                         "or remove the line.")
         images.append(image)
-        annotations.append((xml, read_annotation(xml)))
+        annotations.append((xml, read_annotation(xml, bad)))
     return images, annotations
 
 
-def load_voc(root, splits=("train", "val"), classes=None, *, max_pixels=MAX_PIXELS,
-             max_aspect=MAX_ASPECT):
+def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_bad=False,
+             max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """One :class:`VOCFolder` per list ``ImageSets/Main/<split>.txt`` of the VOC folder ``root``.
 
     Parameters
@@ -168,6 +207,13 @@ def load_voc(root, splits=("train", "val"), classes=None, *, max_pixels=MAX_PIXE
     classes : sequence of str, optional
         The class names in label order (lower case, as names are compared lower-cased).
         Default: the names in the first split's annotations, sorted.
+    upright : bool, default True
+        Read the images turned by their EXIF orientation, as labelling tools show them (each
+        <size> must be that frame's); False: as stored.
+    skip_bad : bool, default False
+        Leave out and count the objects that cannot be used, clip boxes within a pixel of the
+        border (a warning says how many of which kind, the first few named; the datasets'
+        ``left_out`` holds them); default: refuse the first.
     max_pixels, max_aspect
         The limits on the images (see :mod:`gluonkit.data.images`). Every listed image's
         header is read and checked here, before training reads a pixel.
@@ -188,7 +234,8 @@ def load_voc(root, splits=("train", "val"), classes=None, *, max_pixels=MAX_PIXE
     gluonkit.data.images.ImageError
         A listed image that is empty, not an image, damaged or beyond the limits.
     """
-    read = [_annotated(root, split) for split in splits]
+    bads = [BadRecords(skip_bad) for _ in splits]
+    read = [_annotated(root, split, bad) for split, bad in zip(splits, bads)]
     if classes is None:
         classes = sorted({name for _, (_, _, objects) in read[0][1] for name, _, _ in objects})
         origin = f"the classes of {splits[0]}.txt's images"
@@ -197,7 +244,7 @@ def load_voc(root, splits=("train", "val"), classes=None, *, max_pixels=MAX_PIXE
         origin = "the classes named"
     index = {name: i for i, name in enumerate(classes)}
     datasets = []
-    for images, annotations in read:
+    for (images, annotations), bad, split in zip(read, bads, splits):
         labels = []
         for xml, (_, _, objects) in annotations:
             for number, (name, _, _) in enumerate(objects):
@@ -208,10 +255,12 @@ def load_voc(root, splits=("train", "val"), classes=None, *, max_pixels=MAX_PIXE
             labels.append(np.array([box + [index[name], difficult] for name, box, difficult
                                     in objects], dtype=np.float64).reshape(-1, 6))
         for image, (xml, (width, height, _)) in zip(images, annotations):
-            actual = image_size(image, max_pixels=max_pixels, max_aspect=max_aspect)
-            if (width, height) != tuple(actual):
-                raise DataFileError(f"{xml}: <size> says {width:g}x{height:g} but {image} is "
-                                    f"{actual[0]}x{actual[1]} pixels, so its boxes cannot be "
-                                    "placed on it; fix the <size> and the boxes (or the image).")
-        datasets.append(VOCFolder(images, labels, max_pixels=max_pixels, max_aspect=max_aspect))
+            frame = image_frame(image, upright, max_pixels=max_pixels, max_aspect=max_aspect)
+            if (width, height) != frame[:2]:
+                raise DataFileError(f"{xml}: <size> says {width:g}x{height:g} but "
+                                    f"{frame_mismatch(image, (width, height), frame, upright)}.")
+        if bad.left_out:
+            warnings.warn(bad.summary("object", f" of {split}.txt's annotations"), stacklevel=2)
+        datasets.append(VOCFolder(images, labels, upright=upright, left_out=bad.left_out,
+                                  max_pixels=max_pixels, max_aspect=max_aspect))
     return datasets, list(classes)

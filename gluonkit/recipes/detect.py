@@ -10,6 +10,8 @@ the embedded shapes.
     gluonkit-detect --model ssd_300_mobilenet0.25_custom --dataset voc:DIR --image-size 300
     gluonkit-detect --dataset rec:train.rec,val.rec --classes cat,dog   # GluonCV's im2rec files
     gluonkit-detect --dataset coco:annotations/train.json,annotations/val.json   # COCO JSON
+    gluonkit-detect --dataset coco:train.json,val.json --images photos/train,photos/val
+    gluonkit-detect --dataset coco:train.json,val.json --skip-bad-annotations   # drop bad records
     gluonkit-detect --out runs/detect --resume       # continue after a stop (its own options)
 
 Outputs in --out, a run folder as for ``gluonkit-classify``: checkpoints/, history.csv (loss,
@@ -38,6 +40,7 @@ from gluonkit.recipes.runs import RunFolder
 from gluonkit.recipes.workers import choose_num_workers
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_coco, \
     load_voc
+from gluonkit.data.badrecords import summary
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, DetectionRecordDataset
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.evaluate import evaluate
@@ -52,7 +55,8 @@ log = logging.getLogger("gluonkit")
 _MODULE = "gluonkit.recipes.detect"
 #: Options that build the network or choose the data: a resumed run must keep them.
 _FIXED = ("dataset", "classes", "image_size", "max_size", "buckets", "multiscale",
-          "multiscale_interval", "limit", "model", "pretrained_base", "batchnorm", "seed", "metric")
+          "multiscale_interval", "limit", "model", "pretrained_base", "batchnorm", "seed", "metric",
+          "exif_orientation", "skip_bad_annotations")
 
 
 def _class_names(text):
@@ -82,9 +86,22 @@ def _build_parser():
                            "coco:TRAIN.json,VAL.json (COCO JSON as CVAT, Label Studio, Roboflow or "
                            "FiftyOne export it)")
     data.add_argument("--images", metavar="DIR",
-                      help="coco: the folder that the files' file_name entries are relative to "
-                           "(default: each JSON file's folder, then an images/ folder in it or "
-                           "beside it)")
+                      help="coco: the folder that the files' file_name entries are relative to, "
+                           "or TRAIN_DIR,VAL_DIR, one per file (default: for instances_SPLIT.json "
+                           "images/SPLIT/ or SPLIT/ beside or in its folder, as datumaro and COCO "
+                           "2017 lay them out, then the JSON file's folder, then an images/ "
+                           "folder in it or beside it)")
+    data.add_argument("--exif-orientation", type=common.one_of("apply", "ignore"), default="apply",
+                      help="apply: read photos upright by their EXIF orientation, as labelling "
+                           "tools (Label Studio, CVAT) show them and draw the boxes; ignore: the "
+                           "pixels as stored, for boxes placed on those (GluonCV's habit). "
+                           "Recorded in model.json: gluonkit-predict and gluonkit-serve read "
+                           "images the same way")
+    data.add_argument("--skip-bad-annotations", action="store_true",
+                      help="coco, voc: leave out the records that cannot be used (an empty box, a "
+                           "box more than a pixel past the border, an unknown image or category, "
+                           "a repeated id or image file), clip boxes within a pixel of the border, "
+                           "and say how many of which kind (default: refuse the file at the first)")
     data.add_argument("--classes", type=_class_names, metavar="NAMES",
                       help="class names in label order, comma-separated or a text file of one "
                            "per line (default: rec: the ids; voc: the names in the training "
@@ -201,6 +218,9 @@ def parse_args(argv=None):
     if args.images and not args.dataset.startswith("coco:"):
         parser.error(f"--images applies to --dataset coco:TRAIN.json,VAL.json, not to --dataset "
                      f"{args.dataset}; leave it out.")
+    if args.skip_bad_annotations and not args.dataset.startswith(("coco:", "voc:")):
+        parser.error(f"--skip-bad-annotations applies to --dataset coco: and voc:, not to "
+                     f"--dataset {args.dataset}; leave it out.")
     args.metric = _metric(args)        # recorded resolved, so a resume compares like with like
     return args
 
@@ -212,7 +232,7 @@ def _with_difficult(image, label):
     return image, label
 
 
-def _load_rec(where, names=None, limits=None):
+def _load_rec(where, names=None, limits=None, upright=True):
     """``(train, val, classes)`` of 'TRAIN.rec,VAL.rec' (GluonCV's RecordFileDetection)."""
     files = where.split(",")
     if len(files) != 2:
@@ -230,35 +250,51 @@ def _load_rec(where, names=None, limits=None):
         fix = f"--classes names {len(names)} ({','.join(names)}): name every class"
     for path in checked:
         detection_labels(path, len(names), fix)
-    train, val = (DetectionRecordDataset(f, **(limits or {})).transform(_with_difficult) for f in files)
+    train, val = (DetectionRecordDataset(f, upright=upright, **(limits or {}))
+                  .transform(_with_difficult) for f in files)
     return train, val, list(names)
 
 
-def _load_coco(where, images_dir, limits):
+def _images_dirs(images_dir):
+    """``--images``: None, one folder for both files, or TRAIN_DIR,VAL_DIR (a folder whose
+    name holds a comma is taken whole when it exists)."""
+    if not images_dir or os.path.isdir(images_dir) or "," not in images_dir:
+        return images_dir or None
+    dirs = images_dir.split(",")
+    if len(dirs) != 2 or not all(dirs):
+        raise common.OptionError(f"--images {images_dir}: pass one folder, or two "
+                                 "(TRAIN_DIR,VAL_DIR: one per file of --dataset coco:).")
+    return dirs
+
+
+def _load_coco(where, images_dir, options):
     """``(train, val, classes)`` of 'TRAIN.json,VAL.json' (:func:`gluonkit.data.load_coco`)."""
     files = where.split(",")
     if len(files) != 2 or not all(files):
         raise common.OptionError(f"--dataset coco:{where}: pass two files, "
                                  "coco:TRAIN.json,VAL.json.")
-    (train, val), classes = load_coco(files, images_dir, **limits)
+    (train, val), classes = load_coco(files, _images_dirs(images_dir), **options)
     if not any(not a["iscrowd"] for a in val.ground_truth()["annotations"]):
         raise common.OptionError(f"--dataset coco:{where}: {files[1]} holds no object to "
                                  "score; validate on a file with annotated images.")
     return train, val, classes
 
 
-def load_detection(dataset, limit=None, classes=None, *, images_dir=None, max_pixels=MAX_PIXELS,
-                   max_aspect=MAX_ASPECT):
+def load_detection(dataset, limit=None, classes=None, *, images_dir=None, upright=True,
+                   skip_bad=False, max_pixels=MAX_PIXELS, max_aspect=MAX_ASPECT):
     """``(train, val, class names)`` for a --dataset value; samples as GluonCV's VOCDetection.
 
     ``classes`` names the ids of 'rec:' data (default: the ids as strings) and orders the
     names of 'voc:' data (default: the names in the training annotations, sorted); 'coco:'
     data names its classes itself (``classes`` must be None), its images found under
-    ``images_dir`` if given. ``max_pixels`` and ``max_aspect`` limit the images read
-    (``gluonkit.data.images``); a VOC folder's and a COCO file's images are all checked here,
-    from their headers.
+    ``images_dir`` if given (one folder, or 'TRAIN_DIR,VAL_DIR'). Images are read turned by
+    their EXIF orientation unless ``upright`` is False; ``skip_bad`` leaves out the bad records
+    of 'voc:' and 'coco:' data (see :mod:`gluonkit.data.badrecords`). ``max_pixels`` and
+    ``max_aspect`` limit the images read (``gluonkit.data.images``); a VOC folder's and a COCO
+    file's images are all checked here, from their headers.
     """
     limits = {"max_pixels": max_pixels, "max_aspect": max_aspect}
+    options = dict(limits, upright=upright, skip_bad=skip_bad)
     kind, _, where = dataset.partition(":")
     if kind == "shapes" and not where:
         train, val = ShapesDetection("train"), ShapesDetection("val")
@@ -269,14 +305,14 @@ def load_detection(dataset, limit=None, classes=None, *, images_dir=None, max_pi
         if missing:
             raise FileNotFoundError(f"--dataset {dataset}: missing {', '.join(missing)} (Pascal "
                                     "VOC layout: Annotations/, JPEGImages/, ImageSets/Main/).")
-        (train, val), classes = load_voc(where, ("train", "val"), classes, **limits)
+        (train, val), classes = load_voc(where, ("train", "val"), classes, **options)
     elif kind == "rec" and where:
-        train, val, classes = _load_rec(where, classes, limits)
+        train, val, classes = _load_rec(where, classes, limits, upright)
     elif kind == "coco" and where:
         if classes is not None:
             raise common.OptionError(f"--classes does not apply to --dataset {dataset}: a COCO "
                                      "file names its categories; leave --classes out.")
-        train, val, classes = _load_coco(where, images_dir, limits)
+        train, val, classes = _load_coco(where, images_dir, options)
     else:
         raise common.OptionError(f"--dataset {dataset!r} is not 'shapes', 'voc:DIR', "
                                  "'rec:TRAIN.rec,VAL.rec' or 'coco:TRAIN.json,VAL.json'.")
@@ -397,8 +433,11 @@ def _train(args, folder):
     family = det.model_family(args.model)
     train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes,
                                                  images_dir=args.images,
+                                                 upright=args.exif_orientation == "apply",
+                                                 skip_bad=args.skip_bad_annotations,
                                                  max_pixels=args.max_image_pixels,
                                                  max_aspect=args.max_aspect_ratio)
+    left_out = [getattr(dataset, "left_out", None) for dataset in (train_set, val_set)]
     monitor = "val_coco_AP" if _metric(args) == "coco" else "val_mAP"
     rcnn_options = {}
     if family == "faster_rcnn":         # before sharding: the same anchors on every worker
@@ -467,9 +506,10 @@ def _train(args, folder):
         size = max(val_loader.batch_sampler.sizes) if args.image_size else \
             max(buckets, key=lambda b: b[0] * b[1])
         shape = (3, size[0], size[0]) if family == "faster_rcnn" else (3,) + tuple(size)
+        preprocessing = dict(serving.serving_preprocessing(family, size, buckets),
+                             exif_orientation=args.exif_orientation)
         metadata = _export(net, family, checkpoints, os.path.join(args.out, "model"), shape,
-                           serving.serving_preprocessing(family, size, buckets), classes, thresh,
-                           getattr(val_set, "category_ids", None))
+                           preprocessing, classes, thresh, getattr(val_set, "category_ids", None))
         log.info("Drawing detections scoring %.2f or more (the best F1 on the validation set).", thresh)
         draw_detections(val_set, detections, classes, os.path.join(args.out, "predictions.png"),
                         thresh=thresh)
@@ -487,9 +527,35 @@ def _train(args, folder):
         print(common.export_summary(metadata, history, monitor))
         print(f"score threshold {thresh:.2f} (the best F1 on the validation set), recorded for "
               "gluonkit-predict")
+    if main_process:
+        for line in _data_notes(left_out, val_set, detections):
+            print(line)
     return {"map": mean_ap, "coco": coco, "transform_map": transform_map, "detections": detections,
             "score_threshold": thresh, "history": history, "seconds": seconds, "out": args.out,
             "net": net, "export": metadata}
+
+
+def _data_notes(left_out, val_set, detections):
+    """The run's last lines on its data and outputs: the records --skip-bad-annotations left
+    out (``left_out``: the training and validation data's), a COCO file that numbers an
+    annotation 0 (pycocotools scores it otherwise) and validation images on which the
+    network's boxes are not finite."""
+    notes = [f"{split} data: {summary(records)}"
+             for split, records in zip(("training", "validation"), left_out) if records]
+    if getattr(val_set, "zero_annotation_id", False):
+        notes.append(f"note: {val_set.path} numbers an annotation 0 (as Label Studio's converter "
+                     "does); pycocotools' COCOeval counts a ground-truth annotation of id 0 as "
+                     "never matched, so its figures on that file (e.g. of gluonkit-predict --coco "
+                     "output) come out lower than the COCO AP above, which numbers the "
+                     "annotations from 1: renumber the file's ids from 1 to compare.")
+    if detections.nonfinite:
+        first = getattr(val_set, "images", None)
+        name = f" (the first: {first[detections.nonfinite[0]]})" if first else ""
+        notes.append(f"warning: the network gives non-finite box corners (NaN or infinity) on "
+                     f"{len(detections.nonfinite)} of {len(val_set)} validation images{name}, "
+                     "which gluonkit-predict refuses: the training was too short or diverged; "
+                     "train longer (--epochs), at a lower --lr, or with --clip-global-norm.")
+    return notes
 
 
 def main(argv=None):

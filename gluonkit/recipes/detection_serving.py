@@ -13,8 +13,8 @@ import numpy as np
 
 from gluonkit.recipes.detection import no_object_row, voc_metric
 
-__all__ = ["MEAN", "STD", "serving_preprocessing", "validation_detections", "original_pixel_map",
-           "kept"]
+__all__ = ["MEAN", "STD", "serving_preprocessing", "Detections", "validation_detections",
+           "original_pixel_map", "kept"]
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]     # GluonCV's validation transforms
 
@@ -47,18 +47,30 @@ def _inputs(batch):
     return [image for image, _ in batch]
 
 
+class Detections(list):
+    """Per image ``(ids, scores, boxes)``, and ``nonfinite``: the indices of the images whose
+    boxes the network gave as NaN or infinity (which ``gluonkit.predict`` refuses)."""
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        self.nonfinite = []
+
+
 def validation_detections(net, loader, dataset, padded, ctx):
     """Every validation image's detections in its own pixels, in ``dataset`` order.
 
     ``loader`` is the run's validation loader (its sampler yields (index, size) pairs);
     ``padded`` says whether its images were padded (boxes kept) rather than resized. Returns a
-    list of ``(ids, scores, boxes)`` NumPy arrays per image, as the network gives them (rows
-    with id -1 included), the boxes clipped to the image.
+    :class:`Detections` list of ``(ids, scores, boxes)`` NumPy arrays per image, as the
+    network gives them (rows with id -1 included), the boxes clipped to the image; its
+    ``nonfinite`` lists the images whose boxes were not all finite before the clip.
     """
-    found = [None] * len(dataset)
+    found = Detections([None] * len(dataset))
     for pairs, batch in zip(loader.batch_sampler, loader):
         for (index, _), x in zip(pairs, _inputs(batch)):
             ids, scores, boxes = (a[0].asnumpy() for a in net(x.as_in_context(ctx)))
+            if not np.isfinite(boxes.reshape(-1, 4)[~(ids.reshape(-1) < 0)]).all():
+                found.nonfinite.append(index)
             height, width = dataset[index][0].shape[:2]
             ratio = np.ones(2) if padded else np.array([x.shape[3] / width, x.shape[2] / height])
             corners = boxes.astype(np.float64).reshape(-1, 2, 2) / ratio

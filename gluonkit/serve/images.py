@@ -3,7 +3,8 @@ MXNet: the same checks (:mod:`gluonkit.imagefiles`), the same plan
 (:mod:`gluonkit.preprocessing`), the same pixels.
 
 With OpenCV installed (``opencv-python-headless``), files are decoded by OpenCV, as
-``gluonkit.predict`` decodes them (turned upright by their EXIF orientation), and resized by OpenCV's ``resize``, as MXNet's
+``gluonkit.predict`` decodes them (turned upright by their EXIF orientation unless the
+model's preprocessing says ``exif_orientation: 'ignore'``), and resized by OpenCV's ``resize``, as MXNet's
 ``imresize`` does: the same pixels for every ``interp``. Bicubic is the exception: MXNet's
 bundled OpenCV rounds it otherwise than OpenCV 4 and 5, so :func:`resize` computes it in NumPy
 as MXNet's does, to the pixel, with or without OpenCV.
@@ -35,15 +36,18 @@ __all__ = ["read_image", "resize", "check_interp", "prepare"]
 INTERPOLATIONS = (BILINEAR, BICUBIC, AUTO)
 
 
-def read_image(path, channels, max_pixels, max_aspect):
-    """The image file ``path`` as an (H, W, ``channels``) uint8 array, RGB or grayscale."""
+def read_image(path, channels, max_pixels, max_aspect, upright=True):
+    """The image file ``path`` as an (H, W, ``channels``) uint8 array, RGB or grayscale; with
+    OpenCV turned by its EXIF orientation unless ``upright`` is False."""
     data, header = read_checked(path, max_pixels, max_aspect)
     if cv2 is not None:
         flag = cv2.IMREAD_COLOR if channels == 3 else cv2.IMREAD_GRAYSCALE
+        if not upright:
+            flag |= cv2.IMREAD_IGNORE_ORIENTATION
         pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
         if pixels is None:
             raise _damaged(path, header)
-        check_decoded(pixels.shape, path, header, upright=True)    # turned by its EXIF orientation
+        check_decoded(pixels.shape, path, header, upright=upright)    # turned by its orientation
         if channels == 3:
             cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB, dst=pixels)
         return pixels.reshape(pixels.shape[:2] + (channels,))
@@ -160,7 +164,8 @@ def prepare(path, preprocessing, max_pixels, max_aspect):
     """``(plan, tensor)``: the image file ``path`` as the network's input (CHW float32) and its
     :class:`gluonkit.preprocessing.Plan`."""
     channels = preprocessing["channels"]
-    image = read_image(path, channels, max_pixels, max_aspect)
+    image = read_image(path, channels, max_pixels, max_aspect,
+                       preprocessing.get("exif_orientation", "apply") == "apply")
     steps = plan(image.shape[1::-1], preprocessing, path, max_pixels)
     for kind, *args in steps.steps:
         if kind == "resize":

@@ -23,7 +23,8 @@ def test_quick_run_writes_every_row(tmp_path):
         (m, i, c) for i in ("96x96", "400x300") for m, c in
         [("read", "read_image"), ("read", "MXNet decode, waited"), ("read", "mx.image.imread"),
          ("pipeline", "gluoncv"), ("pipeline", "gluonkit"), ("pipeline CPU", "gluoncv"),
-         ("pipeline CPU", "gluonkit")]}
+         ("pipeline CPU", "gluonkit")]} | {
+        ("load_coco", "200 images", c) for c in ("load_coco", "pycocotools + headers")}
     assert all(r["median"] > 0 for r in rows)
     assert "STALE-SECTION" not in readme.read_text() and "| pipeline | 96x96 | 0 | gluonkit |" in readme.read_text()
 

@@ -64,7 +64,7 @@ def test_images_beside_the_json_or_under_images_dir(tmp_path):
     moved = tmp_path / "elsewhere"
     os.rename(tmp_path / "images", moved)
     with pytest.raises(FileNotFoundError, match=r"instances_train\.json, image 1: 'a\.jpg' is "
-                                                r"not in .*\(--images DIR\)"):
+                                                r"not in .*\(--images DIR, or TRAIN_DIR,VAL_DIR"):
         load_coco(paths)
     (train, _), _ = load_coco(paths, images_dir=str(moved))
     assert train.images[1] == os.path.join(str(moved), "sub/b.jpg")
@@ -78,7 +78,7 @@ def _bad(document_edit):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d["annotations"][0].update(bbox=[30, 3, 20, 12]),
-     r"image 1, annotation 1: 'bbox' \[30, 3, 20, 12\] is empty or outside the 40x30 image"),
+     r"image 1, annotation 1: 'bbox' \[30, 3, 20, 12\] is outside the 40x30 image"),
     (lambda d: d["annotations"][0].update(bbox=[3, 3, 0, 12]), r"annotation 1: 'bbox' .* is empty"),
     (lambda d: d["annotations"][0].update(bbox=[3, 3, 12]), r"annotation 1: 'bbox' is \[3, 3, 12\], not"),
     (lambda d: d["annotations"][0].update(category_id=2),

@@ -78,9 +78,9 @@ def _without(field):
      r"0\.xml, object 1 \('dog'\): <difficult> is 'yes'; write 0 or 1"),
     (annotation(GOOD["0"], width=0), r"0\.xml: the image size 0x24 is not positive"),
     (annotation([("cat", (3, 2, 40, 15), 0)]),
-     r"0\.xml, object 0 \('cat'\): box \(3, 2, 40, 15\) is empty or outside the 32x24 image"),
-    (annotation([("cat", (0, 2, 20, 15), 0)]), r"box \(0, 2, 20, 15\) is empty or outside"),
-    (annotation([("cat", (5, 2, 5, 15), 0)]), r"box \(5, 2, 5, 15\) is empty or outside"),
+     r"0\.xml, object 0 \('cat'\): box \(3, 2, 40, 15\) is outside the 32x24 image"),
+    (annotation([("cat", (0, 2, 20, 15), 0)]), r"box \(0, 2, 20, 15\) is outside"),
+    (annotation([("cat", (5, 2, 5, 15), 0)]), r"box \(5, 2, 5, 15\) is empty; fix"),
 ])
 def test_a_bad_annotation_is_named(tmp_path, xml, message):
     root = write_voc(tmp_path, {**GOOD, "0": xml})
@@ -164,20 +164,25 @@ def test_a_size_that_is_not_the_images_is_refused_when_loading(tmp_path):
     with pytest.raises(DataFileError, match=re.escape(
             f"{root / 'Annotations' / '1.xml'}: <size> says 400x400 but "
             f"{root / 'JPEGImages' / '1.jpg'} is 32x24 pixels, so its boxes cannot be placed on "
-            "it; fix the <size> and the boxes (or the image).")):
+            "it; fix the size and the boxes (or the image).")):
         load_voc(str(root))
 
 
-def test_an_exif_oriented_photo_is_read_as_stored_the_frame_of_its_boxes(tmp_path):
-    # annotation tools and GluonCV's reader (MXNet's imdecode) give boxes and pixels as stored;
-    # before, OpenCV turned the image upright and the size check refused it
+def test_an_exif_oriented_photo_labelled_as_stored_reads_as_stored_when_told(tmp_path):
+    # GluonCV's reader (MXNet's imdecode) gives boxes and pixels as stored; by default images
+    # are read upright, as labelling tools show them, and a stored size is refused naming the tag
     from PIL import Image
     root = write_voc(tmp_path, GOOD)
     photo = Image.open(root / "JPEGImages" / "0.jpg")
     exif = photo.getexif()
     exif[0x0112] = 6
     photo.save(root / "JPEGImages" / "0.jpg", exif=exif, quality=100)
-    (train, _), classes = load_voc(str(root))
+    with pytest.raises(DataFileError, match=r"0\.xml: <size> says 32x24 but .*0\.jpg is stored "
+                                            r"as 32x24 pixels with the EXIF tag Orientation = 6 "
+                                            r"\(0x0112\), which turns it to 24x32 .*pass "
+                                            r"--exif-orientation ignore"):
+        load_voc(str(root))
+    (train, _), classes = load_voc(str(root), upright=False)
     image, label = train[0]
     theirs = CustomVOCDetectionBase(classes=classes, root=str(root), splits=(("", "train"),))
     assert image.shape == (24, 32, 3)

@@ -6,7 +6,7 @@ import time
 
 from gluonkit.recipes import common
 
-from ._harness import replace_section, write_json
+from gluonkit.bench.harness import replace_section, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The directory that holds the ``benchmarks`` package: child processes run from it, so

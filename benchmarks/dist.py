@@ -19,12 +19,9 @@ import os
 import sys
 
 
-import importlib.util
 import json
 import shutil
-import signal
 import statistics
-import subprocess
 import tempfile
 import time
 
@@ -35,7 +32,8 @@ import gluonkit
 from ._common import (ROOT, add_output_options, apply_defaults, benchmark_parser, parse_with_config,
                       set_env, thread_settings, write_outputs)
 from ._contestants import NETWORKS, OPTIMIZER, forward_backward, initialized_net, make_data, make_loader
-from ._harness import machine, markdown_table, measured_on
+from gluonkit.bench.harness import machine, markdown_table, measured_on
+from gluonkit.bench.workers import horovod_available, launcher_command, run_launched
 
 SECTION = "dist"
 NETS = ("cnn", "cifar_resnet20_v1")
@@ -51,12 +49,6 @@ JOB = "job"   # first argument of the processes of a run
 FULL = {"repeats": 3, "epochs": 3, "timeout": 300.0, "sizes": {"cnn": (128, 60), "cifar_resnet20_v1": (64, 8)}}
 QUICK = {"repeats": 1, "epochs": 1, "timeout": 120.0, "sizes": {"cnn": (8, 3), "cifar_resnet20_v1": (4, 2)}}
 _GRACE_SECONDS = 30.0   # beyond the launcher's own timeout, for it to end its processes
-HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-
-
-def horovod_available():
-    """Whether Horovod and its horovodrun beside this interpreter are installed."""
-    return importlib.util.find_spec("horovod") is not None and os.path.exists(HOROVODRUN)
 
 
 def run_job(out_dir, net, kvstore, batch_size, steps, epochs, seed, t0):
@@ -73,13 +65,13 @@ def run_job(out_dir, net, kvstore, batch_size, steps, epochs, seed, t0):
     batch = batch_size // workers
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     images, labels = make_data(net, steps * batch, seed + 1 + rank)   # this worker's shard
-    loader = make_loader(images, labels, batch)
+    loader = make_loader([images, labels], batch, len(images))
     first_step, runs, updates = None, [], []
     for epoch in range(epochs + 2):
         mx.nd.waitall()
         tic = time.perf_counter()
         for x, y in loader:
-            forward_backward(model, loss_fn, [x], [y])
+            forward_backward(model, loss_fn, [[x]], [y])
             if epoch == epochs + 1:   # the instrumented epoch
                 mx.nd.waitall()
                 update = time.perf_counter()
@@ -115,32 +107,6 @@ def _threads(workers, worker_threads):
     return str(worker_threads or max(1, (os.cpu_count() or 1) // workers))
 
 
-def _launcher(kvstore, workers, timeout):
-    """The command that starts the job's processes, before the job's own command."""
-    if kvstore == "dist_sync":
-        return [sys.executable, "-m", "gluonkit.launch", "-n", str(workers), "-s", "1", "--timeout", f"{timeout:g}",
-                "--"]
-    if kvstore == "horovod":
-        return [HOROVODRUN, "--gloo", "-np", str(workers), "-H", f"localhost:{workers}", "--network-interface", "lo"]
-    return []
-
-
-def _run(command, env, timeout):
-    """Run ``command`` in a process group of its own; the whole group is killed after
-    ``timeout`` s."""
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        raise RuntimeError(f"{' '.join(command[:8])} ... did not end within {timeout:g} s:\n{stderr[-3000:]}")
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:8])} ... failed (exit code {process.returncode}):\n"
-                           + stderr[-3000:])
-
-
 def launch_run(name, net, args):
     """Run one process, or a job of 2 workers; return its timings.
 
@@ -154,10 +120,10 @@ def launch_run(name, net, args):
     env = dict(os.environ, OMP_NUM_THREADS=_threads(workers, args.worker_threads))
     try:
         t0 = time.time()
-        command = _launcher(kvstore, workers, args.timeout) + _job_command(out_dir, {
+        command = launcher_command(kvstore, workers, args.timeout) + _job_command(out_dir, {
             "net": net, "kvstore": kvstore, "batch_size": batch, "steps": steps, "epochs": args.epochs,
             "seed": args.seed, "t0": t0})
-        _run(command, env, args.timeout + _GRACE_SECONDS)
+        run_launched(command, env, args.timeout + _GRACE_SECONDS, cwd=ROOT)
         timings = []
         for rank in range(max(workers, 1)):
             with open(os.path.join(out_dir, f"worker{rank}.json")) as f:

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from . import _common
-from ._harness import machine
+from gluonkit.bench.harness import machine
 
 __all__ = ["RUNS", "QUICK", "run_recipe", "snippet", "parse_args", "main"]
 

@@ -84,6 +84,8 @@ def make_network(config, ctx):
     mx.random.seed(config["seed"])
     net = build_network(config["net"], config["classes"])
     initialize(net, config["net"], ctx)
+    # the deferred initialization happens now, before anything else draws from MXNet's generator
+    net(*[mx.nd.zeros([1] + list(shape), ctx=ctx[0]) for shape in config["input_shapes"]])
     if config["dtype"] != "float32":
         net.cast(config["dtype"])
     if config["hybridize"] != "none":

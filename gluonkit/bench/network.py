@@ -126,8 +126,14 @@ def initialize(net, spec, ctx):
 
     if spec["source"] == "exported" and spec["params"]:
         net.collect_params().reset_ctx(ctx)
-    else:
-        net.initialize(mx.init.Xavier(), ctx=ctx)
+        return
+    if spec["source"] == "exported":   # an export's parameters carry no initializer of their own
+        for name, param in net.collect_params().items():
+            if name.endswith(("gamma", "var")):
+                param.init = mx.init.One()
+            elif name.endswith(("beta", "bias", "mean")):
+                param.init = mx.init.Zero()
+    net.initialize(mx.init.Xavier(), ctx=ctx)
 
 
 def label_shape(loss, output_shape):

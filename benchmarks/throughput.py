@@ -358,10 +358,11 @@ def parse_args(argv=None):
     out = add_output_options(parser, SECTION)
     out.add_argument("--from-json", metavar="FILE", help="measure nothing: rewrite the chart and "
                      "the README section from the results in FILE")
-    out.add_argument("--chart", help="PNG chart (default benchmarks/results/throughput.png; with --quick none)")
+    out.add_argument("--chart", help="PNG chart (none unless given, or with --update-committed: "
+                     "benchmarks/results/throughput.png)")
     args = parse_with_config(parser, sys.argv[1:] if argv is None else argv)
     apply_defaults(args, QUICK if args.quick else FULL, SECTION)
-    if not args.quick:
+    if args.update_committed:
         args.chart = args.chart or os.path.join(HERE, "results", "throughput.png")
     _check_lists(parser, args)
     return args

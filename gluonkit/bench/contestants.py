@@ -84,8 +84,12 @@ def make_network(config, ctx):
     mx.random.seed(config["seed"])
     net = build_network(config["net"], config["classes"])
     initialize(net, config["net"], ctx)
-    # the deferred initialization happens now, before anything else draws from MXNet's generator
+    # the deferred initialization happens now, before anything else draws from MXNet's generator;
+    # the values are then written back in the default layout (oneDNN's inference pass may keep
+    # a weight in its own, which a dist kvstore cannot send)
     net(*[mx.nd.zeros([1] + list(shape), ctx=ctx[0]) for shape in config["input_shapes"]])
+    for param in net.collect_params().values():
+        param.set_data(mx.nd.array(param.data(ctx[0]).asnumpy(), dtype=param.dtype))
     if config["dtype"] != "float32":
         net.cast(config["dtype"])
     if config["hybridize"] != "none":

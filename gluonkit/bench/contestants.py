@@ -85,11 +85,10 @@ def make_network(config, ctx):
     net = build_network(config["net"], config["classes"])
     initialize(net, config["net"], ctx)
     # the deferred initialization happens now, before anything else draws from MXNet's generator;
-    # the values are then written back in the default layout (oneDNN's inference pass may keep
-    # a weight in its own, which a dist kvstore cannot send)
-    net(*[mx.nd.zeros([1] + list(shape), ctx=ctx[0]) for shape in config["input_shapes"]])
-    for param in net.collect_params().values():
-        param.set_data(mx.nd.array(param.data(ctx[0]).asnumpy(), dtype=param.dtype))
+    # in training mode, as oneDNN's inference pass may keep a weight in a layout of its own,
+    # which a dist kvstore cannot send (the same running statistics in every contestant)
+    with autograd.train_mode():
+        net(*[mx.nd.zeros([2] + list(shape), ctx=ctx[0]) for shape in config["input_shapes"]])
     if config["dtype"] != "float32":
         net.cast(config["dtype"])
     if config["hybridize"] != "none":

@@ -7,10 +7,10 @@ all devices), ``accumulate``, ``on_nonfinite``, ``steps`` (batches per epoch), `
 optionally, ``static`` (hybridize with ``static_alloc`` and ``static_shape``).
 """
 from gluonkit.bench import contestants
-from gluonkit.bench.contestants import OPTIMIZER, forward_backward, make_loader
+from gluonkit.bench.contestants import OPTIMIZER
 
 __all__ = ["NETWORKS", "SIZES", "QUICK_SIZE", "CLASSES", "OPTIMIZER", "TOOLS", "bench_config", "build",
-           "make_net", "make_data", "initialized_net", "forward_backward", "make_loader"]
+           "make_net", "make_data"]
 
 # name: (gluonkit-bench network spec, input shape (channels, height, width))
 NETWORKS = {
@@ -59,9 +59,3 @@ def make_data(name, samples, seed):
     """Synthetic images for the network ``name`` (normal noise) and random labels, as NumPy arrays."""
     (images,), labels = contestants.make_data(bench_config({"net": name, "seed": seed}), samples)
     return images, labels
-
-
-def initialized_net(config, ctx):
-    """The config's network (``net``, ``seed``, optionally ``static``), initialized on ``ctx``
-    and hybridized."""
-    return contestants.make_network(bench_config(config), ctx)

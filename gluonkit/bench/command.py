@@ -44,7 +44,7 @@ def run(args):
         from .workers import measure
     else:
         from .devices import measure
-    rows = measure(args, log=lambda line: _say(line))
+    rows = measure(args, log=_say)
     info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     return {"schema": SCHEMA, "command": ["gluonkit-bench"] + sys.argv[1:], "machine": info,
             "settings": {key: getattr(args, key) for key in _SETTINGS}, "seconds": time.perf_counter() - tic,

@@ -4,7 +4,7 @@ floor) divides figures measured in the same round."""
 from .contestants import TOOLS
 from .harness import compare, paired
 
-__all__ = ["WORKER_MODULE", "configs", "measure", "derive"]
+__all__ = ["WORKER_MODULE", "row_name", "base_config", "configs", "describe", "measure", "derive"]
 
 #: the module each contestant's process runs (``python -m gluonkit.bench.worker --worker``)
 WORKER_MODULE = "gluonkit.bench.worker"

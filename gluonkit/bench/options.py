@@ -109,7 +109,7 @@ def build_parser():
     return parser
 
 
-def _contestants(args, label_hybrid):
+def _contestants(args, hybrid):
     """The contestants to run and those skipped, each with why."""
     asked = args.contestants.split(",") if args.contestants else None
     unknown = [name for name in asked or () if name not in TOOLS]
@@ -125,7 +125,7 @@ def _contestants(args, label_hybrid):
     names = asked or list(DEFAULT_TOOLS)
     config = {"loss": args.loss, "input_shapes": args.input_shapes, "accumulate": args.accumulate,
               "dtype": args.dtype}
-    skipped = {name: applies(name, config, label_hybrid) for name in names}
+    skipped = {name: applies(name, config, hybrid) for name in names}
     skipped = {name: why for name, why in skipped.items() if why}
     if asked and skipped:
         name = next(iter(skipped))

@@ -7,7 +7,6 @@ import pytest
 
 from gluonkit.bench import main
 from gluonkit.bench.options import parse_args
-from gluonkit.recipes.common import OptionError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CNN = ["--net", "gluonkit.recipes.models:small_cnn", "--input-shape", "1,8,8"]

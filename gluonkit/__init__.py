@@ -8,8 +8,8 @@ gradients), :mod:`gluonkit.train` (the fit wing: ``fit``, ``evaluate``, checkpoi
 callbacks, metrics), :mod:`gluonkit.data`, :mod:`gluonkit.nn`, :mod:`gluonkit.autograd`,
 :mod:`gluonkit.launch` (distributed jobs), :mod:`gluonkit.recipes` (the commands), and the
 single modules ``split``, ``params``, ``names``, ``ops``, ``export``, ``onnx_export``,
-``inference``, ``validate`` (argument checks), ``versions`` (the mxnet and numpy check) and
-``atomic`` (atomic file writes).
+``inference``, ``validate`` (argument checks), ``versions`` (the mxnet and numpy check),
+``commands`` (what a command sets before MXNet loads) and ``atomic`` (atomic file writes).
 :mod:`gluonkit.serve` predicts with ``model.onnx`` where MXNet is not installed.
 
 The public names load on first use (``gluonkit.Trainer``, ``from gluonkit import fit``), and
@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "Trainer": ".trainer", "split_and_load": ".split", "fit": ".train.loop",
     "evaluate": ".train.evaluate", "Checkpoint": ".train.checkpoint", "Epochs": ".train.resume",
+    "seed_all": ".train.resume",
     "CheckpointError": ".train.checkpoint", "export_model": ".export",
     "export_onnx": ".onnx_export", "load_model": ".inference", "predict": ".inference",
     "iter_predict": ".inference", "ExportError": ".metadata", "ImageError": ".data.images",
@@ -36,7 +37,7 @@ __all__ = ["__version__", *_PUBLIC]
 
 #: The modules that import no MXNet (what gluonkit.serve needs): no version check for them.
 _WITHOUT_MXNET = {"serve", "metadata", "imagefiles", "preprocessing", "results", "validate",
-                  "atomic", "errors", "versions"}
+                  "atomic", "errors", "versions", "commands"}
 
 
 def __getattr__(name):

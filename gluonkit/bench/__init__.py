@@ -20,6 +20,10 @@ Which module holds what:
 - :mod:`~gluonkit.bench.report`: the table, JSON, CSV, chart and ``--compare``;
 - :mod:`~gluonkit.bench.options` and :mod:`~gluonkit.bench.command`: the command line.
 """
-from .command import main
+from ..commands import prepare_command
+
+prepare_command()   # a command's OpenMP settings, before anything imports MXNet (gluonkit.commands)
+
+from .command import main  # noqa: E402
 
 __all__ = ["main"]

@@ -10,9 +10,8 @@ from .options import parse_args
 from .report import (SCHEMA, compare_table, read_results, spread_warnings, table, write_chart, write_csv,
                      write_results)
 
-__all__ = ["MODULE", "main", "run"]
+__all__ = ["main", "run"]
 
-MODULE = "gluonkit.bench"
 _SETTINGS = ("net", "params", "net_args", "input_shapes", "label_shape", "classes", "loss", "dtype",
              "hybridize", "batch_size", "accumulate", "steps", "repeats", "contestants", "seed", "quick",
              "device", "devices", "kvstore", "workers", "threads", "timeout")
@@ -74,8 +73,6 @@ def _compare(paths):
 
 def main(argv=None):
     """The command: parse and check ``argv`` (default: the command line), then measure or compare."""
-    if argv is None:
-        common.apply_threads(MODULE)
     try:
         args = parse_args(argv)
         if args.compare:

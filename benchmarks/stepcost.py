@@ -70,6 +70,11 @@ class KeptOnDevice:
         self.trainer = trainer
         self.params = [p for p in params.values() if p.grad_req != "null"]
 
+    @property
+    def optimizer(self):
+        """The 'ignore' trainer's optimizer (its update count is this stand-in's)."""
+        return self.trainer.optimizer
+
     def _finite(self):
         import mxnet as mx
 

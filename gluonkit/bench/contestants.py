@@ -6,9 +6,9 @@ inputs (normal noise; labels as the loss takes them) with SGD (momentum, weight 
 ``build(config)`` returns an object with ``setup()`` (one warm-up epoch: hybridization's
 compilation, the kernels, the memory pools) and ``run()`` (one timed epoch), as
 :func:`gluonkit.bench.harness.serve` expects. ``run`` returns what the epoch did, counted
-where it happened: ``samples`` (drawn by the loader's sampler, or fed to the floor) and
-``updates`` (the optimizer's update count, or the Module's batches), so that a test can see
-that the contestants did equal work.
+where it happened: ``samples`` (drawn by the loader's sampler; for the Module, its batches
+times their size; for the floor, the batches it ran) and ``updates`` (the optimizer's update
+count, or the Module's batches), so that a test can see that the contestants did equal work.
 
 A config is a dict:
 

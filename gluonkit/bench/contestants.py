@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 
 import mxnet as mx
 import numpy as np
@@ -287,6 +288,8 @@ class _Module(_Contestant):
         output = mx.sym.SoftmaxOutput(symbol, name="softmax")   # label: 'softmax_label'
         quiet = logging.getLogger("gluonkit.bench.module")       # refits warn "already bound"
         quiet.setLevel(logging.ERROR)
+        # and that the parameters are initialized already (this process runs this contestant only)
+        warnings.filterwarnings("ignore", message="Parameters already initialized")
         self._module = mx.mod.Module(output, data_names=("data",), label_names=("softmax_label",),
                                      context=self.ctx, logger=quiet)
         self._params = args, auxs

@@ -6,7 +6,7 @@ import time
 
 from gluonkit.recipes import common
 
-from ._harness import replace_section, write_json
+from gluonkit.bench.harness import replace_section, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The directory that holds the ``benchmarks`` package: child processes run from it, so
@@ -48,13 +48,17 @@ def parse_with_config(parser, argv):
 
 
 def add_output_options(parser, name):
-    """The 'output' group: ``--out`` (the JSON results) and ``--readme`` (the file whose
-    ``name`` section is rewritten); returned, for a benchmark's own output options."""
+    """The 'output' group: ``--out`` (the JSON results), ``--readme`` (the file whose ``name``
+    section is rewritten) and ``--update-committed`` (write this clone's committed results
+    and README section, which the docs quote); returned, for a benchmark's own output options."""
     out = parser.add_argument_group("output")
-    out.add_argument("--out", help=f"JSON results (default benchmarks/results/{name}.json; "
-                     "with --quick none)")
-    out.add_argument("--readme", help=f"Markdown file whose '{name}' section is rewritten "
-                     "(default benchmarks/README.md; with --quick none)")
+    out.add_argument("--out", help="JSON results (none unless given, or with --update-committed: "
+                     f"benchmarks/results/{name}.json)")
+    out.add_argument("--readme", help=f"Markdown file whose '{name}' section is rewritten (none unless "
+                     "given, or with --update-committed: benchmarks/README.md)")
+    out.add_argument("--update-committed", action="store_true",
+                     help="replace the committed figures (results and README section) by this run's; "
+                          "only for a full run on a quiet machine")
     return out
 
 
@@ -70,16 +74,19 @@ def write_outputs(args, name, results, section):
         print(f"rewrote the '{name}' section of {args.readme}", file=sys.stderr)
 
 
-def apply_defaults(args, defaults, name):
-    """Set the options left unset from ``defaults``; outside ``--quick``, also write the
-    results to ``results/<name>.json`` and the README by default (a quick run writes nothing
-    it was not asked to)."""
+def apply_defaults(args, defaults, name, readme=None):
+    """Set the options left unset from ``defaults``; with ``--update-committed``, also write
+    the results to ``results/<name>.json`` and ``readme`` (default benchmarks/README.md),
+    unless ``--out`` / ``--readme`` say otherwise. A run without it (a partial one, say)
+    writes nothing it was not asked to."""
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if not args.quick:
+    if args.update_committed:
+        if args.quick:
+            raise SystemExit("--update-committed with --quick: a quick run's figures mean nothing; drop one.")
         args.out = args.out or os.path.join(HERE, "results", f"{name}.json")
-        args.readme = args.readme or os.path.join(HERE, "README.md")
+        args.readme = args.readme or readme or os.path.join(HERE, "README.md")
 
 
 def template(name):

@@ -63,7 +63,7 @@ from gluonkit.recipes.detection import SizedTransform, detection_loader
 
 from ._common import add_output_options, apply_defaults, benchmark_parser, parse_with_config, \
     set_env, write_outputs
-from ._harness import machine, markdown_table, measured_on, paired
+from gluonkit.bench.harness import machine, markdown_table, measured_on, paired
 
 __all__ = ["write_voc", "SameDraws", "loaders", "pipeline", "read_costs", "write_coco",
            "coco_load_costs", "main"]

@@ -11,9 +11,9 @@ two devices), and one image per device accumulated against whole batches padded 
 import os
 import sys
 
-from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
+from ._common import (ROOT, add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
                       thread_settings, write_outputs)
-from ._harness import WORKER_FLAG, compare, machine, markdown_table, measured_on, paired, serve
+from gluonkit.bench.harness import WORKER_FLAG, compare, machine, markdown_table, measured_on, paired, serve
 
 SECTION = "detect"
 
@@ -305,7 +305,7 @@ def main(args):
     options = {"samples": args.samples, "batch_size": args.batch_size, "size": args.size,
                "model": args.model, "seed": args.seed}
     print(f"{info['cpu']}, {info['cores']} cores, load {info['load_average']}", flush=True)
-    rows = compare("benchmarks.detect", args.only, options, args.repeats, reference="gluoncv-1")
+    rows = compare("benchmarks.detect", args.only, options, args.repeats, reference="gluoncv-1", cwd=ROOT)
     results = {"machine": info, "threads": thread_settings(), "repeats": args.repeats,
                "options": options, "rows": rows}
     results["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
                       thread_settings, write_outputs)
 from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
-from ._harness import machine, markdown_table, measured_on, target_line
+from gluonkit.bench.harness import machine, markdown_table, measured_on, target_line
 from .stepcost import KeptOnDevice
 
 __all__ = ["SETTINGS", "check_clipping", "measure_network", "targets", "parse_args", "main"]

@@ -1,6 +1,6 @@
 """The figures the README quotes: the default runs, as a user starts them, timed from outside.
 
-    python -m benchmarks.readme                       # classify + detect (~10 min on 2 cores)
+    python -m benchmarks.readme --update-committed    # classify + detect, rewriting the README's figures
     python -m benchmarks.readme --runs classify,multitask
     python -m benchmarks.readme --runs classify,detect,tests   # also time the test suite
     python -m benchmarks.readme --quick --out quick.json --readme quick.md
@@ -10,12 +10,11 @@ started as ``python -m gluonkit.recipes.<name>`` in a fresh process with its out
 temporary directory, and timed from the launch to the exit. What the command printed gives
 its result (the exported model's test accuracy, the validation VOC07 mAP). The ``tests`` run is ``make test``'s pytest run of the
 whole suite (``--quick``: one small test file), timed the same way. The machine (CPU model, cores) and the load average
-before and after each run are recorded beside it. Results go to
-``benchmarks/results/readme.json`` and, as a Markdown snippet, to the README's ``figures``
-section (between ``<!-- figures:begin -->`` and ``<!-- figures:end -->``), which is the only
-place the README quotes these figures from. ``--quick`` runs tiny budgets (for the tests:
-the figures mean nothing) and writes only what it is asked to.
-"""
+before and after each run are recorded beside it. Results go to ``--out`` and ``--readme``; with ``--update-committed``, to ``benchmarks/results/readme.json``
+and, as a Markdown snippet, to the README's ``figures`` section (between
+``<!-- figures:begin -->`` and ``<!-- figures:end -->``), which is the only place the README
+quotes these figures from. ``--quick`` runs tiny budgets (for the tests: the figures mean
+nothing)."""
 import os
 import re
 import subprocess
@@ -24,7 +23,7 @@ import tempfile
 import time
 
 from . import _common
-from ._harness import machine
+from gluonkit.bench.harness import machine
 
 __all__ = ["RUNS", "QUICK", "run_recipe", "snippet", "parse_args", "main"]
 
@@ -127,9 +126,7 @@ def parse_args(argv=None):
     if unknown or not args.runs:
         parser.error(f"--runs {','.join(args.runs)}: unknown {unknown}; choose among "
                      f"{', '.join(RUNS)}.")
-    if not args.quick:
-        args.out = args.out or os.path.join(_common.HERE, "results", "readme.json")
-        args.readme = args.readme or os.path.join(_common.ROOT, "README.md")
+    _common.apply_defaults(args, {}, "readme", readme=os.path.join(_common.ROOT, "README.md"))
     return args
 
 

@@ -17,7 +17,7 @@ import time
 
 from ._common import (HERE, add_output_options, apply_defaults, benchmark_parser,
                       parse_with_config, set_env, thread_settings, write_outputs)
-from ._harness import machine, markdown_table, measured_on
+from gluonkit.bench.harness import machine, markdown_table, measured_on
 
 SECTION = "serving"
 MODELS = {"cnn": (1, 8, 8), "resnet18_v1": (3, 224, 224),

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from ._harness import machine, markdown_table, write_json
+from gluonkit.bench.harness import machine, markdown_table, write_json
 
 __all__ = ["CONTESTANTS", "first_log_line", "measure", "main"]
 

@@ -26,7 +26,7 @@ import statistics
 from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
                       thread_settings, timed, write_outputs)
 from ._contestants import OPTIMIZER, make_data, make_net
-from ._harness import machine, markdown_table, measured_on, target_line
+from gluonkit.bench.harness import machine, markdown_table, measured_on, target_line
 
 __all__ = ["SETTINGS", "KeptOnDevice", "host_bound_net", "measure_settings", "measure_accumulation",
            "targets", "parse_args", "main"]
@@ -69,6 +69,11 @@ class KeptOnDevice:
     def __init__(self, trainer, params):
         self.trainer = trainer
         self.params = [p for p in params.values() if p.grad_req != "null"]
+
+    @property
+    def optimizer(self):
+        """The 'ignore' trainer's optimizer (its update count is this stand-in's)."""
+        return self.trainer.optimizer
 
     def _finite(self):
         import mxnet as mx

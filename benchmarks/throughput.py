@@ -19,10 +19,10 @@ import os
 import sys
 import time
 
-from ._common import (HERE, add_output_options, apply_defaults, benchmark_parser, parse_with_config,
+from ._common import (HERE, ROOT, add_output_options, apply_defaults, benchmark_parser, parse_with_config,
                       set_env, template, thread_settings)
 from ._contestants import NETWORKS, QUICK_SIZE, SIZES, build
-from ._harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
+from gluonkit.bench.harness import (WORKER_FLAG, compare, machine, markdown_table, measured_on, paired,
                       replace_section, serve, target_line, write_json)
 
 __all__ = ["CONTESTANTS", "plan", "run_group", "derive", "targets", "report_text", "parse_args", "main"]
@@ -42,8 +42,8 @@ CONTESTANTS = {
     "gluonkit-acc4-static": ("gluonkit.Trainer(accumulate=4), 1/4 batch, static_alloc + static_shape",
                              "gluonkit", 4, True),
     "estimator": ("Gluon Estimator.fit", "estimator", 1),
-    "module": ("Module.fit on the exported symbol", "module", 1),
-    "module-loader": ("Module.fit, fed by the same DataLoader", "module-loader", 1),
+    "module": ("Module.fit on the exported symbol (NDArrayIter, no metric)", "module", 1),
+    "module-loader": ("Module.fit, fed by the same DataLoader (no metric)", "module-loader", 1),
 }
 BASELINE, FLOOR, NOISE = "gluon", "floor", "gluon-2"
 GLUONKIT = ("gluonkit", "fit", "fit-static")
@@ -124,7 +124,7 @@ def run_group(group):
     print(f"{group['kind']}: {group['net']} on {group['devices']} device(s), "
           f"{len(configs)} contestants, {group['repeats']} repeats")
     tic, load = time.perf_counter(), os.getloadavg()[0]
-    rows = compare(MODULE, list(configs), {"configs": configs}, group["repeats"])
+    rows = compare(MODULE, list(configs), {"configs": configs}, group["repeats"], cwd=ROOT)
     load = [round(load, 2), round(os.getloadavg()[0], 2)]
     print(f"  ({time.perf_counter() - tic:.0f} s, load average {load[0]} -> {load[1]})")
     for row in rows:
@@ -358,10 +358,11 @@ def parse_args(argv=None):
     out = add_output_options(parser, SECTION)
     out.add_argument("--from-json", metavar="FILE", help="measure nothing: rewrite the chart and "
                      "the README section from the results in FILE")
-    out.add_argument("--chart", help="PNG chart (default benchmarks/results/throughput.png; with --quick none)")
+    out.add_argument("--chart", help="PNG chart (none unless given, or with --update-committed: "
+                     "benchmarks/results/throughput.png)")
     args = parse_with_config(parser, sys.argv[1:] if argv is None else argv)
     apply_defaults(args, QUICK if args.quick else FULL, SECTION)
-    if not args.quick:
+    if args.update_committed:
         args.chart = args.chart or os.path.join(HERE, "results", "throughput.png")
     _check_lists(parser, args)
     return args

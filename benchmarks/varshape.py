@@ -26,9 +26,9 @@ from gluonkit.nn.shapecache import ShapeCache
 from gluonkit.recipes.models import small_cnn
 from gluonkit.trainer import Trainer
 
-from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
+from ._common import (ROOT, add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
                       template, write_outputs)
-from ._harness import WORKER_FLAG, compare, machine, markdown_table, measured_on, paired, serve
+from gluonkit.bench.harness import WORKER_FLAG, compare, machine, markdown_table, measured_on, paired, serve
 
 SECTION = "varshape"
 SECTION_MANY = "varshape-many"
@@ -390,7 +390,7 @@ def main_many(args):
         print(f"{net}: {options['samples']} images per epoch at one of {options['sizes']} sizes "
               f"per batch, batch {options['batch_size']}", flush=True)
         rows = compare("benchmarks.varshape", args.only, dict(options, net=net), args.repeats,
-                       reference="many-static")
+                       reference="many-static", cwd=ROOT)
         reference = rows[args.only.index("many-static")]
         for row in rows:
             row["label"] = MANY[row["name"]][0].format(**options)
@@ -419,7 +419,8 @@ def main(args):
         for net in args.nets.split(","):
             print(f"{setting} / {net}: {options['samples']} images of {options['min_size']}.."
                   f"{options['max_size']} px per epoch, batch {options['batch_size']}", flush=True)
-            rows = compare("benchmarks.varshape", args.only, dict(options, net=net), args.repeats, reference="fixed")
+            rows = compare("benchmarks.varshape", args.only, dict(options, net=net), args.repeats, reference="fixed",
+                           cwd=ROOT)
             fixed = rows[args.only.index("fixed")]
             for row in rows:
                 row["work"] = input_work(CONTESTANTS[row["name"]][1], options)

@@ -1,5 +1,6 @@
 """benchmarks/throughput.py: the --quick run reports every contestant, and the figures derive right."""
 import importlib
+import os
 import json
 import math
 import statistics
@@ -251,3 +252,16 @@ def test_bad_options_are_refused(bench):
             bench.parse_args(argv)
     args = bench.parse_args(["--quick"])
     assert args.out is None and args.chart is None and args.readme is None
+
+
+def test_a_partial_run_writes_only_where_it_is_told(bench):
+    """The documented partial run leaves the committed results and README section alone; only
+    --update-committed writes them."""
+    partial = bench.parse_args(["--nets", "cnn", "--devices", "1"])
+    assert partial.out is None and partial.readme is None and partial.chart is None
+    told = bench.parse_args(["--nets", "cnn", "--devices", "1", "--out", "cnn.json"])
+    assert told.out == "cnn.json" and told.readme is None
+    committed = bench.parse_args(["--update-committed"])
+    assert committed.out.endswith(os.path.join("benchmarks", "results", "throughput.json"))
+    assert committed.readme.endswith(os.path.join("benchmarks", "README.md"))
+    assert committed.chart.endswith(os.path.join("benchmarks", "results", "throughput.png"))

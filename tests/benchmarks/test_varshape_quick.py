@@ -9,7 +9,7 @@ import pytest
 
 from conftest import CLONE_ENV as ENV
 
-from benchmarks._harness import markdown_table, replace_section  # noqa: E402
+from gluonkit.bench.harness import markdown_table, replace_section  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -77,7 +77,7 @@ def test_wheel_carries_the_license_the_data_and_the_recipes(installed):
     entry_points = zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith("entry_points.txt"))).decode()
     for command in ("gluonkit-classify", "gluonkit-multitask", "gluonkit-detect", "gluonkit-predict",
-                    "gluonkit-launch", "gluonkit-serve"):
+                    "gluonkit-launch", "gluonkit-serve", "gluonkit-bench"):
         assert command in entry_points
 
 

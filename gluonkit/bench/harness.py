@@ -1,4 +1,4 @@
-"""Shared benchmark machinery: isolated contestants, interleaved repeats, robust figures.
+"""The timing method: isolated contestants, interleaved repeats, paired ratios.
 
 Every contestant runs in its own Python process, so that what one leaves behind (MXNet's
 memory pools, oneDNN's compiled kernels for the shapes it met) cannot speed up or slow down
@@ -6,9 +6,11 @@ another, and so that its peak memory is its own. The processes take turns: repea
 every contestant once, in an order rotated by ``r``, so a change in the machine's load spreads
 over all of them. Inside a process the clock is read only after ``mx.nd.waitall()``.
 
-A benchmark module defines ``build(name, options)`` returning an object with ``setup()``
-(build and warm up; not timed against the others) and ``run()`` (one timed repeat, returning
-the number of samples processed), and calls :func:`serve` when started with ``--worker``::
+A module that measures defines ``build(name, options)`` returning an object with ``setup()``
+(the warm-up: hybridization's compilation, oneDNN's kernels, memory pools; timed apart) and
+``run()`` (one timed repeat, returning the number of samples processed, or a dict with
+``'samples'`` and any other counts of the work done), and calls :func:`serve` when started
+with ``--worker``::
 
     if __name__ == "__main__":
         if sys.argv[1:] == [WORKER_FLAG]:
@@ -16,8 +18,9 @@ the number of samples processed), and calls :func:`serve` when started with ``--
         else:
             main(parse_args())
 
-Workers run as ``python -m <module> --worker`` from the directory that holds the
-``benchmarks`` package, with the parent's environment (thread settings included).
+Workers run as ``python -m <module> --worker`` (from ``cwd`` when given, e.g. the folder that
+holds a ``benchmarks`` package), with the parent's environment (thread settings included).
+gluonkit-bench (:mod:`gluonkit.bench`) and the scripts of ``benchmarks/`` all time this way.
 """
 import json
 import os
@@ -28,11 +31,10 @@ import subprocess
 import sys
 import time
 
-__all__ = ["WORKER_FLAG", "machine", "serve", "compare", "paired", "markdown_table", "target_line",
-           "write_json", "replace_section"]
+__all__ = ["WORKER_FLAG", "machine", "measured_on", "serve", "compare", "paired", "markdown_table",
+           "target_line", "write_json", "replace_section"]
 
 WORKER_FLAG = "--worker"
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cpu_model():
@@ -47,7 +49,8 @@ def _cpu_model():
 
 
 def machine():
-    """What the figures depend on: CPU, cores, threads, versions, load (a dict)."""
+    """What the figures depend on: CPU, cores, threads, versions, MXNet's build features, load
+    (a dict)."""
     import mxnet as mx
 
     features = mx.runtime.Features()
@@ -59,6 +62,7 @@ def machine():
         "python": platform.python_version(),
         "mxnet": mx.__version__,
         "mkldnn": features.is_enabled("MKLDNN"),
+        "mxnet_features": sorted(name for name, feature in features.items() if feature.enabled),
         "platform": platform.platform(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -106,8 +110,10 @@ def serve(build):
         replies.flush()
 
     spec = json.loads(sys.stdin.readline())
+    tic = time.perf_counter()
     contestant = build(spec["name"], spec["options"])
-    reply({"built": True})
+    mx.nd.waitall()
+    reply({"built": True, "seconds": time.perf_counter() - tic})
     for line in sys.stdin:
         command = line.strip()
         if command == "stop":
@@ -115,19 +121,21 @@ def serve(build):
             return
         mx.nd.waitall()
         tic = time.perf_counter()
-        samples = contestant.setup() if command == "setup" else contestant.run()
+        result = contestant.setup() if command == "setup" else contestant.run()
         mx.nd.waitall()
-        reply({"seconds": time.perf_counter() - tic, "samples": samples, "rss_mb": _rss_mb()})
+        seconds = time.perf_counter() - tic
+        work = result if isinstance(result, dict) else {"samples": result}
+        reply({"seconds": seconds, "samples": work["samples"], "work": work, "rss_mb": _rss_mb()})
 
 
 class _Worker:
     """One contestant's process, seen from the parent."""
 
-    def __init__(self, module, name, options, env):
+    def __init__(self, module, name, options, env, cwd):
         self.name = name
         self._proc = subprocess.Popen([sys.executable, "-m", module, WORKER_FLAG],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                      text=True, bufsize=1, cwd=_ROOT)
+                                      text=True, bufsize=1, cwd=cwd)
         self._send(json.dumps({"name": name, "options": options}))
 
     def _send(self, line):
@@ -155,7 +163,7 @@ class _Worker:
         self._proc.wait()
 
 
-def compare(module, names, options, repeats, reference=None, log=None):
+def compare(module, names, options, repeats, reference=None, log=None, cwd=None):
     """Run every contestant ``repeats`` times, interleaved, each in its own process.
 
     Parameters
@@ -174,28 +182,32 @@ def compare(module, names, options, repeats, reference=None, log=None):
         reference's median.
     log : callable, optional
         Receives a line of progress per step; by default printed at once.
+    cwd : str, optional
+        The workers' working directory (the folder ``module`` is imported from).
 
     Returns
     -------
     list of dict
         One row per contestant: ``samples_per_s`` (median), ``min``, ``max``, ``runs`` (each
-        repeat's samples/s), ``samples_per_run``, ``ratio``, ``setup_s`` (its setup, warm-up
-        included), ``rss_mb`` (resident memory after the setup and after each repeat),
-        ``peak_rss_mb``.
+        repeat's samples/s), ``samples_per_run``, ``work`` (the last repeat's counts, e.g.
+        samples and updates), ``ratio``, ``build_s`` (building the network and its data),
+        ``setup_s`` (the warm-up: compilation and the first epoch), ``rss_mb`` (resident
+        memory after the setup and after each repeat), ``peak_rss_mb``.
     """
     if reference is not None and reference not in names:
         raise ValueError(f"reference {reference!r} is not among the contestants {names}.")
     log = log or (lambda line: print(line, flush=True))
     env = dict(os.environ)
-    workers = [_Worker(module, name, options, env) for name in names]
+    workers = [_Worker(module, name, options, env, cwd) for name in names]
     try:
+        built = {}
         for worker in workers:   # built in parallel; set up and timed one at a time
-            worker.answer("build")
+            built[worker.name] = worker.answer("build")["seconds"]
         rows = {}
         for worker in workers:
             setup = worker.ask("setup")
-            rows[worker.name] = {"name": worker.name, "setup_s": setup["seconds"], "runs": [],
-                                 "rss_mb": [setup["rss_mb"]]}
+            rows[worker.name] = {"name": worker.name, "build_s": built[worker.name],
+                                 "setup_s": setup["seconds"], "runs": [], "rss_mb": [setup["rss_mb"]]}
             log(f"  {worker.name}: ready in {setup['seconds']:.1f} s")
         for r in range(repeats):
             shift = r % len(workers)
@@ -203,6 +215,7 @@ def compare(module, names, options, repeats, reference=None, log=None):
                 result = worker.ask("run")
                 rows[worker.name]["runs"].append(result["samples"] / result["seconds"])
                 rows[worker.name]["samples_per_run"] = result["samples"]
+                rows[worker.name]["work"] = result["work"]
                 rows[worker.name]["rss_mb"].append(result["rss_mb"])
                 log(f"  repeat {r + 1}/{repeats} {worker.name}: "
                     f"{rows[worker.name]['runs'][-1]:.1f} samples/s")

@@ -1,0 +1,4 @@
+"""``python -m gluonkit.bench``: the gluonkit-bench command."""
+from .command import main
+
+main()

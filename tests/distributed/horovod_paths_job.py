@@ -4,9 +4,9 @@ On every rank, from the same initial weights, with uneven local data (rank 1 get
 
 - ``split-OPT.params``: ``allreduce_grads(); update(n)`` with each rank's own count ``n``;
   ``step-OPT.params``: ``step(n)``, the same loop (OPT: sgd, adam);
-- ``nlp-kit.params`` / ``nlp-stock.params``: GluonNLP's loop (``allreduce_grads()``,
+- ``nlp-OPT-kit.params`` / ``nlp-OPT-stock.params``: GluonNLP's loop (``allreduce_grads()``,
   ``gluon.utils.clip_global_norm`` on the gradients, ``update(float)``) on ``gluonkit.Trainer``
-  and on ``hvd.DistributedTrainer``; ``fp16-kit.params`` / ``fp16-stock.params``: the same with
+  and on ``hvd.DistributedTrainer``; ``fp16-OPT-...``: the same with
   ``compression=hvd.Compression.fp16, gradient_predivide_factor=2``;
 - ``zero-array.params`` / ``zero-number.params``: ``accumulate=2``, rank 1 gets no sample in
   one micro-batch and steps ``mx.nd.array([0])`` (or ``0``) without a backward;
@@ -74,16 +74,17 @@ def split_and_step(out_dir, rank, ranks, optimizer):
         net.save_parameters(os.path.join(out_dir, f"{path}-{optimizer}-{rank}.params"))
 
 
-def gluonnlp_loop(out_dir, rank, ranks, name, **options):
+def gluonnlp_loop(out_dir, rank, ranks, name, optimizer, **options):
     """GluonNLP's update taken apart: the loss normalized by hand, then clip and update(1.0)."""
     x, y = dataset()
     for kind in ("kit", "stock"):
         net = make_net()
         params = net.collect_params()
+        settings = dict(OPTIMIZERS[optimizer])
         if kind == "kit":
-            trainer = gluonkit.Trainer(params, "adam", {"learning_rate": 0.01}, kvstore="horovod", **options)
+            trainer = gluonkit.Trainer(params, optimizer, settings, kvstore="horovod", **options)
         else:
-            trainer = hvd.DistributedTrainer(params, "adam", {"learning_rate": 0.01}, **options)
+            trainer = hvd.DistributedTrainer(params, optimizer, settings, **options)
         for update in range(UPDATES):
             part = rows(rank, ranks, update)
             with autograd.record():
@@ -146,8 +147,10 @@ def main(out_dir):
     rank, ranks = hvd.rank(), hvd.size()
     for optimizer in OPTIMIZERS:
         split_and_step(out_dir, rank, ranks, optimizer)
-    gluonnlp_loop(out_dir, rank, ranks, "nlp")
-    gluonnlp_loop(out_dir, rank, ranks, "fp16", compression=hvd.Compression.fp16, gradient_predivide_factor=2.0)
+    for optimizer in OPTIMIZERS:
+        gluonnlp_loop(out_dir, rank, ranks, f"nlp-{optimizer}", optimizer)
+        gluonnlp_loop(out_dir, rank, ranks, f"fp16-{optimizer}", optimizer, compression=hvd.Compression.fp16,
+                      gradient_predivide_factor=2.0)
     zero_counts(out_dir, rank, ranks)
     refusal, unchanged = resume_from_different_updates(out_dir, rank)
     with open(os.path.join(out_dir, f"report-{rank}.json"), "w") as f:

@@ -1,8 +1,10 @@
 """The Trainer's other paths on 2 Horovod ranks: ``allreduce_grads(); update(n)``, GluonNLP's loop
 against stock ``hvd.DistributedTrainer`` (with and without float16 compression), an NDArray count
-of 0 without a backward, a Trainer without kvstore, checkpoints of different updates."""
+of 0 without a backward, a Trainer without kvstore, checkpoints of different updates; and a
+loop of one's own whose rank 0 reads its weights after flush() while the other rank leaves."""
 import json
 import os
+import subprocess
 import sys
 
 import mxnet as mx
@@ -56,14 +58,16 @@ def test_allreduce_grads_then_update_with_local_counts_equals_step_and_one_proce
                             err_msg=f"rank {rank} {name}")
 
 
-@pytest.mark.parametrize("name", ["nlp", "fp16"])
-def test_gluonnlps_loop_on_gluonkit_equals_stock_horovod_distributed_trainer(job_dir, name):
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("wire", ["nlp", "fp16"])
+def test_gluonnlps_loop_on_gluonkit_equals_stock_horovod_distributed_trainer(job_dir, wire, optimizer):
+    name = f"{wire}-{optimizer}"
     for rank in range(RANKS):
         kit, stock = _saved(job_dir, f"{name}-kit", rank), _saved(job_dir, f"{name}-stock", rank)
         for key, value in stock.items():
             assert_allclose(kit[key], value, rtol=1e-5, atol=1e-7, err_msg=f"rank {rank} {key}")
     # float16 on the wire rounds the gradients: the compressed run is not the exact one
-    exact, compressed = _saved(job_dir, "nlp-kit", 0), _saved(job_dir, "fp16-kit", 0)
+    exact, compressed = _saved(job_dir, f"nlp-{optimizer}-kit", 0), _saved(job_dir, f"fp16-{optimizer}-kit", 0)
     assert any(not np.array_equal(exact[k], compressed[k]) for k in exact)
 
 
@@ -98,3 +102,39 @@ def test_horovods_own_options_are_refused_on_another_kvstore_and_compression_par
                                          r"1-bit or 2-bit compression of MXNet's kvstores\); for Horovod's float16 "
                                          r"compression pass kvstore=gluonkit.trainer.Horovod\(compression="):
         gluonkit.Trainer(net.collect_params(), "sgd", kvstore="horovod", compression_params={"type": "fp16"})
+
+
+def _loop_reference(job):
+    """One process, plain Gluon: each update one step on both ranks' micro-batches of it."""
+    net = job.make_net()
+    trainer = gluon.Trainer(net.collect_params(), job.OPTIMIZER[0], dict(job.OPTIMIZER[1]))
+    for first in range(0, job.STEPS, job.ACCUMULATE):
+        parts = [job.batch(rank, step) for rank in range(RANKS) for step in range(first, first + job.ACCUMULATE)]
+        x, y = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+        with autograd.record():
+            loss = job.loss_fn(net(nd.array(x)), nd.array(y))
+        loss.backward()
+        trainer.step(len(x))
+    return params_of(net)
+
+
+@pytest.mark.parametrize("threads, busy, runs", [(1, False, 1), (2, False, 2), (2, True, 1)])
+def test_after_flush_rank_0_reads_its_weights_while_the_other_rank_leaves(tmp_path, threads, busy, runs):
+    # the loop of one's own the Horovod users write: step(0) without a backward, flush, rank 0 saves
+    require_horovod()
+    job_path = os.path.join(os.path.dirname(__file__), "horovod_loop_job.py")
+    expected = _loop_reference(load_job(job_path))
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if busy else 0)]
+    try:
+        for run in range(runs):
+            out = tmp_path / str(run)
+            out.mkdir()
+            code, output = horovodrun(RANKS, [sys.executable, job_path, str(out)], timeout=150, threads=threads)
+            assert code == 0, output[-3000:]
+            got = {k: v.asnumpy() for k, v in nd.load(str(out / "rank0.params")).items()}
+            for name, value in expected.items():
+                assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=f"run {run} {name}")
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()

@@ -250,7 +250,9 @@ class Checkpoint:
         untouched. Then the parameters are set (each device's saved copy onto its device
         when the number of devices is the same, else the first device's copy everywhere),
         the trainer's state is loaded, replacing its pending window, and the Python and NumPy
-        generators are restored as at ``save``.
+        generators are restored as at ``save``. With a distributed trainer every worker calls
+        ``load`` (it compares the positions across the workers): checkpoints of different
+        epochs or updates are refused on every worker, naming both positions.
 
         Parameters
         ----------

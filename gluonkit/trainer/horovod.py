@@ -42,7 +42,7 @@ def import_horovod():
         import horovod.mxnet as hvd
     except ImportError as err:
         raise ImportError(f"kvstore='horovod' needs Horovod built for MXNet, which is not installed "
-                          f"({err}). Install it with `{INSTALL}` (mxnet first; about a minute), or "
+                          f"({err}). Install it with `{INSTALL}` (mxnet first; 1 to 18 minutes on 2 cores), or "
                           "`make horovod` in a clone of gluonkit.") from None
     return hvd
 

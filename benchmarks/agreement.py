@@ -13,7 +13,6 @@ root of the squared gradient, so a weight whose gradients are near zero turns th
 rounding of the all-reduce (the sums are added in another order) into a visible step.
 Results go to a JSON file and the "agreement" section of benchmarks/README.md.
 """
-import json
 import os
 import subprocess
 import sys

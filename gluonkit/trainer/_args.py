@@ -13,9 +13,9 @@ from ..validate import choice, finite_real, is_int
 from ..names import first_names
 from .horovod import launched_ranks
 
-__all__ = ["check_clip", "check_clip_setting", "check_horovod", "check_horovod_options", "check_kvstore", "check_launched",
-           "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",
-           "is_distributed", "unique_params", "warn_if_launched"]
+__all__ = ["check_clip", "check_clip_setting", "check_horovod", "check_horovod_options", "check_kvstore",
+           "check_launched", "check_learning_rate", "check_optimizer", "check_pending", "check_policy",
+           "check_update_on_kvstore", "is_distributed", "unique_params", "warn_if_launched"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
 _KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async",
@@ -84,7 +84,7 @@ def check_horovod_options(kvstore, options):
     name = next(iter(options))
     if not (isinstance(kvstore, str) and kvstore.lower() == "horovod"):
         fix = (f"pass it to gluonkit.trainer.Horovod({name}=...)" if isinstance(kvstore, mx.kv.KVStoreBase)
-               and getattr(kvstore, "type", None) == "horovod" else f"use kvstore='horovod' under horovodrun")
+               and getattr(kvstore, "type", None) == "horovod" else "use kvstore='horovod' under horovodrun")
         raise ValueError(f"{name}={options[name]!r} is an option of Horovod's all-reduce, given with "
                          f"kvstore={kvstore!r}; {fix}, or leave {name} unset.")
 

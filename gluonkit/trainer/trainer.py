@@ -8,9 +8,9 @@ from mxnet import gluon
 
 from ..names import first_names, network_names, select
 from ..validate import check_count, is_int, positive_int
-from ._args import (check_clip, check_clip_setting, check_horovod, check_horovod_options, check_kvstore, check_launched,
-                    check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore,
-                    is_distributed, unique_params, warn_if_launched)
+from ._args import (check_clip, check_clip_setting, check_horovod, check_horovod_options, check_kvstore,
+                    check_launched, check_learning_rate, check_optimizer, check_pending, check_policy,
+                    check_update_on_kvstore, is_distributed, unique_params, warn_if_launched)
 from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from .horovod import Horovod, is_horovod
 from ._loss_scaling import LossScaling

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import autograd, gluon, nd

@@ -15,7 +15,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cpu,test]'
 	touch $(STAMP)
 
-# Horovod for MXNet, built from source against the installed mxnet (about a minute on 2 cores):
+# Horovod for MXNet, built from source against the installed mxnet (1 to 18 minutes on 2 cores, idle to busy):
 # the variables choose MXNet and Gloo (no MPI, TensorFlow or PyTorch); no build isolation, so
 # that the build sees mxnet; no cache, since pip would reuse a wheel built with other variables
 $(HOROVOD_STAMP): $(STAMP)

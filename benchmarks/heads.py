@@ -24,7 +24,7 @@ import sys
 from ._common import (add_output_options, apply_defaults, benchmark_parser, parse_with_config, set_env,
                       thread_settings, timed, write_outputs)
 from ._contestants import OPTIMIZER
-from ._harness import machine, markdown_table, measured_on, target_line
+from gluonkit.bench.harness import machine, markdown_table, measured_on, target_line
 
 __all__ = ["WAYS", "measure_steps", "measure_memory", "targets", "parse_args", "main"]
 

@@ -5,7 +5,7 @@
 
 Every contestant trains the same network from the same initial weights on the same synthetic
 images with the same optimizer (see _contestants.py), each in its own process, repeats
-interleaved (see _harness.py). Also measured: the forward+backward floor, the cost of
+interleaved (see gluonkit/bench/harness.py). Also measured: the forward+backward floor, the cost of
 gradient accumulation, several devices (the recipe CNN and cifar_resnet20_v1, Module.fit
 among them) and the peak memory of accumulation (the cost of ``on_nonfinite='skip'`` and
 ``clip_global_norm`` is measured by nonfinite.py). The report checks each performance goal
@@ -194,7 +194,7 @@ def targets(rows):
 
     Returns a list of dicts 'target' (the goal, where it applies), 'value' (the figures) and
     'met' (True, False, or None where the rows it needs were not measured). Ratios are
-    paired by repeat (see ``_harness.paired``); the goals:
+    paired by repeat (see ``gluonkit.bench.harness.paired``); the goals:
 
     * ``fit`` and ``gluonkit`` at least ``VS_REFERENCE`` x the samples/s of ``REFERENCE``,
       for each of ``GOAL_NETS`` on each of ``GOAL_DEVICES`` (and each kvstore measured);

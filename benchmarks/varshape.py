@@ -7,7 +7,7 @@
 The data are images of random height and width (uniform in --min-size..--max-size, so the
 mean pixel count equals that of a --ref-size square image) and random labels. Every
 contestant trains the same network on the same samples for the same number of epochs, each
-in its own process, repeats interleaved (see _harness.py). Results go to a JSON file and to
+in its own process, repeats interleaved (see gluonkit/bench/harness.py). Results go to a JSON file and to
 the "Variable shapes" section of benchmarks/README.md.
 """
 import os

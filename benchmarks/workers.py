@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from . import _common
-from ._harness import machine, markdown_table
+from gluonkit.bench.harness import machine, markdown_table
 
 __all__ = ["RUNS", "run", "snippet", "parse_args", "main"]
 

@@ -250,7 +250,9 @@ class Checkpoint:
         untouched. Then the parameters are set (each device's saved copy onto its device
         when the number of devices is the same, else the first device's copy everywhere),
         the trainer's state is loaded, replacing its pending window, and the Python and NumPy
-        generators are restored as at ``save``.
+        generators are restored as at ``save``. With a distributed trainer every worker calls
+        ``load`` (it compares the positions across the workers): checkpoints of different
+        epochs or updates are refused on every worker, naming both positions.
 
         Parameters
         ----------
@@ -294,6 +296,8 @@ class Checkpoint:
                 trainer.check_state_dict(trainer_state, names=net)
             except ValueError as err:
                 raise CheckpointError(f"Checkpoint {path!r} does not fit the trainer: {err}") from None
+            if getattr(trainer, "num_workers", 1) > 1:
+                _check_same_position(path, trainer, meta)
 
         self._apply(net, plan)
         if trainer is not None:
@@ -399,6 +403,22 @@ class Checkpoint:
                 for target, copy in zip(targets[1:], copies[1:]):
                     if copy is not copies[0]:
                         target[:] = mx.nd.array(copy, dtype=copy.dtype)
+
+
+def _check_same_position(path, trainer, meta):
+    """Refuse, on every worker at once, checkpoints of different positions (epoch, update):
+    each worker sends its own and gets every worker's back (a collective)."""
+    rank, workers = trainer.rank, trainer.num_workers
+    positions = np.zeros((workers, 2))
+    positions[rank] = meta["epoch"], meta["step"]
+    positions = trainer.sum_over_workers(positions).reshape(workers, 2)
+    other = next((r for r in range(workers) if (positions[r] != positions[rank]).any()), None)
+    if other is None:   # this worker's position is every worker's
+        return
+    at = lambda r: f"epoch {int(positions[r][0])}, update {int(positions[r][1])}"
+    raise CheckpointError(f"Checkpoint {path!r} is at {at(rank)} on rank {rank}, but rank {other} resumes from "
+                          f"{at(other)}: every worker must resume from the same update; load the checkpoints "
+                          "the workers saved together (ModelCheckpoint(resume=True) finds the newest).")
 
 
 class _LegacyUnpickler(pickle.Unpickler):

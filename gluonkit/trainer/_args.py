@@ -11,10 +11,11 @@ from mxnet import gluon
 
 from ..validate import choice, finite_real, is_int
 from ..names import first_names
+from .horovod import launched_ranks
 
-__all__ = ["check_clip", "check_clip_setting", "check_horovod", "check_kvstore", "check_launched",
-           "check_learning_rate", "check_optimizer", "check_pending", "check_policy", "check_update_on_kvstore",
-           "is_distributed", "unique_params", "warn_if_launched"]
+__all__ = ["check_clip", "check_clip_setting", "check_horovod", "check_horovod_options", "check_kvstore",
+           "check_launched", "check_learning_rate", "check_optimizer", "check_pending", "check_policy",
+           "check_update_on_kvstore", "is_distributed", "unique_params", "warn_if_launched"]
 
 _NONFINITE_POLICIES = ("ignore", "skip", "raise")
 _KVSTORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async", "dist_device_async",
@@ -36,12 +37,18 @@ def check_kvstore(kvstore):
 
 
 def warn_if_launched(kvstore):
-    """Warn a worker of a launched job whose Trainer does not reduce across workers."""
-    workers = os.environ.get("DMLC_NUM_WORKER", "1")
+    """Warn a worker of a launched job (``gluonkit-launch``, ``horovodrun`` or ``mpirun``) whose
+    Trainer does not reduce across workers."""
+    workers, ranks = os.environ.get("DMLC_NUM_WORKER", "1"), launched_ranks()
     if os.environ.get("DMLC_ROLE") == "worker" and workers != "1":
-        warnings.warn(f"This process is a worker of a job of {workers} workers (DMLC_ROLE=worker, set by the "
-                      f"launcher) but its Trainer's kvstore is {kvstore!r}: each worker trains a copy of its own. "
-                      "Pass kvstore='dist_sync' (or mx.kv.create('dist_sync')).", stacklevel=3)
+        job, fix = f"a worker of a job of {workers} workers (DMLC_ROLE=worker, set by the launcher)", \
+            "Pass kvstore='dist_sync' (or mx.kv.create('dist_sync'))."
+    elif ranks is not None and ranks > 1:
+        job, fix = f"a rank of a job of {ranks} ranks (started by horovodrun or mpirun)", "Pass kvstore='horovod'."
+    else:
+        return
+    warnings.warn(f"This process is {job} but its Trainer's kvstore is {kvstore!r}: each worker trains a copy "
+                  f"of its own. {fix}", stacklevel=3)
 
 
 def check_launched(kvstore):
@@ -61,11 +68,25 @@ def check_horovod(params, compression_params, update_on_kvstore):
                          "optimizer, every rank applies the same update. Leave update_on_kvstore unset.")
     if compression_params:
         raise ValueError(f"compression_params={compression_params!r} cannot be used with kvstore='horovod' "
-                         "(MXNet's gradient compression belongs to its own kvstores); leave it unset.")
+                         "(it sets the 1-bit or 2-bit compression of MXNet's kvstores); for Horovod's float16 "
+                         "compression pass kvstore=gluonkit.trainer.Horovod(compression=hvd.Compression.fp16).")
     sparse = [p.name for p in _param_list(params) if p._stype != "default" or p._grad_stype != "default"]
     if sparse:
         raise ValueError(f"kvstore='horovod' sums dense gradients; {', '.join(sparse)} are sparse. Use "
                          "kvstore='dist_sync' for sparse parameters.")
+
+
+def check_horovod_options(kvstore, options):
+    """Horovod's own options (``compression``, ``gradient_predivide_factor``) only for a Horovod
+    the Trainer creates from ``kvstore='horovod'``."""
+    if not options:
+        return
+    name = next(iter(options))
+    if not (isinstance(kvstore, str) and kvstore.lower() == "horovod"):
+        fix = (f"pass it to gluonkit.trainer.Horovod({name}=...)" if isinstance(kvstore, mx.kv.KVStoreBase)
+               and getattr(kvstore, "type", None) == "horovod" else "use kvstore='horovod' under horovodrun")
+        raise ValueError(f"{name}={options[name]!r} is an option of Horovod's all-reduce, given with "
+                         f"kvstore={kvstore!r}; {fix}, or leave {name} unset.")
 
 
 def check_optimizer(optimizer, optimizer_params):

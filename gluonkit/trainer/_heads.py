@@ -174,21 +174,9 @@ def check_head_state(state):
 
 
 class HeadCounting:
-    """``begin_window``, ``weigh_losses``, ``window_counts`` and ``update`` with counts by head
-    of ``gluonkit.Trainer`` (a mixin; its only user): the window's counts by head live in the
-    Trainer's ``_heads`` (a :class:`HeadWindow`), its micro-batches in ``_window``."""
-
-    def update(self, batch_size, ignore_stale_grad=False):
-        """As ``gluon.Trainer.update`` (after ``allreduce_grads``); ``batch_size`` may be a window's
-        counts by head (a dict), in a window begun with ``begin_window``: they must equal its
-        counts, and the gradient, weighed by ``weigh_losses`` already, is applied as it is."""
-        if not isinstance(batch_size, dict) and self._heads.totals is None:
-            super().update(batch_size, ignore_stale_grad)
-            return
-        by_head, _ = self._count_heads(batch_size)
-        self._heads.add(by_head)
-        self._check_heads()
-        super().update(1, ignore_stale_grad)
+    """``begin_window``, ``weigh_losses`` and ``window_counts`` of ``gluonkit.Trainer`` (a mixin;
+    its only user): the window's counts by head live in the Trainer's ``_heads`` (a
+    :class:`HeadWindow`), its micro-batches in ``_window``."""
 
     def begin_window(self, counts):
         """Begin a window whose losses are normalized head by head: ``counts`` is each head's

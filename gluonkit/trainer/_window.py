@@ -32,6 +32,7 @@ class Window:
         self.steps = 0
         self.count = 0       # the numbers' sum
         self.arrays = []     # the NDArray counts, not read
+        self.unbacked = []   # the NDArray counts stepped without a backward: 0, or an error at the update
         self.statistics = None
         self.saved = False   # the pending steps are in a state_dict (a checkpoint keeps them)
         if not _OPEN:
@@ -39,9 +40,12 @@ class Window:
             atexit.register(_warn_at_exit)
         _OPEN.add(self)
 
-    def add(self, count):
-        """Count one micro-batch: ``count`` a number or a one-element float64 NDArray."""
-        if isinstance(count, mx.nd.NDArray):
+    def add(self, count, without_backward=False):
+        """Count one micro-batch: ``count`` a number or a one-element float64 NDArray (one
+        stepped ``without_backward`` must read 0, checked by ``without_backward()``)."""
+        if without_backward:
+            self.unbacked.append(count)
+        elif isinstance(count, mx.nd.NDArray):
             self.arrays.append(count)
         else:
             self.count += count
@@ -51,20 +55,22 @@ class Window:
     def take(self):
         """``(count, arrays)`` of the window, which is empty afterwards."""
         taken = self.count, self.arrays
-        self.steps, self.count, self.arrays = 0, 0, []
+        self.steps, self.count, self.arrays, self.unbacked = 0, 0, [], []
         return taken
 
     def total(self):
         """``(steps, count)``, the NDArray counts read and added (a wait)."""
-        count = self.count
-        if self.arrays:
-            count += whole(read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in self.arrays)))[0])
-        return self.steps, count
+        return self.steps, self.count + _read_sum(self.arrays + self.unbacked)
+
+    def without_backward(self):
+        """The sum of the NDArray counts stepped without a backward (read: a wait, only where
+        there are some); 0 unless a step counted samples it never ran a backward for."""
+        return _read_sum(self.unbacked)
 
     def replace(self, steps, count):
         """Take ``steps`` micro-batches that counted ``count`` (a number) as the window (one
         loaded from a saved state, which keeps it)."""
-        self.steps, self.count, self.arrays = steps, count, []
+        self.steps, self.count, self.arrays, self.unbacked = steps, count, [], []
         self.saved = True
 
     def mark_saved(self):
@@ -80,6 +86,13 @@ class Window:
         """Set the running statistics back to the window's start (a dropped window)."""
         if self.statistics is not None:
             self.statistics.restore()
+
+
+def _read_sum(arrays):
+    """The sum of one-element NDArrays, read (0 for none, without a wait)."""
+    if not arrays:
+        return 0
+    return whole(read(mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in arrays)))[0])
 
 
 def _warn_at_exit():

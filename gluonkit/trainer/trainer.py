@@ -8,9 +8,9 @@ from mxnet import gluon
 
 from ..names import first_names, network_names, select
 from ..validate import check_count, is_int, positive_int
-from ._args import (check_clip, check_clip_setting, check_horovod, check_kvstore, check_launched,
-                    check_learning_rate, check_optimizer, check_pending, check_policy, check_update_on_kvstore,
-                    is_distributed, unique_params, warn_if_launched)
+from ._args import (check_clip, check_clip_setting, check_horovod, check_horovod_options, check_kvstore,
+                    check_launched, check_learning_rate, check_optimizer, check_pending, check_policy,
+                    check_update_on_kvstore, is_distributed, unique_params, warn_if_launched)
 from ._heads import HeadCounting, HeadWindow
 from ._gradients import clip_factors, read, replicas, scaled_update, sum_of_squares, zero
 from .horovod import Horovod, is_horovod
@@ -106,7 +106,7 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         'horovod' (or a ``gluonkit.trainer.Horovod``) sums over the ranks of a job started
         by ``horovodrun`` with the same contract (Horovod is an optional install).
     compression_params : dict, optional
-        As for ``gluon.Trainer``.
+        As for ``gluon.Trainer`` (MXNet's 1-bit and 2-bit kvstore compression; not with Horovod).
     update_on_kvstore : bool, optional
         As for ``gluon.Trainer``. With a distributed kvstore updates run on the workers
         (the global sample count changes from update to update), so it cannot be True there;
@@ -132,6 +132,9 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         Scale each update's gradient (the window's, normalized by the global count) so that
         its L2 norm over all parameters is at most this value; ``global_norm`` gives the norm
         before clipping.
+    compression, gradient_predivide_factor : optional
+        With ``kvstore='horovod'``, as for ``hvd.DistributedTrainer``: ``hvd.Compression.fp16``
+        sends the gradients as float16; the counts stay exact (see ``gluonkit.trainer.Horovod``).
 
     Example::
 
@@ -147,7 +150,7 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
                  compression_params=None, update_on_kvstore=None, accumulate=1, on_nonfinite="ignore",
-                 clip_global_norm=None):
+                 clip_global_norm=None, compression=None, gradient_predivide_factor=None):
         accumulate = positive_int(accumulate, "accumulate", "micro-batches per update; use 1 to update on every step")
         check_policy(on_nonfinite)
         clip_global_norm = check_clip(clip_global_norm)
@@ -155,9 +158,12 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         check_kvstore(kvstore)
         params, names = _named(params)
         params = unique_params(params)
+        horovod_options = {name: value for name, value in (("compression", compression),
+                           ("gradient_predivide_factor", gradient_predivide_factor)) if value is not None}
+        check_horovod_options(kvstore, horovod_options)
         if is_horovod(kvstore):
             check_horovod(params, compression_params, update_on_kvstore)
-            kvstore = kvstore if isinstance(kvstore, Horovod) else Horovod()
+            kvstore = kvstore if isinstance(kvstore, Horovod) else Horovod(**horovod_options)
         check_update_on_kvstore(params, kvstore, update_on_kvstore)
         distributed, asynchronous = is_distributed(kvstore)
         if clip_global_norm is not None:
@@ -180,6 +186,8 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
                          compression_params=compression_params,
                          update_on_kvstore=update_on_kvstore)
         _aggregate_updates(self._optimizer)
+        if isinstance(kvstore, Horovod):   # the summed gradients arrive divided by it
+            self._scale *= kvstore.gradient_predivide_factor
         if clip_global_norm is not None and update_on_kvstore is None:
             self._kvstore_params["update_on_kvstore"] = False   # clip the summed gradient first
         self._names = names
@@ -336,7 +344,8 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             with no backward since the last update (no parameter got a gradient) is a
             ``RuntimeError``, also raised before anything changes, whatever ``accumulate``;
             except a step of count 0, a micro-batch that got no sample (as on a worker or
-            rank whose share of it was empty), which adds nothing.
+            rank whose share of it was empty), which adds nothing; an NDArray count of 0 too
+            (read at the update, which raises that ``RuntimeError`` if it is not 0).
 
             Counts by head (``{'mlm': n_tokens, 'nsp': n_sequences}``), in a window begun
             with ``begin_window`` whose losses ``weigh_losses`` weighed: this micro-batch's
@@ -356,12 +365,15 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             by_head, count = self._count_heads(batch_size)
         else:
             by_head, count = None, check_count(batch_size)
-        nothing = not isinstance(count, mx.nd.NDArray) and count == 0   # a micro-batch of no sample
-        if not nothing and not self._has_fresh_gradient():
+        if isinstance(count, mx.nd.NDArray):   # 0 is a micro-batch of no sample: decided when read
+            without_backward = not self._has_fresh_gradient()
+        elif count != 0 and not self._has_fresh_gradient():
             raise RuntimeError(_NO_GRADIENT)
+        else:
+            without_backward = False
         if by_head is not None:
             self._heads.add(by_head)
-        self._window.add(count)
+        self._window.add(count, without_backward)
         if self._window.steps < self._accumulate:
             return False
         return self._apply_window(ignore_stale_grad)
@@ -391,10 +403,68 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             return bool(self._window.steps) and self._apply_window(ignore_stale_grad)
         applied = False
         while True:
+            self._wait_for_collectives()   # so that none is in flight when the last round lets a worker go
             self._heads.join(self.sum_over_workers)
             applied = self._apply_window(ignore_stale_grad, active=False) or applied
             if not wait_for_workers or not self.workers_busy:
                 return applied
+
+    def allreduce_grads(self):
+        """Sum each parameter's gradient over the devices (and the workers), for ``update``.
+
+        Taking ``step`` apart, as GluonNLP's scripts do: ``allreduce_grads()``, then whatever
+        reads or scales the summed gradients (``gluon.utils.clip_global_norm``), then
+        ``update(count)``. With a distributed kvstore (or Horovod) every worker calls both (they
+        are collectives): the workers first agree which parameters got a gradient on some
+        worker, and a worker that got none for one sends zeros, so all send the same.
+        """
+        if not self._kv_initialized:
+            self._init_kvstore()
+        if self._params_to_init:
+            self._init_params()
+        if self._kvstore and self._update_on_kvstore:
+            raise RuntimeError("allreduce_grads() cannot be used with update_on_kvstore=True: the kvstore "
+                               "updates the parameters as it sums. Create the Trainer with "
+                               "update_on_kvstore=False, or call step() alone.")
+        if self._distributed:
+            self._select(elsewhere=self._agree(0, 0, True).fresh)
+        self._allreduce_grads()
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        """Apply the gradients ``allreduce_grads`` summed, normalized by ``batch_size`` summed over
+        the workers: each worker passes its own count, as to ``step``, so that
+        ``allreduce_grads(); update(n)`` equals ``step(n)``. A collective with a distributed kvstore.
+
+        Parameters
+        ----------
+        batch_size : int, float, NDArray or dict
+            As for ``step`` (read here: a wait for an NDArray). Counts that sum to 0 over the
+            workers skip the update with a warning, as a window of 0 does. In a window begun
+            with ``begin_window``, its counts by head (a dict), which must equal its counts: the
+            gradient, weighed by ``weigh_losses`` already, is applied as it is.
+        ignore_stale_grad : bool, default False
+            As for ``step``.
+        """
+        if isinstance(batch_size, dict) or self._heads.totals is not None:
+            by_head, _ = self._count_heads(batch_size)   # the losses were weighed by the window's counts
+            self._heads.add(by_head)
+            self._check_heads()
+            count = 1
+        else:
+            count = check_count(batch_size)
+            if isinstance(count, mx.nd.NDArray):
+                count = whole(read(count)[0])
+            if self._distributed:
+                count = whole(float(self.sum_over_workers([count])[0]))
+        if self._kvstore and self._update_on_kvstore:
+            raise RuntimeError("update() cannot be used with update_on_kvstore=True: the kvstore updates "
+                               "the parameters as it sums. Create the Trainer with update_on_kvstore=False, "
+                               "or call step() alone.")
+        selected = self._select(ignore_stale_grad) if self._selected is None else self._selected
+        if not 0 < count < math.inf:
+            self._drop_empty(selected, count)
+            return
+        super().update(count, ignore_stale_grad)
 
     def _apply(self, ignore_stale_grad, active=True, normalizer=None):
         """Apply the pending window as one update; False if it was dropped. The gradient is
@@ -415,6 +485,7 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             self._init_params()
         if self._accumulate > 1:
             self._check_accumulating()
+        self._check_without_backward()
         scaler = self._amp_loss_scaler
         decides = self._on_nonfinite != "ignore" or scaler is not None
         if self._distributed:   # the workers agree on the count and the parameters first
@@ -520,6 +591,26 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         warnings.warn(f"Skipped an update: the gradient of {culprit} holds NaN or Inf "
                       f"({self._nonfinite_skips} skipped so far).", stacklevel=4)
 
+    def _check_without_backward(self):
+        """Refuse a window in which an NDArray count other than 0 was stepped without a backward."""
+        given = self._window.without_backward()
+        if given:
+            self._window.take()
+            self._selected = None
+            self._finish([p for p in self._params if p._data is not None and p.grad_req != "null"])
+            self._window.restore_statistics()
+            raise RuntimeError(f"step() was given a count of {given} (an NDArray, read now) with no backward "
+                               "since the last update; only a micro-batch of no sample (a count of 0) may "
+                               "step without a backward. Call loss.backward() inside autograd.record() "
+                               "before trainer.step(); this window was dropped, nothing was updated.")
+
+    def _wait_for_collectives(self):
+        """Wait until the parameters' last update, and so every all-reduce it read, is done."""
+        for param in self._params:
+            if param._data is not None:
+                for array in param.list_data():
+                    array.wait_to_read()
+
     def _check_accumulating(self):
         """Refuse a trainable parameter switched to grad_req='write' within accumulation."""
         written = [self._name_of(p) for p in self._params if p.grad_req == "write"]
@@ -604,7 +695,7 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         if not self._kvstore:
             return
         if isinstance(self._kvstore, Horovod):   # dense only: one grouped all-reduce
-            self._kvstore.pushpull(selected, [self._params[i].list_grad() for i in selected])
+            self._kvstore.pushpull(selected, [self._params[i].list_grad() for i in selected], gradients=True)
             return
         for i in selected:
             param = self._params[i]

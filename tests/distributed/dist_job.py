@@ -2,6 +2,8 @@
 
 ``python dist_job.py OUT_DIR train [ARG...]`` trains with uneven shards and accumulation, and
 records the extra arguments, its task id, working directory and ``GLUONKIT_JOB_NOTE``;
+``python dist_job.py OUT_DIR split`` trains the same by ``allreduce_grads(); update(n)``, then
+steps an NDArray count of 0 without a backward (see ``split``);
 ``python dist_job.py OUT_DIR slow`` steps slowly for a long time (for fault tests);
 ``python dist_job.py OUT_DIR raise`` steps slowly, and worker 1 raises at its third step
 (``exit``: calls ``sys.exit`` with a message there); ``deaf`` steps slowly ignoring SIGTERM;
@@ -23,6 +25,7 @@ import gluonkit
 ACCUMULATE = 2
 # SIZES[update][rank] = micro-batch sizes of that worker in that update: uneven on purpose
 SIZES = [[(5, 3), (2, 7)], [(1, 4), (6, 6)], [(9, 2), (1, 1)]]
+ZERO_UPDATES = 2
 
 
 def dataset():
@@ -77,6 +80,41 @@ def train(out_dir):
                    "note": os.environ.get("GLUONKIT_JOB_NOTE")}, f)
 
 
+def split(out_dir):
+    """``train``'s updates taken apart (``allreduce_grads(); update(n)``, each worker its own
+    count, worker 1 as an NDArray), into ``worker{rank}.params``; then ``ZERO_UPDATES`` of two
+    micro-batches ``x[4u:4u+4]`` each, but worker 1 gets no sample in its second and steps
+    ``mx.nd.array([0])`` without a backward, into ``zero{rank}.params``."""
+    kv = mx.kv.create("dist_sync")
+    x, y = dataset()
+    mx.random.seed(1000 + kv.rank)
+    net = make_net()
+    net.initialize(mx.init.Xavier())
+    if kv.rank == 0:
+        net.save_parameters(os.path.join(out_dir, "initial.params"))
+    trainer = gluonkit.Trainer(net.collect_params(), OPTIMIZER[0], dict(OPTIMIZER[1]), kvstore=kv,
+                               accumulate=ACCUMULATE)
+    for update in range(len(SIZES)):
+        rows = [i for u, rank, begin, end in micro_batches() if u == update and rank == kv.rank
+                for i in range(begin, end)]
+        with autograd.record():
+            loss = loss_fn(net(nd.array(x[rows])), nd.array(y[rows]))
+        loss.backward()
+        trainer.allreduce_grads()
+        trainer.update(nd.array([len(rows)]) if kv.rank == 1 else len(rows))
+    net.save_parameters(os.path.join(out_dir, f"worker{kv.rank}.params"))
+    for update in range(ZERO_UPDATES):
+        for second in (False, True):
+            if second and kv.rank == 1:
+                trainer.step(nd.array([0]))
+                continue
+            with autograd.record():
+                loss = loss_fn(net(nd.array(x[4 * update:4 * update + 4])), nd.array(y[4 * update:4 * update + 4]))
+            loss.backward()
+            trainer.step(4)
+    net.save_parameters(os.path.join(out_dir, f"zero{kv.rank}.params"))
+
+
 def slow(out_dir, fail_at=None, how="raise"):
     kv = mx.kv.create("dist_sync")
     net = make_net()
@@ -121,7 +159,7 @@ def first_step(out_dir, t0):
 
 
 if __name__ == "__main__":
-    modes = {"train": train, "slow": slow, "raise": lambda out: slow(out, fail_at=3),
+    modes = {"train": train, "split": split, "slow": slow, "raise": lambda out: slow(out, fail_at=3),
              "exit": lambda out: slow(out, fail_at=3, how="exit"),
              "deaf": deaf,
              "first-step": lambda out: first_step(out, sys.argv[3])}

@@ -8,7 +8,7 @@ With ``stop``, rank 0 sends itself SIGTERM after its third batch (both stop afte
 fourth); rank 1 gets no signal and takes ``SLOW_END`` seconds in ``on_train_end`` (a
 checkpoint that is slow to write), then writes ``OUT_DIR/ended1``. horovodrun ends the other
 ranks as soon as one exits, so rank 1 writes that file only if rank 0 waits for it before
-leaving ``fit``.
+leaving ``fit``. Each rank saves its checkpoint (``ModelCheckpoint``) as it stops.
 """
 import json
 import os
@@ -20,7 +20,7 @@ import mxnet as mx
 from mxnet import gluon
 
 import gluonkit
-from gluonkit.callbacks import Callback, EarlyStopping
+from gluonkit.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 EPOCHS, PATIENCE = 6, 2
 SLOW_END = 8.0   # more than horovodrun's 5 s between its SIGTERM and its SIGKILL
@@ -51,7 +51,8 @@ def main(out_dir, mode):
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     if mode == "stop":
         gluonkit.fit(net, loss, trainer, train, epochs=EPOCHS, progress=False,
-                     callbacks=[_StopAndSlowEnd(trainer.rank, out_dir)])
+                     callbacks=[ModelCheckpoint(os.path.join(out_dir, "checkpoints")),
+                                _StopAndSlowEnd(trainer.rank, out_dir)])
         return
     val = gluon.data.DataLoader(gluonkit.data.digits(train=False), batch_size=64)
     history = gluonkit.fit(net, loss, trainer, train, epochs=EPOCHS,

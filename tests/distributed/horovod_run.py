@@ -36,22 +36,23 @@ def require_horovod():
     pytest.skip(message)
 
 
-def start(ranks, command, timeout, cwd=None):
+def start(ranks, command, timeout, cwd=None, threads=1):
     """``horovodrun --gloo -np RANKS -H localhost:RANKS sh -c 'exec COMMAND'``, followed as a
     ``Watched`` (stdout and stderr merged) and killed after ``timeout`` seconds.
 
     The command goes through ``sh -c`` so that horovodrun never reads its options as its own,
     and ``exec`` so that the SIGTERM horovodrun passes on reaches it (horovodrun signals the
-    processes its shell started, here the command itself). Each rank gets one OpenMP thread.
+    processes its shell started, here the command itself). Each rank gets ``threads`` OpenMP
+    threads.
     """
     argv = [HOROVODRUN, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}", "--network-interface", "lo",
             "sh", "-c", "exec " + " ".join(map(shlex.quote, command))]
-    return Watched(argv, timeout, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return Watched(argv, timeout, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
 
 
-def horovodrun(ranks, command, timeout, cwd=None):
+def horovodrun(ranks, command, timeout, cwd=None, threads=1):
     """Run ``command`` on ``ranks`` ranks to the end; ``(exit code, output)``."""
-    return start(ranks, command, timeout, cwd).finish()
+    return start(ranks, command, timeout, cwd, threads).finish()
 
 
 def rank_pids(run, ranks, seconds=30):

@@ -8,10 +8,13 @@ import threading
 import uuid
 
 import pytest
+from mxnet import autograd, gluon, nd
+from numpy.testing import assert_allclose
 
 from command_lines import WAITING_ROLE, leaks, role_files, wait_for_files
 from gluonkit.launch import launch
-from job_check import JOB, assert_trained_like_one_process
+from gluonkit.params import select
+from job_check import JOB, assert_trained_like_one_process, load_job
 from watch import Watched, no_process_left
 
 
@@ -24,6 +27,31 @@ def test_two_workers_with_uneven_shards_and_accumulation_match_one_process(tmp_p
     result = subprocess.run(_launch_command(tmp_path, "train", 90), capture_output=True, text=True, timeout=150)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_trained_like_one_process(tmp_path)
+
+
+def test_allreduce_grads_then_update_with_local_counts_and_a_zero_ndarray_count_on_dist_sync(tmp_path):
+    # GluonNLP's update taken apart, each worker passing its own count; then a worker that got
+    # no sample steps mx.nd.array([0]) without a backward
+    result = subprocess.run(_launch_command(tmp_path, "split", 90), capture_output=True, text=True, timeout=150)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained_like_one_process(tmp_path)
+    job = load_job()
+    net = job.make_net()
+    net.load_parameters(str(tmp_path / "initial.params"))
+    trainer = gluon.Trainer(net.collect_params(), job.OPTIMIZER[0], dict(job.OPTIMIZER[1]))
+    x, y = job.dataset()
+    updates = [[i for u, _, begin, end in job.micro_batches() if u == update for i in range(begin, end)]
+               for update in range(len(job.SIZES))]
+    updates += [list(range(4 * u, 4 * u + 4)) * 3 for u in range(job.ZERO_UPDATES)]   # 3 micro-batches, 1 empty
+    for rows in updates:
+        with autograd.record():
+            loss = job.loss_fn(net(nd.array(x[rows])), nd.array(y[rows]))
+        loss.backward()
+        trainer.step(len(rows))
+    for rank in (0, 1):
+        got = nd.load(str(tmp_path / f"zero{rank}.params"))
+        for name, value in select(net).items():
+            assert_allclose(got[name].asnumpy(), value.data().asnumpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_a_killed_server_ends_the_job_with_a_report_and_no_process_left(tmp_path):

@@ -19,6 +19,19 @@ def test_a_trainer_without_a_distributed_kvstore_in_a_launched_worker_warns(monk
         gluonkit.Trainer(net.collect_params(), "sgd", kvstore="device")
 
 
+@pytest.mark.parametrize("environment", [{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},   # mpirun
+                                         {"PMI_RANK": "0", "PMI_SIZE": "2"}])                          # MPICH
+def test_a_trainer_without_a_kvstore_on_a_rank_that_mpirun_started_warns(monkeypatch, environment):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    net = gluon.nn.Dense(2, in_units=3)
+    net.initialize()
+    with pytest.warns(UserWarning, match=r"a rank of a job of 2 ranks \(started by horovodrun or mpirun\) but its "
+                                         r"Trainer's kvstore is 'device': each worker trains a copy of its own. "
+                                         r"Pass kvstore='horovod'"):
+        gluonkit.Trainer(net.collect_params(), "sgd")
+
+
 def test_the_recipe_in_a_launched_worker_without_a_distributed_kvstore_is_refused(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("DMLC_ROLE", "worker")
     with pytest.raises(SystemExit) as info:

@@ -193,3 +193,50 @@ def test_a_window_refused_for_its_ndarray_count_leaves_the_running_statistics(po
     after = params_of(net)
     for name in ("1.running_mean", "1.running_var", "0.weight"):
         assert_array_equal(after[name], before[name], err_msg=name)
+
+
+def test_an_ndarray_count_of_zero_without_a_backward_steps_like_the_number_zero():
+    # a micro-batch that got no sample, its count computed on the device (num_valid.sum())
+    nets = [_net()]
+    nets.append(_twin(nets[0]))
+    ref = _twin(nets[0])
+    trainers = [gluonkit.Trainer(n.collect_params(), "sgd", dict(OPT), accumulate=3) for n in nets]
+    plain = gluon.Trainer(ref.collect_params(), "sgd", dict(OPT))
+    for zero, net, trainer in zip((nd.array([0]), 0), nets, trainers):
+        for lo, hi in ((0, 5), (5, 12)):
+            assert not trainer.step(zero)          # first in the window: no backward yet
+            _backward(net, lo, hi)
+            assert not trainer.step(hi - lo)
+            assert trainer.step(zero)              # the third micro-batch, empty again
+    for lo, hi in ((0, 5), (5, 12)):
+        _backward(ref, lo, hi)
+        plain.step(hi - lo)
+    for name, value in params_of(ref).items():
+        assert_allclose(params_of(nets[0])[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+        assert_array_equal(params_of(nets[0])[name], params_of(nets[1])[name], err_msg=name)
+
+
+def test_an_ndarray_count_without_a_backward_that_is_not_zero_is_refused_at_the_update_and_nothing_is_applied():
+    net = _net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT), accumulate=2)
+    before = params_of(net)
+    trainer.step(nd.array([3]))                    # three samples, but no backward ran
+    _backward(net, 0, 4)
+    with pytest.raises(RuntimeError, match=r"step\(\) was given a count of 3 \(an NDArray, read now\) with no "
+                                           r"backward since the last update"):
+        trainer.step(4)
+    assert trainer.pending == (0, 0)
+    for name, value in params_of(net).items():
+        assert_array_equal(value, before[name], err_msg=name)
+
+
+def test_update_counts_that_sum_to_zero_skip_the_update_with_a_warning():
+    net = _net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT))
+    before = params_of(net)
+    _backward(net, 0, 4)
+    trainer.allreduce_grads()
+    with pytest.warns(UserWarning, match="sum to 0"):
+        trainer.update(nd.array([0]))
+    for name, value in params_of(net).items():
+        assert_array_equal(value, before[name], err_msg=name)

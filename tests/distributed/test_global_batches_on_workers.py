@@ -8,7 +8,7 @@ from numpy.testing import assert_allclose
 
 from job_check import load_job
 
-JOB = load_job(__file__.replace("test_global_batches.py", "global_batch_job.py"))
+JOB = load_job(__file__.replace("test_global_batches_on_workers.py", "global_batch_job.py"))
 
 
 def _launch(out_dir, workers, mode):

@@ -16,7 +16,7 @@ from mxnet.gluon.data.vision import transforms
 
 from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
-from .metadata import ExportError, ExportedModel, model_files, read_metadata
+from .metadata import FORMAT, ExportError, ExportedModel, model_files, read_metadata
 from .preprocessing import Plan, plan, short_within
 from .results import check_finite, classified, detected, image_files
 
@@ -117,15 +117,15 @@ class _Prepared:
         self.name, self.plan, self.tensor = name, plan, tensor
 
 
-def _prepare(image, preprocessing, name, max_pixels, max_aspect):
+def _prepare(image, preprocessing, name, max_pixels, max_aspect, format=FORMAT):
     """``image`` (a path, or an HWC uint8 array) as a :class:`_Prepared`, following the
-    ``preprocessing`` dict saved with the model."""
+    ``preprocessing`` dict saved with the model (whose metadata has ``format``)."""
     channels = preprocessing["channels"]
     if isinstance(image, str):
         image = read_image(image, channels, max_pixels=max_pixels, max_aspect=max_aspect)
     else:
         image = _pixels(image, channels, name)
-    steps = plan(image.shape[1::-1], preprocessing, name, max_pixels)
+    steps = plan(image.shape[1::-1], preprocessing, name, max_pixels, format)
     for kind, *args in steps.steps:
         if kind == "resize":
             image = mx.image.imresize(image, *args[:2], interp=args[2])
@@ -255,7 +255,8 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
     names = image_files(paths) if paths else list(range(len(images)))
     return _stream(model, names, names if paths else images, batch_size,
                    lambda source, name: _prepare(source, preprocessing, name, max_pixels,
-                                                 max_aspect), top_k, threshold, report)
+                                                 max_aspect, model.metadata["format"]),
+                   top_k, threshold, report)
 
 
 def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,

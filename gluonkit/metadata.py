@@ -13,11 +13,15 @@ import re
 
 from .validate import is_int
 
-__all__ = ["FORMAT", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
+__all__ = ["FORMAT", "READABLE", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
            "read_metadata", "model_files", "file_sha256", "REDO"]
 
-#: Version of the metadata file's layout (2: with 'kind' and 'sha256').
-FORMAT = 2
+#: Version of the metadata file's layout (2: with 'kind' and 'sha256'; 3: ``interp`` applies
+#: to every resize, where format 2 resized ``resize_short``/``crop`` bicubic and ``max_size``
+#: bilinear whatever it said).
+FORMAT = 3
+#: The formats this gluonkit reads (format 2 exports are served as they always were).
+READABLE = (2, 3)
 #: What an exported network does: class scores per output, or GluonCV-style detections
 #: (outputs ids, scores and boxes, each (1, N, 1), (1, N, 1), (1, N, 4) for one image).
 KINDS = ("classifier", "detector")
@@ -140,8 +144,9 @@ def description_problem(m, files=True):
     digests: the ONNX file is the whole model)."""
     if not isinstance(m, dict):
         return f"holds a JSON {type(m).__name__}, not the object export_model writes"
-    if m.get("format") != FORMAT:
-        return f"has format {m.get('format')!r}; this gluonkit reads format {FORMAT}"
+    if m.get("format") not in READABLE:
+        return (f"has format {m.get('format')!r}; this gluonkit reads formats "
+                f"{', '.join(map(str, READABLE))}")
     missing = [k for k in ("kind", "input", "outputs", "preprocessing")
                + (("files", "sha256") if files else ()) if k not in m]
     if missing:

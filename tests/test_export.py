@@ -245,7 +245,7 @@ def _damage(tmp_path, what):
     ("params", "SHA-256 differs"), ("symbol", "SHA-256 differs"), ("list", "holds a JSON list"),
     ("not-json", "is not valid JSON"), ("no-outputs", "misses 'outputs'"),
     ("no-preprocessing", "misses 'preprocessing'"), ("no-sha256", "misses 'sha256'"),
-    ("old-format", "has format 1; this gluonkit reads format 2"),
+    ("old-format", "has format 1; this gluonkit reads formats 2, 3"),
     ("bad-field", r"'preprocessing'\['resize'\] must be None or \[height, width\]")])
 def test_damaged_exports_fail_with_one_line_naming_the_file(tmp_path, what, message):
     _small_export(tmp_path)

@@ -23,6 +23,7 @@ from mxnet.gluon.data.vision import transforms
 from gluonkit.data import DataFileError, class_labels, digits
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageFolderDataset, ImageRecordDataset
 from gluonkit.inference import preprocess, shrink_to
+from gluonkit.preprocessing import BICUBIC, BILINEAR
 from gluonkit.recipes.common import OptionError
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TEST_FRACTION", "VAL_FRACTION", "CapSize",
@@ -181,12 +182,13 @@ def _train_transform(image_size, max_size, mean, std):
 def _preprocessing(channels, mean, std, resize=None, resize_short=None, crop=None, max_size=None):
     """What an image file needs before the exported network sees it (stored in model.json):
     read with ``channels``, resized to ``resize`` (height, width) or its shorter side to
-    ``resize_short`` then center-cropped to ``crop``, or shrunk to ``max_size`` on its longer
-    side; scaled to [0, 1], normalized by ``mean`` and ``std``, laid out as NCHW."""
+    ``resize_short`` then center-cropped to ``crop`` (bicubic, as ``mx.image.resize_short``
+    and ``center_crop``), or shrunk to ``max_size`` on its longer side (bilinear, as training's
+    :class:`CapSize`); scaled to [0, 1], normalized by ``mean`` and ``std``, laid out as NCHW."""
     pair = (lambda n: [n, n] if n else None)
     return {"channels": channels, "resize": pair(resize), "resize_short": resize_short,
-            "crop": pair(crop), "max_size": max_size, "scale": 1 / 255, "mean": list(mean),
-            "std": list(std), "layout": "NCHW"}
+            "crop": pair(crop), "max_size": max_size, "interp": BICUBIC if resize_short else BILINEAR,
+            "scale": 1 / 255, "mean": list(mean), "std": list(std), "layout": "NCHW"}
 
 
 class DatasetUnavailable(FileNotFoundError, RuntimeError):

@@ -25,7 +25,7 @@ except ImportError:         # Pillow and NumPy instead
     cv2 = None
 
 from ..imagefiles import ImageError, check_decoded, read_checked
-from ..metadata import ExportError
+from ..metadata import FORMAT, ExportError
 from ..preprocessing import AREA, AUTO, BICUBIC, BILINEAR, plan
 
 __all__ = ["read_image", "resize", "check_interp", "prepare"]
@@ -156,12 +156,12 @@ def check_interp(preprocessing, path):
                           "opencv-python-headless, or predict with gluonkit-predict.")
 
 
-def prepare(path, preprocessing, max_pixels, max_aspect):
+def prepare(path, preprocessing, max_pixels, max_aspect, format=FORMAT):
     """``(plan, tensor)``: the image file ``path`` as the network's input (CHW float32) and its
-    :class:`gluonkit.preprocessing.Plan`."""
+    :class:`gluonkit.preprocessing.Plan` (``format``: the metadata's)."""
     channels = preprocessing["channels"]
     image = read_image(path, channels, max_pixels, max_aspect)
-    steps = plan(image.shape[1::-1], preprocessing, path, max_pixels)
+    steps = plan(image.shape[1::-1], preprocessing, path, max_pixels, format)
     for kind, *args in steps.steps:
         if kind == "resize":
             image = resize(image, *args)

@@ -64,7 +64,8 @@ def iter_predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
             batch, failed = [], {}
             for name in names[start:start + batch_size]:
                 try:
-                    batch.append((name, *prepare(name, preprocessing, max_pixels, max_aspect)))
+                    batch.append((name, *prepare(name, preprocessing, max_pixels, max_aspect,
+                                                  model.metadata["format"])))
                 except ImageError as err:
                     if on_error == "raise":
                         raise

@@ -18,7 +18,7 @@ from .validate import finite_real, positive_int
 from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
 from .metadata import FORMAT, ExportError, ExportedModel, model_files, read_metadata
 from .preprocessing import Plan, plan, short_within
-from .results import check_finite, classified, detected, image_files
+from .results import check_finite, classified, detected, image_files, not_run
 
 __all__ = ["Model", "load_model", "model_prefix", "predict", "iter_predict", "preprocess",
            "short_within", "shrink_to", "image_files"]
@@ -175,21 +175,31 @@ def _as_input(array, shape, name):
     return _Prepared(name, Plan(values.shape[:0:-1][:2]), values.astype("float32"))
 
 
-def _results(model, batch, top_k, threshold):
+def _results(model, batch, top_k, threshold, report):
     """The results of the :class:`_Prepared` ``batch``, one network call per run of inputs of
     one shape (of at most the model's ``images_per_call``: Faster R-CNN's graph takes one)."""
     most = model.metadata.get("images_per_call") or len(batch)
     for _, same in itertools.groupby(batch, key=lambda item: item.tensor.shape):
         same = list(same)
         for run in (same[i:i + most] for i in range(0, len(same), most)):
-            yield from _run(model, run, top_k, threshold)
+            yield from _run(model, run, top_k, threshold, report)
 
 
-def _run(model, run, top_k, threshold):
-    """The results of one network call on the :class:`_Prepared` inputs ``run``."""
+def _run(model, run, top_k, threshold, report):
+    """The results of one network call on the :class:`_Prepared` inputs ``run``; a call the
+    graph fails gives each image its ``ImageError`` (raised, or with ``report`` its result)."""
     x = mx.nd.stack(*[item.tensor for item in run]).as_in_context(model.ctx)
-    outputs = model.net(x)
-    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    try:
+        outputs = model.net(x)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        for out in outputs:
+            out.wait_to_read()          # where MXNet raises what went wrong in the graph
+    except mx.base.MXNetError:          # the graph cannot run on this input's size
+        errors = [not_run(item.name, item.plan, model.path or "the model") for item in run]
+        if not report:
+            raise errors[0] from None
+        yield from ({"image": item.name, "error": str(err)} for item, err in zip(run, errors))
+        return
     for i, item in enumerate(run):
         row = [out[i] for out in outputs]
         check_finite([o.asnumpy() for o in row], model.kind, model.path or "the model", item.name)
@@ -208,10 +218,10 @@ def _stream(model, names, sources, batch_size, prepare, top_k, threshold, report
             except (ValueError, OSError) as err:   # ImageError, or a file gone meanwhile
                 if not report:
                     raise
-                yield from _results(model, run, top_k, threshold)
+                yield from _results(model, run, top_k, threshold, report)
                 run = []
                 yield {"image": names[i], "error": str(err)}
-        yield from _results(model, run, top_k, threshold)
+        yield from _results(model, run, top_k, threshold, report)
 
 
 def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,

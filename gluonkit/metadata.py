@@ -57,7 +57,7 @@ class ExportedModel:
 
 
 _PREPROCESSING_KEYS = ("channels", "mean", "std", "resize", "resize_short", "crop", "max_size",
-                       "resize_short_within", "pad_to", "interp", "scale", "layout")
+                       "resize_short_within", "pad_to", "min_cells", "interp", "scale", "layout")
 _INTERPOLATIONS = (0, 1, 2, 3, 4, 9)      # OpenCV's, and 9: area to shrink, bicubic to enlarge
 _METADATA_BYTES = 16 << 20      # class names of a large classifier take well under 1 MB
 
@@ -110,6 +110,9 @@ def _preprocessing_problem(preprocessing):
     if p.get("resize_short_within") is not None and not _is_size(p["resize_short_within"], 2):
         return ("['resize_short_within'] must be None or [shorter side, longest side] of positive "
                 f"ints, got {p['resize_short_within']!r}")
+    if p.get("min_cells") is not None and not _is_size(p["min_cells"], 2):
+        return ("['min_cells'] must be None or [stride, cells] of positive ints, got "
+                f"{p['min_cells']!r}")
     buckets = p.get("pad_to")
     if buckets is not None and not (isinstance(buckets, list) and buckets
                                     and all(_is_size(b, 2) for b in buckets)):
@@ -130,6 +133,7 @@ def check_preprocessing(preprocessing):
     ``resize`` / ``crop`` ([height, width]) and ``resize_short`` / ``max_size`` (ints),
     ``resize_short_within`` ([shorter side, longest side], GluonCV's rule), ``pad_to`` (a list
     of [height, width]: padded at the bottom and right to the smallest that holds the image),
+    ``min_cells`` ([stride, cells]: padded until its feature map has that many cells),
     ``interp`` (the resizes' interpolation, default 1: bilinear), ``scale`` (1/255) and
     ``layout`` ('NCHW')."""
     problem = _preprocessing_problem(preprocessing)

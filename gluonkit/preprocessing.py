@@ -9,7 +9,7 @@ NumPy: one plan, two executors. This module imports neither mxnet nor numpy. doc
 from .imagefiles import check_resize
 from .metadata import FORMAT
 
-__all__ = ["Plan", "plan", "short_within", "interpolation", "BILINEAR", "BICUBIC", "AREA", "AUTO"]
+__all__ = ["Plan", "plan", "short_within", "pad_cells", "interpolation", "BILINEAR", "BICUBIC", "AREA", "AUTO"]
 
 #: OpenCV's interpolation codes, as ``mx.image.imresize`` takes them.
 BILINEAR, BICUBIC, AREA = 1, 2, 3
@@ -116,7 +116,10 @@ def plan(size, preprocessing, name, max_pixels, format=FORMAT):
     ``short * longer // shorter``, rounded down as ``mx.image.resize_short``); ``crop`` (the
     largest box of the crop's aspect that fits, centered, then resized to the crop, as
     ``mx.image.center_crop``); ``max_size`` (the longer side shrunk to ``max_size``, the other
-    ``round(side * max_size / longer)``, half to even, at least 1). Every resize uses
+    ``round(side * max_size / longer)``, half to even, at least 1); ``min_cells`` ([stride,
+    cells]: zeros at the bottom, or at the right of an image taller than wide, by whole
+    strides, until ``ceil(height / stride) * ceil(width / stride)`` is at least ``cells``, as
+    a Faster R-CNN needs for its proposals: :func:`pad_cells`). Every resize uses
     ``interp`` (default 1, bilinear; 9: area to shrink both sides, bicubic to enlarge both,
     bilinear otherwise).
 
@@ -150,4 +153,21 @@ def plan(size, preprocessing, name, max_pixels, format=FORMAT):
         scale = p["max_size"] / max(height, width)
         steps.resize(max(1, round(width * scale)), max(1, round(height * scale)), cap_interp,
                      name, max_pixels)
+    if p.get("min_cells"):
+        size = pad_cells(steps.input_size, *p["min_cells"])
+        check_resize(name, steps.size, size, max_pixels)
+        steps.pad(*size)
     return steps
+
+
+def pad_cells(size, stride, cells):
+    """The (width, height) that an input of ``size`` is padded to so that its feature map
+    (``ceil(side / stride)`` cells a side) has at least ``cells`` cells: the shorter side (the
+    height on ties) grown to the fewest whole strides that give them; ``size`` if it has them."""
+    width, height = size
+    across, down = -(-width // stride), -(-height // stride)
+    if across * down >= cells:
+        return size
+    if height <= width:
+        return width, max(height, stride * -(-cells // across))
+    return max(width, stride * -(-cells // down)), height

@@ -85,3 +85,15 @@ def test_the_classifier_recipe_records_the_interp_it_validates_with():
     cropped = _preprocessing(3, MEAN, STD, resize_short=37, crop=32)
     capped = _preprocessing(3, MEAN, STD, max_size=64)
     assert (cropped["interp"], capped["interp"]) == (2, 1)
+
+
+@pytest.mark.parametrize("size, padded", [((96, 14), (96, 32)), ((96, 1), (96, 32)),
+                                          ((16, 32), (64, 32)), ((112, 16), (112, 16)),
+                                          ((33, 33), (33, 33))])
+def test_an_input_too_small_for_the_proposals_is_padded_to_whole_strides(size, padded):
+    """[16, 7]: a Faster R-CNN keeping 100 proposals out of 15 anchors a cell needs 7 cells;
+    96 x 14 has 6 x 1."""
+    steps = plan(size, {"channels": 3, "min_cells": [16, 7]}, "x", 10 ** 8)
+    assert steps.input_size == padded
+    assert steps.steps == ([] if padded == size else [("pad",) + padded])
+    assert steps.to_image([0, 0, *padded]) == [0, 0, *size]       # boxes keep their pixels

@@ -55,6 +55,12 @@ def _saved(arrays, path, digests):
     return write
 
 
+#: What the outputs hold, as ``model.json`` says it (``values``).
+_VALUES = {"classifier": "logits: the probabilities are their softmax",
+           "detector": "ids (the class index, -1 for no box), scores (probabilities) and "
+                       "bboxes ([xmin, ymin, xmax, ymax] in the input's pixels)"}
+
+
 def _outputs(outputs, count, kind):
     """The ``outputs`` metadata: a list of ``{'name', 'classes'}``, one per network output."""
     if kind == "detector" and (outputs is None or isinstance(outputs, (list, tuple))):
@@ -201,7 +207,9 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
                          "mode?).")
     metadata = {"format": FORMAT, "kind": kind, "input": {"name": _DATA, "shape": list(shape)},
                 "outputs": _outputs(outputs, len(probe), kind), "preprocessing": preprocessing,
-                **extra}
+                "values": _VALUES[kind], **extra}
+    if preprocessing is not None:
+        metadata["input"]["color"] = "RGB" if preprocessing["channels"] == 3 else "gray"
     json.dumps(metadata)                                    # serializable, before any file is written
 
     symbol = net(mx.sym.var(_DATA))

@@ -26,6 +26,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
+from . import __version__
 from .atomic import atomic_replace
 from .inference import model_prefix
 from .metadata import file_sha256, model_files, read_metadata
@@ -140,11 +141,59 @@ def onnx_model(symbol, arrays, metadata):
         name = _onnx_name(output, produced)
         if name != spec["name"]:
             _rename(graph, name, spec["name"])
+    _drop_unused_initializers(graph)
+    _declare_shapes(graph, metadata)
     description = {k: v for k, v in metadata.items() if k not in ("files", "sha256")}
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(description)})
-    model.producer_name, model.producer_version = "gluonkit", mx.__version__
-    onnx.checker.check_model(model)
+    model.producer_name, model.producer_version = "gluonkit", __version__
+    model.doc_string = graph.doc_string = _doc_string(metadata)
+    onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _drop_unused_initializers(graph):
+    """Remove the initializers no node reads (onnxruntime warns of each on every load)."""
+    used = {name for node in graph.node for name in node.input}
+    kept = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+
+
+def _declare_shapes(graph, metadata):
+    """Name the input's free axes (``batch``, ``height``, ``width``) and fix what the export
+    knows: a batch of ``images_per_call`` where it is 1 (Faster R-CNN), and each classifier
+    output's number of classes; the outputs' free first axis is the batch too."""
+    batch = metadata.get("images_per_call") if metadata.get("images_per_call") == 1 else None
+    names = ["batch", None, "height", "width"]
+    for i, dim in enumerate(graph.input[0].type.tensor_type.shape.dim):
+        if not dim.HasField("dim_value"):
+            _set(dim, batch if i == 0 else None, names[i] if i < len(names) else f"axis{i}")
+    classes = {o["name"]: o["classes"] for o in metadata["outputs"]}
+    for value in graph.output:
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            _set(dims[0], batch, "batch")
+        known = classes.get(value.name) if metadata["kind"] == "classifier" else None
+        if known and len(dims) == 2 and not dims[1].HasField("dim_value"):
+            _set(dims[1], len(known), None)
+
+
+def _set(dim, value, name):
+    """Make ``dim`` ``value`` where given, else the named free axis ``name``."""
+    if value is not None:
+        dim.dim_value = value
+    elif name is not None:
+        dim.dim_param = name
+
+
+def _doc_string(metadata):
+    """The graph's description: what goes in and what comes out."""
+    shape = "x".join(map(str, metadata["input"]["shape"]))
+    return (f"A {metadata['kind']} exported by gluonkit {__version__}: input "
+            f"{metadata['input']['name']!r}, float32 NCHW ({shape} at export), "
+            f"{metadata['input'].get('color', 'as given')} images preprocessed as the "
+            f"'gluonkit' metadata property says (docs/preprocessing.md); outputs "
+            f"{', '.join(repr(o['name']) for o in metadata['outputs'])}: {metadata['values']}.")
 
 
 def export_onnx(prefix, onnx_file=None):

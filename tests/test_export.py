@@ -58,7 +58,7 @@ def test_exported_cnn_predicts_like_the_trained_network_without_gluonkit(tmp_pat
                                                   "model.json", "model.onnx"]
     saved = json.loads((tmp_path / "m" / "model.json").read_text())
     assert saved["outputs"] == [{"name": "class", "classes": ["a", "b", "c", "d"]}]
-    assert saved["input"] == {"name": "data", "shape": [3, 10, 10]} == meta["input"]
+    assert saved["input"] == {"name": "data", "shape": [3, 10, 10], "color": "RGB"} == meta["input"]
     block, module = load_elsewhere(tmp_path / "m" / "model", x, tmp_path)
     np.testing.assert_allclose(block[0], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(module[0], expected, rtol=1e-5, atol=1e-6)

@@ -85,6 +85,21 @@ def _outputs(outputs, count, kind):
     return outputs
 
 
+def _check_other_size(net, shape, ctx):
+    """``ValueError`` unless ``net`` runs on one sample of ``shape`` (C, H, W) made larger by
+    half (and odd): what ``dynamic_size=True`` promises."""
+    if len(shape) != 3:
+        raise ValueError(f"dynamic_size=True needs an image input (C, H, W), got input_shape "
+                         f"{shape}.")
+    other = (shape[0], shape[1] + shape[1] // 2 + 1, shape[2] + shape[2] // 2 + 1)
+    try:
+        flatten(net(mx.nd.zeros((1,) + other, ctx=ctx)))[0].wait_to_read()
+    except mx.base.MXNetError:
+        raise ValueError(f"dynamic_size=True: the network runs on input_shape {shape} but not on "
+                         f"{other}, so its height and width are not free (a Dense layer, a "
+                         "fixed reshape); export it with dynamic_size=False.") from None
+
+
 def _detector_shapes(probe):
     """Whether ``probe`` (the outputs for one sample) are a detector's ids, scores and boxes."""
     if len(probe) != 3:
@@ -119,7 +134,7 @@ def _check_running_variances(symbol, arrays):
 
 
 def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epoch=0,
-                 kind="classifier", onnx=None, **extra):
+                 kind="classifier", onnx=None, dynamic_size=False, **extra):
     """Write ``net`` as a symbol, its parameters and a metadata file, for inference.
 
     Parameters
@@ -152,6 +167,11 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         without MXNet: True requires it (``ImportError`` without the onnx package,
         ``ValueError`` for a network the converter cannot translate), None (default) writes
         it where it can and otherwise warns why not, False skips it.
+    dynamic_size : bool
+        Declare ``model.onnx``'s height and width free (a fully convolutional network runs
+        at any size): the network is first run at another size, ``ValueError`` if it cannot;
+        recorded as ``input.dynamic_size`` in the metadata. Without it the ONNX input is of
+        ``input_shape`` (but where the preprocessing leaves images their own sizes).
     **extra
         More JSON-serializable entries for the metadata file (e.g. ``task='detect'``).
 
@@ -200,6 +220,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise ValueError(f"the network cannot run on a sample of input_shape {shape} "
                          f"({str(err).strip().splitlines()[-1]}); pass the shape of one sample "
                          "it takes, without the batch axis.") from None
+    if dynamic_size:
+        _check_other_size(net, shape, ctx)
     if kind == "detector" and not _detector_shapes(probe):
         raise ValueError(f"kind='detector' needs outputs ids, scores and boxes shaped (1, N, 1), "
                          f"(1, N, 1), (1, N, 4); the network returns shapes "
@@ -208,6 +230,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     metadata = {"format": FORMAT, "kind": kind, "input": {"name": _DATA, "shape": list(shape)},
                 "outputs": _outputs(outputs, len(probe), kind), "preprocessing": preprocessing,
                 "values": _VALUES[kind], **extra}
+    if dynamic_size:
+        metadata["input"]["dynamic_size"] = True
     if preprocessing is not None:
         metadata["input"]["color"] = "RGB" if preprocessing["channels"] == 3 else "gray"
     json.dumps(metadata)                                    # serializable, before any file is written

@@ -54,10 +54,12 @@ def _import_onnx():
 
 def _input_shape(metadata):
     """The input's shape with None for the axes that vary: the batch, and height and width
-    where the preprocessing leaves images their own sizes."""
+    where the preprocessing leaves images their own sizes or the export declares them free
+    (``dynamic_size``)."""
     shape = [None] + list(metadata["input"]["shape"])
     p = metadata["preprocessing"]
-    if p is not None and not (p.get("resize") or p.get("crop")) and len(shape) == 4:
+    own_sizes = p is not None and not (p.get("resize") or p.get("crop"))
+    if (own_sizes or metadata["input"].get("dynamic_size")) and len(shape) == 4:
         shape[2:] = [None, None]
     return tuple(shape)
 

@@ -245,3 +245,9 @@ def test_serve_without_opencv_refuses_an_interpolation_it_does_not_reproduce(mon
                                           f"{interp}, which gluonkit.serve reproduces only with "
                                           "OpenCV"):
         gluonkit.serve.images.check_interp({"channels": 3, "interp": interp}, "model.onnx")
+
+
+def test_dynamic_size_is_refused_for_a_network_of_one_size(tmp_path):
+    with pytest.raises(ValueError, match=r"not on \(1, 13, 13\).*dynamic_size=False"):
+        gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), dynamic_size=True)
+    assert not list(tmp_path.iterdir())

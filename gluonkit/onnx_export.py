@@ -195,7 +195,8 @@ def _doc_string(metadata):
             f"{metadata['input']['name']!r}, float32 NCHW ({shape} at export), "
             f"{metadata['input'].get('color', 'as given')} images preprocessed as the "
             f"'gluonkit' metadata property says (docs/preprocessing.md); outputs "
-            f"{', '.join(repr(o['name']) for o in metadata['outputs'])}: {metadata['values']}.")
+            f"{', '.join(repr(o['name']) for o in metadata['outputs'])}"
+            + (f": {metadata['values']}." if metadata.get("values") else "."))
 
 
 def export_onnx(prefix, onnx_file=None):

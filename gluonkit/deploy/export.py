@@ -23,11 +23,11 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from .atomic import atomic_replace
+from ..atomic import atomic_replace
 from .metadata import (FORMAT, KINDS, ExportError, check_preprocessing, file_sha256, model_files,
                        read_metadata)
-from .validate import choice, is_int, non_negative_int
-from .nn.views import flatten
+from ..validate import choice, is_int, non_negative_int
+from ..nn.views import flatten
 from .onnx_export import onnx_model
 
 __all__ = ["export_model", "read_metadata", "model_files", "check_preprocessing", "ExportError",

@@ -14,8 +14,8 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
-from .validate import finite_real, positive_int
-from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
+from ..validate import finite_real, positive_int
+from ..data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
 from .metadata import FORMAT, ExportError, ExportedModel, model_files, read_metadata
 from .preprocessing import Plan, plan, short_within
 from .results import check_finite, classified, detected, image_files, not_run

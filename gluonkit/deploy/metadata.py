@@ -11,7 +11,7 @@ import numbers
 import os
 import re
 
-from .validate import is_int
+from ..validate import is_int
 
 __all__ = ["FORMAT", "READABLE", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
            "read_metadata", "model_files", "file_sha256", "REDO"]

@@ -26,8 +26,8 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from . import __version__
-from .atomic import atomic_replace
+import gluonkit
+from ..atomic import atomic_replace
 from .inference import model_prefix
 from .metadata import file_sha256, model_files, read_metadata
 from .onnx_detection import box_nms_translation
@@ -147,7 +147,7 @@ def onnx_model(symbol, arrays, metadata):
     _declare_shapes(graph, metadata)
     description = {k: v for k, v in metadata.items() if k not in ("files", "sha256")}
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(description)})
-    model.producer_name, model.producer_version = "gluonkit", __version__
+    model.producer_name, model.producer_version = "gluonkit", gluonkit.__version__
     model.doc_string = graph.doc_string = _doc_string(metadata)
     onnx.checker.check_model(model, full_check=True)
     return model
@@ -191,7 +191,7 @@ def _set(dim, value, name):
 def _doc_string(metadata):
     """The graph's description: what goes in and what comes out."""
     shape = "x".join(map(str, metadata["input"]["shape"]))
-    return (f"A {metadata['kind']} exported by gluonkit {__version__}: input "
+    return (f"A {metadata['kind']} exported by gluonkit {gluonkit.__version__}: input "
             f"{metadata['input']['name']!r}, float32 NCHW ({shape} at export), "
             f"{metadata['input'].get('color', 'as given')} images preprocessed as the "
             f"'gluonkit' metadata property says (docs/preprocessing.md); outputs "

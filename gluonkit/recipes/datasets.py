@@ -8,7 +8,7 @@ seeded, so that the test figure is never one the model was chosen on.
 Image folders and RecordIO files get what GluonCV's training scripts give ImageNet: random
 resized crops and flips (drawn from NumPy's generator, so that a resume is exact) for training, a resize and center crop for evaluation, and mean/std
 normalization. The preprocessing needed at inference is returned alongside, as a dict that the
-exported ``model.json`` stores (see :mod:`gluonkit.export`).
+exported ``model.json`` stores (see :mod:`gluonkit.deploy.export`).
 """
 import collections
 import contextlib
@@ -22,8 +22,8 @@ from mxnet.gluon.data.vision import transforms
 
 from gluonkit.data import DataFileError, class_labels, digits
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageFolderDataset, ImageRecordDataset
-from gluonkit.inference import preprocess, shrink_to
-from gluonkit.preprocessing import BICUBIC, BILINEAR
+from gluonkit.deploy.inference import preprocess, shrink_to
+from gluonkit.deploy.preprocessing import BICUBIC, BILINEAR
 from gluonkit.recipes.common import OptionError
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TEST_FRACTION", "VAL_FRACTION", "CapSize",

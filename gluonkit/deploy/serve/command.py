@@ -15,7 +15,7 @@ import argparse
 
 from ..imagefiles import add_limit_options
 from ..results import command_options, exit_as_command, print_stream
-from ..validate import argument_type, finite_real, positive_int
+from ...validate import argument_type, finite_real, positive_int
 from .model import check_threads, load
 from .predict import iter_predict
 

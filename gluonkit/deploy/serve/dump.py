@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from ..atomic import atomic_replace
+from ...atomic import atomic_replace
 
 __all__ = ["Dump"]
 

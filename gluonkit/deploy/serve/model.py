@@ -3,7 +3,7 @@ import json
 import os
 
 from ..metadata import ExportError, ExportedModel, description_problem, file_sha256, read_metadata
-from ..validate import positive_int, process_cpus
+from ...validate import positive_int, process_cpus
 
 __all__ = ["OnnxModel", "load", "check_threads"]
 

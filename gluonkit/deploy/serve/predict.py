@@ -7,7 +7,7 @@ import numpy as np
 from ..imagefiles import MAX_ASPECT, MAX_PIXELS, ImageError, check_limits
 from ..metadata import ExportError
 from ..results import check_finite, classified, detected, image_files, not_run, softmax
-from ..validate import finite_real, positive_int
+from ...validate import finite_real, positive_int
 from .dump import Dump
 from .images import check_interp, prepare
 from .model import OnnxModel, load

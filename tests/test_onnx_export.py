@@ -251,3 +251,18 @@ def test_dynamic_size_is_refused_for_a_network_of_one_size(tmp_path):
     with pytest.raises(ValueError, match=r"not on \(1, 13, 13\).*dynamic_size=False"):
         gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), dynamic_size=True)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_pixel_input_needs_preprocessing_and_the_onnx_file(tmp_path):
+    with pytest.raises(ValueError, match="pixels='NHWC' makes model.onnx take image pixels"):
+        gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), pixels="NHWC")
+    with pytest.raises(ValueError, match="pixels must be one of"):
+        gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), pixels="HWC",
+                              preprocessing=PREPROCESSING)
+    assert not list(tmp_path.iterdir())
+    gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), pixels="NHWC",
+                          preprocessing=PREPROCESSING)
+    model = onnx.load(str(tmp_path / "model.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    assert _dims(model.graph.input[0]) == ["batch", 8, 8, 1]
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8

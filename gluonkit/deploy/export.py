@@ -134,7 +134,7 @@ def _check_running_variances(symbol, arrays):
 
 
 def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epoch=0,
-                 kind="classifier", onnx=None, dynamic_size=False, **extra):
+                 kind="classifier", onnx=None, dynamic_size=False, pixels=None, **extra):
     """Write ``net`` as a symbol, its parameters and a metadata file, for inference.
 
     Parameters
@@ -172,6 +172,12 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         at any size): the network is first run at another size, ``ValueError`` if it cannot;
         recorded as ``input.dynamic_size`` in the metadata. Without it the ONNX input is of
         ``input_shape`` (but where the preprocessing leaves images their own sizes).
+    pixels : {None, 'NCHW', 'NHWC'}
+        ``model.onnx`` takes uint8 RGB (or gray) pixels in this layout, resized as the
+        preprocessing says, and does the scaling, mean and std (and the layout) in its graph:
+        a service only decodes and resizes. Recorded as ``input.pixels``; needs
+        ``preprocessing`` and the ONNX file (not ``onnx=False``). The MXNet files take the
+        float32 tensor as ever.
     **extra
         More JSON-serializable entries for the metadata file (e.g. ``task='detect'``).
 
@@ -222,6 +228,12 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
                          "it takes, without the batch axis.") from None
     if dynamic_size:
         _check_other_size(net, shape, ctx)
+    if pixels is not None:
+        choice(pixels, ("NCHW", "NHWC"), "pixels")
+        if preprocessing is None or onnx is False or len(shape) != 3:
+            raise ValueError(f"pixels={pixels!r} makes model.onnx take image pixels: it needs "
+                             "preprocessing=..., an image input (C, H, W) and the ONNX file "
+                             "(onnx=None or True).")
     if kind == "detector" and not _detector_shapes(probe):
         raise ValueError(f"kind='detector' needs outputs ids, scores and boxes shaped (1, N, 1), "
                          f"(1, N, 1), (1, N, 4); the network returns shapes "
@@ -232,6 +244,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
                 "values": _VALUES[kind], **extra}
     if dynamic_size:
         metadata["input"]["dynamic_size"] = True
+    if pixels is not None:
+        metadata["input"]["pixels"] = pixels
     if preprocessing is not None:
         metadata["input"]["color"] = "RGB" if preprocessing["channels"] == 3 else "gray"
     json.dumps(metadata)                                    # serializable, before any file is written

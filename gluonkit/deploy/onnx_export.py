@@ -145,6 +145,8 @@ def onnx_model(symbol, arrays, metadata):
             _rename(graph, name, spec["name"])
     _drop_unused_initializers(graph)
     _declare_shapes(graph, metadata)
+    if metadata["input"].get("pixels"):
+        _take_pixels(graph, metadata)
     description = {k: v for k, v in metadata.items() if k not in ("files", "sha256")}
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(description)})
     model.producer_name, model.producer_version = "gluonkit", gluonkit.__version__
@@ -180,6 +182,40 @@ def _declare_shapes(graph, metadata):
             _set(dims[1], len(known), None)
 
 
+def _take_pixels(graph, metadata):
+    """Make the graph take uint8 pixels (``metadata['input']['pixels']``: 'NCHW' or 'NHWC')
+    and compute the tensor itself as the preprocessing does, in float32:
+    ``(float(pixel) / 255 - mean) / std``, channels first."""
+    onnx = _import_onnx()
+    helper, p = onnx.helper, metadata["preprocessing"]
+    channels, name = p["channels"], graph.input[0].name
+    inner = name + "_normalized"
+    _rename(graph, name, inner)
+    dims = list(graph.input[0].type.tensor_type.shape.dim)
+    if metadata["input"]["pixels"] == "NHWC":
+        dims = [dims[0], dims[2], dims[3], dims[1]]
+    shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+    del graph.input[:]
+    graph.input.append(helper.make_tensor_value_info(name, onnx.TensorProto.UINT8, shape))
+    per_channel = [1, channels, 1, 1]
+    graph.initializer.extend([
+        helper.make_tensor(name + "_255", onnx.TensorProto.FLOAT, [], [255.0]),
+        helper.make_tensor(name + "_mean", onnx.TensorProto.FLOAT, per_channel,
+                           np.float32(p.get("mean", [0.0] * channels)).tolist()),
+        helper.make_tensor(name + "_std", onnx.TensorProto.FLOAT, per_channel,
+                           np.float32(p.get("std", [1.0] * channels)).tolist())])
+    nodes = [helper.make_node("Cast", [name], [name + "_float"], to=onnx.TensorProto.FLOAT)]
+    first = name + "_float"
+    if metadata["input"]["pixels"] == "NHWC":
+        nodes.append(helper.make_node("Transpose", [first], [name + "_nchw"], perm=[0, 3, 1, 2]))
+        first = name + "_nchw"
+    nodes += [helper.make_node("Div", [first, name + "_255"], [name + "_scaled"]),
+              helper.make_node("Sub", [name + "_scaled", name + "_mean"], [name + "_centred"]),
+              helper.make_node("Div", [name + "_centred", name + "_std"], [inner])]
+    for node in reversed(nodes):
+        graph.node.insert(0, node)
+
+
 def _set(dim, value, name):
     """Make ``dim`` ``value`` where given, else the named free axis ``name``."""
     if value is not None:
@@ -192,7 +228,10 @@ def _doc_string(metadata):
     """The graph's description: what goes in and what comes out."""
     shape = "x".join(map(str, metadata["input"]["shape"]))
     return (f"A {metadata['kind']} exported by gluonkit {gluonkit.__version__}: input "
-            f"{metadata['input']['name']!r}, float32 NCHW ({shape} at export), "
+            f"{metadata['input']['name']!r}, "
+            + (f"uint8 {metadata['input']['pixels']} pixels, normalized in the graph"
+               if metadata["input"].get("pixels") else "float32 NCHW")
+            + f" ({shape} at export), "
             f"{metadata['input'].get('color', 'as given')} images preprocessed as the "
             f"'gluonkit' metadata property says (docs/preprocessing.md); outputs "
             f"{', '.join(repr(o['name']) for o in metadata['outputs'])}"

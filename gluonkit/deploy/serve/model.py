@@ -24,11 +24,13 @@ class OnnxModel(ExportedModel):
     def batches(self):
         """Whether the network runs batches: one image per call where its input's height
         and width vary (as Faster R-CNN's graph, which the converter fixed at one image)."""
-        return all(isinstance(n, int) for n in self.runtime.get_inputs()[0].shape[2:])
+        shape = self.runtime.get_inputs()[0].shape
+        spatial = shape[1:3] if self.metadata["input"].get("pixels") == "NHWC" else shape[2:]
+        return all(isinstance(n, int) for n in spatial)
 
     def run(self, batch):
         """The network's outputs (NumPy arrays, in the metadata's order) for ``batch``
-        (N, C, H, W float32)."""
+        (N, C, H, W float32; or uint8 pixels where the graph normalizes them)."""
         return self.runtime.run([o["name"] for o in self.outputs],
                                 {self.metadata["input"]["name"]: batch})
 

@@ -81,7 +81,8 @@ def iter_predict(model, images, top_k=5, *, batch_size=32, score_threshold=None,
             for name in names[start:start + batch_size]:
                 try:
                     batch.append((name, *prepare(name, preprocessing, max_pixels, max_aspect,
-                                                  model.metadata["format"])))
+                                                  model.metadata["format"],
+                                                  model.metadata["input"].get("pixels"))))
                 except ImageError as err:
                     if on_error == "raise":
                         raise

@@ -8,7 +8,8 @@ gradients), :mod:`gluonkit.train` (the fit wing: ``fit``, ``evaluate``, checkpoi
 callbacks, metrics), :mod:`gluonkit.data`, :mod:`gluonkit.nn`, :mod:`gluonkit.autograd`,
 :mod:`gluonkit.launch` (distributed jobs), :mod:`gluonkit.recipes` (the commands), and the
 single modules ``split``, ``params``, ``names``, ``ops``, ``validate`` (argument checks),
-``versions`` (the mxnet and numpy check) and ``atomic`` (atomic file writes).
+``versions`` (the mxnet and numpy check), ``commands`` (what a command sets before MXNet
+loads) and ``atomic`` (atomic file writes).
 :mod:`gluonkit.deploy` holds exported models: its MXNet side (``export``, ``onnx_export``,
 ``onnx_detection``, ``inference``) and the side that never imports mxnet (``metadata``,
 ``imagefiles``, ``preprocessing``, ``results``, ``serve``: ``model.onnx`` where MXNet is not
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "Trainer": ".trainer", "split_and_load": ".split", "fit": ".train.loop",
     "evaluate": ".train.evaluate", "Checkpoint": ".train.checkpoint", "Epochs": ".train.resume",
+    "seed_all": ".train.resume",
     "CheckpointError": ".train.checkpoint", "export_model": ".deploy.export",
     "export_onnx": ".deploy.onnx_export", "load_model": ".deploy.inference",
     "predict": ".deploy.inference", "iter_predict": ".deploy.inference",
@@ -43,7 +45,7 @@ __all__ = ["__version__", *_PUBLIC]
 
 #: The modules that import no MXNet (what gluonkit.serve needs): no version check for them.
 _WITHOUT_MXNET = {"serve", "metadata", "imagefiles", "preprocessing", "results", "validate",
-                  "atomic", "errors", "versions", "deploy"}
+                  "atomic", "errors", "versions", "commands", "deploy"}
 #: The modules of :mod:`gluonkit.deploy`, also found at their first addresses (gluonkit.serve).
 _DEPLOYED = ("export", "onnx_export", "onnx_detection", "inference", "metadata",
              "preprocessing", "results", "imagefiles", "serve")

@@ -1,11 +1,11 @@
 """Check at import that mxnet and numpy are versions gluonkit works with."""
-import os
 import sys
+
+from gluonkit.commands import running_command
 
 __all__ = ["check_versions", "check_at_import"]
 
 _MXNET = "1.9.1"
-_CLONE_WRAPPERS = ("classify.py", "multitask.py", "detect.py")
 _FIX = 'pip install "mxnet=={mx}" "numpy>=1.16,<1.24"   (GPU: "mxnet-cu112=={mx}" instead of "mxnet")'
 
 
@@ -44,25 +44,6 @@ def check_versions():
                           f"Fix: {fix}")
 
 
-def _command():
-    """The gluonkit command this process runs (``gluonkit-classify``, ``python -m
-    gluonkit.recipes.classify``, a clone's ``python recipes/classify.py``), or None when
-    gluonkit is imported by another program."""
-    argv = list(getattr(sys, "orig_argv", None) or [])   # the interpreter's own argv (3.10+)
-    if "-m" in argv[:-1] and argv[argv.index("-m") + 1].startswith("gluonkit."):
-        return "python -m " + argv[argv.index("-m") + 1]
-    script = sys.argv[0] if sys.argv else ""
-    if script == "-m":       # before 3.10: runpy is still importing the package of the -m module
-        return "gluonkit"
-    name = os.path.basename(script)
-    if name.startswith("gluonkit-"):
-        return name
-    folder = os.path.basename(os.path.dirname(os.path.abspath(script)))
-    if name in _CLONE_WRAPPERS and folder == "recipes":    # a clone's recipes/classify.py
-        return f"python {os.path.join('recipes', name)}"
-    return None
-
-
 def check_at_import():
     """:func:`check_versions`; a gluonkit command prints the message as one line and exits 1.
 
@@ -72,7 +53,7 @@ def check_at_import():
     try:
         check_versions()
     except ImportError as err:
-        command = _command()
+        command = running_command()
         if command is None:
             raise
         sys.exit(f"{command}: {err}")

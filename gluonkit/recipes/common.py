@@ -3,7 +3,7 @@ recipe copied out of the package still runs.
 
 One ``--config`` loader (JSON or YAML) that sets a parser's defaults, and the options a run
 in ``--out`` recorded when a command resumes or exports it; one device-list parser, the
-OpenMP thread settings a command applies in its ``main()``, argparse types built on
+thread settings of a benchmark that imports MXNet first, argparse types built on
 :mod:`gluonkit.validate`, and a recipe's outputs in ``--out`` (a :mod:`run folder
 <gluonkit.recipes.runs>`): the resolved arguments, the callbacks that write checkpoints,
 history and curves, and the best checkpoint exported.
@@ -20,13 +20,13 @@ import mxnet as mx
 import numpy as np
 
 from gluonkit import validate
+from gluonkit.commands import thread_settings
 from gluonkit.data import DataFileError
 from gluonkit.train.callbacks import Callback
 from gluonkit.train.checkpoint import Checkpoint, CheckpointError
 from gluonkit.train.resume import BatchSizeError
 from gluonkit.recipes import runs
 from gluonkit.recipes.runs import RunFolderError, save_args
-from gluonkit.recipes.workers import usable_cpus
 from gluonkit.trainer import Horovod
 from gluonkit.trainer.horovod import launched_ranks
 
@@ -39,7 +39,6 @@ __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule
            "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
            "test_summary", "CONTINUING", "RecordArgs", "path_type", "dataset_type"]
 
-_WAIT_POLICY = "PASSIVE"
 #: Options that say how a resumed run goes on, not what it trains: the only ones ``--resume``
 #: may change (besides ``--epochs``, the epoch to reach), so that a run's args.json describes it.
 CONTINUING = ("epochs", "ctx", "kvstore", "num_workers", "progress", "hybridize", "data_dir",
@@ -342,21 +341,18 @@ def sizes_type(text):
     return sizes
 
 
-def apply_threads(module=None, argv=None):
-    """Give MXNet one OpenMP thread per core and passive waiting, unless the user set them.
+def apply_threads(module, argv=None):
+    """Give MXNet the thread settings of a command (:func:`gluonkit.commands.thread_settings`)
+    in a program run as ``python -m module`` that imports MXNet before it can set them: the
+    benchmarks. MXNet reads them when it loads, so when it is already imported, the program
+    restarts once as ``python -m module argv`` with them set; the user's own values are kept.
 
-    The cores are those this process may run on, shared by the ``horovodrun`` ranks of the
-    machine (:func:`gluonkit.recipes.workers.usable_cpus`).
-
-    MXNet's thread count is left at half the cores by default, and spinning OpenMP threads
-    slowed training 15-35x whenever other processes kept the cores busy. Both variables are
-    read when MXNet loads, so when MXNet is already imported and ``module`` is given, the
-    command restarts once as ``python -m module argv`` with them set.
+    The gluonkit commands need none of this: they set them before MXNet loads
+    (:func:`gluonkit.commands.prepare_command`), and start once.
     """
-    settings = {"OMP_NUM_THREADS": str(usable_cpus()), "OMP_WAIT_POLICY": _WAIT_POLICY}
-    unset = {name: value for name, value in settings.items() if name not in os.environ}
+    unset = {name: value for name, value in thread_settings().items() if name not in os.environ}
     os.environ.update(unset)
-    if unset and module and "mxnet" in sys.modules and _REEXEC not in os.environ:
+    if unset and "mxnet" in sys.modules and _REEXEC not in os.environ:
         os.environ[_REEXEC] = "1"
         sys.stdout.flush()
         sys.stderr.flush()
@@ -675,13 +671,10 @@ def _checkpoint_fix(err):
 
 
 def run_command(module, parse_args, train, argv=None):
-    """A recipe's ``main``: threads (when ``argv`` is None: a command), INFO logging, then
-    ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
+    """A recipe's ``main``: INFO logging, then ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
     that cannot be read or written (a full disk too), a refused data file, a checkpoint that
     cannot be resumed (under another batch size: with the ``--batch-size`` to pass) or a run
     folder that cannot be taken, with one line naming it (status 1)."""
-    if argv is None:
-        apply_threads(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     try:
         train(parse_args(argv))

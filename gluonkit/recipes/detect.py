@@ -498,8 +498,8 @@ def _train(args, folder):
 def main(argv=None):
     """The ``gluonkit-detect`` command: parse ``argv`` (default: the command line), train.
 
-    Run as a command (``argv`` None), it first gives MXNet one OpenMP thread per core and
-    passive waiting unless ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set.
+    As a command, MXNet runs one OpenMP thread per usable CPU, waiting passively, unless
+    ``OMP_NUM_THREADS`` / ``OMP_WAIT_POLICY`` are set (:mod:`gluonkit.commands`).
     """
     common.run_command(_MODULE, parse_args, train, argv)
 

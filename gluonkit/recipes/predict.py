@@ -27,8 +27,6 @@ from gluonkit.deploy.results import command_options, exit_as_command, format_res
 
 __all__ = ["parse_args", "main", "format_results"]
 
-_MODULE = "gluonkit.recipes.predict"
-
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``)."""
@@ -89,8 +87,6 @@ def _print_coco(results, model, annotations, images_dir):
 
 def main(argv=None):
     """The ``gluonkit-predict`` command."""
-    if argv is None:
-        common.apply_threads(_MODULE)
     args = parse_args(argv)
 
     def predict():

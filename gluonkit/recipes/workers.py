@@ -14,11 +14,10 @@ follows a rule measured on a 2-core machine (docs/benchmarks.md, "Data-loading w
   for the training loop itself, at most :data:`MAX_WORKERS`. On 2 CPUs that is 1.
 """
 import logging
-import os
 
-from gluonkit.validate import process_cpus
+from gluonkit.commands import usable_cpus
 
-__all__ = ["MAX_WORKERS", "IN_MEMORY", "usable_cpus", "room_for_workers", "choose_num_workers"]
+__all__ = ["MAX_WORKERS", "IN_MEMORY", "room_for_workers", "choose_num_workers"]
 
 log = logging.getLogger("gluonkit")
 
@@ -27,15 +26,6 @@ log = logging.getLogger("gluonkit")
 MAX_WORKERS = 4
 #: The datasets whose samples are in memory (no decoding to hand to a worker).
 IN_MEMORY = ("digits", "cifar10", "shapes")
-
-
-def usable_cpus():
-    """The CPUs this process may run on (its affinity where the system reports one), divided
-    among the Horovod ranks started on this machine (``HOROVOD_LOCAL_SIZE``); at least 1."""
-    cpus = process_cpus()
-    local = os.environ.get("HOROVOD_LOCAL_SIZE", "1")
-    ranks = int(local) if local.isdigit() and int(local) > 0 else 1
-    return max(1, cpus // ranks)
 
 
 def room_for_workers(dataset):

@@ -335,8 +335,10 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     leaves the metrics to ``val_data`` and ``eval_fn``. The history's 'loss' is then the
     epoch's sum of the losses divided by the sum of the counts.
 
-    MXNet's generator is reseeded at the start of every epoch from the Python and NumPy
-    states, so seeding NumPy makes a run reproducible and a run resumed from a checkpoint
+    MXNet's generator is reseeded at the start of every epoch from NumPy's state, the epoch
+    and a number drawn from MXNet's generator as the run began, so seeding NumPy and MXNet
+    (``np.random.seed``, ``mx.random.seed``, or ``gluonkit.seed_all``) makes a run
+    reproducible (docs/fit.md, "What a run depends on") and a run resumed from a checkpoint
     (``ModelCheckpoint(..., resume=True)``) ends with the same parameters as one never
     stopped. A stop in mid-epoch resumes at the same batch, with the same data order and
     accumulation window; it is bit-exact unless the rest of that epoch draws from MXNet's

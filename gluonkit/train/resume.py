@@ -19,7 +19,7 @@ from mxnet import gluon
 from ..validate import is_int, non_negative_int
 from ._archive import CheckpointError
 
-__all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "check_sampler_kind", "sampler_of",
+__all__ = ["seed_all", "mxnet_key", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "check_sampler_kind", "sampler_of",
            "BatchSizeError", "RolloverState", "Epochs", "Resumer", "convert_legacy_snapshot"]
 
 log = logging.getLogger("gluonkit")
@@ -51,7 +51,19 @@ def _batches_of(size):
 
 
 def seed_all(seed):
-    """Seed Python's, NumPy's and MXNet's generators with ``seed``, as a run starts."""
+    """Seed Python's, NumPy's and MXNet's generators with ``seed`` (an integer from 0 to
+    2**32 - 1), as a run starts: ``gluonkit.seed_all(0)`` is the one call that makes a run
+    reproducible, also where transforms draw from Python's ``random`` (GluonCV's do).
+
+    Example::
+
+        >>> seed_all(0); a = (random.random(), np.random.rand(), mx.nd.random.uniform().asscalar())
+        >>> seed_all(0); a == (random.random(), np.random.rand(), mx.nd.random.uniform().asscalar())
+        True
+    """
+    if not (is_int(seed) and 0 <= seed < 2 ** 32):
+        error = ValueError if is_int(seed) else TypeError
+        raise error(f"seed must be an integer from 0 to 2**32 - 1 (what NumPy takes), got {seed!r}.")
     random.seed(seed)
     np.random.seed(seed)
     mx.random.seed(seed)
@@ -111,13 +123,22 @@ def set_rng_state(state):
         mx.random.seed(state["mxnet_seed"])
 
 
-def reseed_mxnet(salt=0):
-    """Seed MXNet's generators from the Python and NumPy states and ``salt``; return the seed.
+def mxnet_key():
+    """An integer drawn from MXNet's generator: what a run's reseeds take from the seed the
+    user gave MXNet (``mx.random.seed``), since MXNet cannot report its generator's state."""
+    return int(mx.nd.random.randint(0, 2 ** 31 - 1, shape=(1,), ctx=mx.cpu()).asscalar())
 
-    The seed is a hash of the two states, which are read but not advanced. MXNet cannot
-    report its own generator state, so exact resumption reseeds it at points that a resumed
-    run passes through too: ``fit`` does it at the start of every epoch and when it takes a
-    mid-epoch snapshot (``FitState.snapshot``).
+
+def reseed_mxnet(salt=0):
+    """Seed MXNet's generators from NumPy's state and ``salt``; return the seed.
+
+    The seed is a hash of NumPy's state, which is read but not advanced, and of ``salt``.
+    MXNet cannot report its own generator state, so exact resumption reseeds it at points
+    that a resumed run passes through too: ``fit`` and ``Epochs`` do it at the start of every
+    epoch and when they take a mid-epoch snapshot, with a salt that holds the position and a
+    :func:`mxnet_key` drawn as the run began (so that ``mx.random.seed`` counts too).
+    Python's ``random`` is left out: nothing seeds it unless asked (``np.random.seed`` and
+    ``mx.random.seed`` are how MXNet users seed a run), and gluon's samplers draw from NumPy.
 
     Example::
 
@@ -127,7 +148,6 @@ def reseed_mxnet(salt=0):
     """
     _, keys, pos, has_gauss, gauss = np.random.get_state()
     digest = hashlib.blake2b(digest_size=4)
-    digest.update(repr(random.getstate()).encode())
     digest.update(keys.tobytes())
     digest.update(repr((pos, has_gauss, gauss, salt)).encode())
     seed = int.from_bytes(digest.digest(), "little") & 0x7FFFFFFF
@@ -274,7 +294,8 @@ class Epochs:
 
     Iterating gives the epoch numbers from where the run is; ``batches()`` gives the current
     epoch's batches of ``loader``. Each epoch begins as ``fit``'s do: MXNet's generator is
-    reseeded from the Python and NumPy states (which decide gluon's shuffling), and those
+    reseeded from NumPy's state (which decides gluon's shuffling), the epoch and a number
+    drawn from MXNet's generator as the run began (``mxnet_key``), and the Python and NumPy
     states and the loader's sampler state are noted. ``state_dict()``, saved with a
     checkpoint, holds them and the batches done, so a loop resumed from it with
     ``load_state_dict`` replays the interrupted epoch's order, skips the batches done
@@ -311,6 +332,7 @@ class Epochs:
         self._pending = None         # a mid-epoch state to continue from
         self._epoch_state = None     # generators and sampler as the current epoch began
         self._samples = 0            # samples of the epoch's batches so far
+        self._key = None             # drawn from MXNet as the run begins (mxnet_key)
 
     def __iter__(self):
         while self.epoch < self.epochs:
@@ -322,8 +344,10 @@ class Epochs:
         sampler = sampler_of(self.loader)
         resumed, self._pending = self._pending, None
         if resumed is None:
+            if self._key is None:
+                self._key = mxnet_key()
             rng = get_rng_state()
-            rng["mxnet_seed"] = reseed_mxnet(salt=self.epoch)
+            rng["mxnet_seed"] = reseed_mxnet(salt=(self._key, self.epoch))
             self._epoch_state = {"rng": rng, "sampler": None if sampler is None else sampler.state_dict()}
             skip = 0
         else:
@@ -361,18 +385,21 @@ class Epochs:
         """
         if not self.batch:
             sampler = sampler_of(self.loader)
-            return {"epoch": self.epoch, "batch": 0,
+            return {"epoch": self.epoch, "batch": 0, "mxnet_key": self._key,
                     "sampler": None if sampler is None else sampler.state_dict()}
         rng = get_rng_state()
-        rng["mxnet_seed"] = reseed_mxnet(salt=(self.epoch, self.batch))
+        rng["mxnet_seed"] = reseed_mxnet(salt=(self._key, self.epoch, self.batch))
         return {"epoch": self.epoch, "batch": self.batch, "samples": self._samples, "rng": rng,
-                "epoch_state": self._epoch_state}
+                "epoch_state": self._epoch_state, "mxnet_key": self._key}
 
     def load_state_dict(self, state):
         """Continue from what ``state_dict`` returned (as ``Checkpoint.load`` gives it back)."""
         if not (isinstance(state, dict) and is_int(state.get("epoch")) and is_int(state.get("batch"))):
             raise ValueError(f"state must be what Epochs.state_dict() returned, got {state!r}.")
-        self.epoch, self.batch = state["epoch"], state["batch"]
+        key = state.get("mxnet_key")
+        if key is not None and not is_int(key):
+            raise ValueError(f"state['mxnet_key'] must be an integer or None, got {key!r}.")
+        self.epoch, self.batch, self._key = state["epoch"], state["batch"], key
         if not state["batch"]:
             sampler = sampler_of(self.loader)
             if sampler is not None and state.get("sampler") is not None:
@@ -399,6 +426,7 @@ class Resumer:
         self.seen = 0                # samples of the epoch's batches so far
         self.largest = 0             # samples of the epoch's largest batch so far (the batch size)
         self.skips_at_start = 0      # the trainer's nonfinite_skips when the epoch began
+        self.key = None              # drawn from MXNet as the run begins (mxnet_key)
 
     @staticmethod
     def settings(state):
@@ -415,14 +443,14 @@ class Resumer:
             return {**self.pending, "history": history, "callbacks": callback_states}
         snap = {"epoch": epoch, "batch": batch, "step": state.step, "history": history,
                 "callbacks": callback_states, "settings": self.settings(state),
-                "batch_size": self.largest}
+                "batch_size": self.largest, "mxnet_key": self.key}
         sampler = sampler_of(state.train_data)
         if sampler is not None:
             snap["sampler"] = self.epoch_sampler if batch else sampler.state_dict()
         if batch:
             tally.settle()
             rng = get_rng_state()
-            rng["mxnet_seed"] = reseed_mxnet(salt=(epoch, batch, state.step))
+            rng["mxnet_seed"] = reseed_mxnet(salt=(self.key, epoch, batch, state.step))
             snap.update(epoch_rng=self.epoch_rng, rng=rng, batch_samples=self.seen,
                         loss_sum=tally.loss_sum, samples=tally.samples,
                         metrics=[_metric_sums(m) for m in tally.metrics], grad_norms=list(tally.grad_norms),
@@ -458,7 +486,10 @@ class Resumer:
                 if isinstance(err, BatchSizeError):
                     raise BatchSizeError(message, err.saved, err.given) from None
                 raise CheckpointError(message) from None
-        self.callback_states = snap["callbacks"]
+        key = snap.get("mxnet_key")
+        if key is not None and not is_int(key):
+            raise CheckpointError(f"the checkpoint's mxnet_key must be an integer or None, got {key!r}.")
+        self.callback_states, self.key = snap["callbacks"], key
         self.pending = snap if snap["batch"] else None
         return snap["epoch"], snap["step"], {key: list(values) for key, values in snap["history"].items()}
 
@@ -491,8 +522,10 @@ class Resumer:
         self.epoch_sampler = None if sampler is None else sampler.state_dict()
         snap, self.pending = self.pending, None
         if snap is None:
+            if self.key is None:
+                self.key = mxnet_key()
             self.epoch_rng = get_rng_state()
-            self.epoch_rng["mxnet_seed"] = reseed_mxnet(salt=state.epoch)
+            self.epoch_rng["mxnet_seed"] = reseed_mxnet(salt=(self.key, state.epoch))
             self.skips_at_start = self._skips(state)
             return self._batches(state.train_data, 0, None, None)
         tally.loss_sum, tally.samples = snap["loss_sum"], snap["samples"]

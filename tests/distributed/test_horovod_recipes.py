@@ -2,6 +2,7 @@
 import csv
 import os
 import re
+import shutil
 import signal
 import sys
 
@@ -15,6 +16,7 @@ from gluonkit.recipes import classify
 from horovod_run import horovodrun, rank_pids, require_horovod, start
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPTIONS = ["--kvstore", "horovod", "--limit", "400", "--batch-size", "16", "--no-progress"]
 
 
@@ -64,6 +66,16 @@ def test_classify_on_two_horovod_ranks_tests_the_export_on_the_whole_test_split_
     assert set(got) == set(expected)
     for name in expected:
         assert np.array_equal(got[name], expected[name]), name
+
+
+def test_the_readmes_horovod_line_runs_from_the_folder_that_holds_a_clone_named_gluonkit(tmp_path):
+    """``git clone URL gluonkit`` and the README's horovodrun line from its parent folder: both
+    ranks start the command once and train (OMP_WAIT_POLICY unset, as in a user's shell)."""
+    require_horovod()
+    shutil.copytree(os.path.join(ROOT, "recipes"), tmp_path / "gluonkit" / "recipes")
+    _classify(tmp_path, "--epochs", "1", "--out", str(tmp_path / "run"))
+    assert (tmp_path / "run" / "model-symbol.json").exists()
+    assert len(_history(tmp_path / "run")) == 1
 
 
 @pytest.mark.parametrize("kvstore, message", [

@@ -86,8 +86,8 @@ def test_importing_a_recipe_leaves_the_environment_alone():
     assert done.stdout.split() == ["None", "None"]
 
 
-def test_a_command_restarts_once_with_the_thread_settings(tmp_path):
-    """MXNet reads them when it loads: a command that finds it loaded runs again with them."""
+def test_a_benchmark_that_imported_mxnet_restarts_once_with_the_thread_settings(tmp_path):
+    """MXNet reads them when it loads: a benchmark that finds it loaded runs again with them."""
     (tmp_path / "probe.py").write_text(
         "import os, sys\nprint(os.environ['OMP_NUM_THREADS'], os.environ['OMP_WAIT_POLICY'], "
         "sys.argv[1:], 'mxnet' in sys.modules)\n")

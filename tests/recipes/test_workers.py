@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 from gluonkit.recipes import classify
-from gluonkit.recipes.workers import MAX_WORKERS, room_for_workers, usable_cpus
+from gluonkit.commands import usable_cpus
+from gluonkit.recipes.workers import MAX_WORKERS, room_for_workers
 
 from conftest import CLONE_ENV
 
@@ -47,8 +48,7 @@ def test_the_affinity_counts_not_the_machines_cpus():
 
 def test_training_threads_count_the_same_cpus():
     first = min(os.sched_getaffinity(0))
-    code = "import os; from gluonkit.recipes import common; common.apply_threads(); " \
-           "print(os.environ['OMP_NUM_THREADS'])"
+    code = "from gluonkit.commands import thread_settings; print(thread_settings()['OMP_NUM_THREADS'])"
     assert _in_a_process(code, {first}) == "1"
     assert _in_a_process(code) == str(len(os.sched_getaffinity(0)))
 

@@ -139,7 +139,8 @@ def run(args, serve_python, node_path):
                                  "ms_min": 1e3 * min(seconds), "ms_max": 1e3 * max(seconds),
                                  "images_per_s": batch / _median(seconds),
                                  "vs_symbolblock": _median(times["symbolblock"]) / _median(seconds),
-                                 "vs_onnxruntime": _median(times["onnxruntime"]) / _median(seconds)})
+                                 "vs_onnxruntime":
+                                     _median(times["onnxruntime"]) / _median(seconds)})
     return rows
 
 

@@ -13,8 +13,8 @@ import re
 
 from ..validate import is_int
 
-__all__ = ["FORMAT", "READABLE", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
-           "read_metadata", "model_files", "file_sha256", "REDO"]
+__all__ = ["FORMAT", "READABLE", "KINDS", "ExportError", "ExportedModel", "check_preprocessing",
+           "description_problem", "read_metadata", "model_files", "file_sha256", "REDO"]
 
 #: Version of the metadata file's layout (2: with 'kind' and 'sha256'; 3: ``interp`` applies
 #: to every resize, where format 2 resized ``resize_short``/``crop`` bicubic and ``max_size``

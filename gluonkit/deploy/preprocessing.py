@@ -4,12 +4,14 @@ The ``preprocessing`` dict saved with a model (see :func:`gluonkit.metadata.chec
 says how an image file becomes the input; :func:`plan` turns it, for an image of a given size,
 into resizes and crops, and keeps the map from input pixels back to the image's own (for
 boxes). ``gluonkit.predict`` runs the steps with MXNet (OpenCV), :mod:`gluonkit.serve` with
-NumPy: one plan, two executors. This module imports neither mxnet nor numpy. docs/preprocessing.md specifies every rule.
+NumPy: one plan, two executors. This module imports neither mxnet nor numpy;
+docs/preprocessing.md specifies every rule.
 """
 from .imagefiles import check_resize
 from .metadata import FORMAT
 
-__all__ = ["Plan", "plan", "short_within", "pad_cells", "interpolation", "BILINEAR", "BICUBIC", "AREA", "AUTO"]
+__all__ = ["Plan", "plan", "short_within", "pad_cells", "interpolation", "BILINEAR", "BICUBIC",
+           "AREA", "AUTO"]
 
 #: OpenCV's interpolation codes, as ``mx.image.imresize`` takes them.
 BILINEAR, BICUBIC, AREA = 1, 2, 3

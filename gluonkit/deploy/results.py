@@ -15,8 +15,8 @@ import numpy as np
 from .imagefiles import SUFFIXES, ImageError
 from .metadata import ExportError
 
-__all__ = ["image_files", "softmax", "check_finite", "not_run", "classified", "detected", "format_results",
-           "print_stream", "exit_as_command", "command_options"]
+__all__ = ["image_files", "softmax", "check_finite", "not_run", "classified", "detected",
+           "format_results", "print_stream", "exit_as_command", "command_options"]
 
 _TOP_K = 5      # the commands' default --top-k
 

@@ -187,7 +187,8 @@ def _preprocessing(channels, mean, std, resize=None, resize_short=None, crop=Non
     :class:`CapSize`); scaled to [0, 1], normalized by ``mean`` and ``std``, laid out as NCHW."""
     pair = (lambda n: [n, n] if n else None)
     return {"channels": channels, "resize": pair(resize), "resize_short": resize_short,
-            "crop": pair(crop), "max_size": max_size, "interp": BICUBIC if resize_short else BILINEAR,
+            "crop": pair(crop), "max_size": max_size,
+            "interp": BICUBIC if resize_short else BILINEAR,
             "scale": 1 / 255, "mean": list(mean), "std": list(std), "layout": "NCHW"}
 
 

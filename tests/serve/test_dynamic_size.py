@@ -30,8 +30,8 @@ def _unet_like():
 
 def test_a_fully_convolutional_export_runs_at_other_sizes(serve_python, tmp_path):
     net = _unet_like()
-    gluonkit.export_model(net, tmp_path / "model", (2, 16, 16), outputs={"mask": None, "full": None},
-                          dynamic_size=True, onnx=True)
+    gluonkit.export_model(net, tmp_path / "model", (2, 16, 16),
+                          outputs={"mask": None, "full": None}, dynamic_size=True, onnx=True)
     assert json.loads((tmp_path / "model.json").read_text())["input"]["dynamic_size"] is True
     x = np.random.RandomState(0).rand(2, 2, 24, 32).astype(np.float32)
     got = run_onnx(serve_python, tmp_path, x)

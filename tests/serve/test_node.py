@@ -46,13 +46,17 @@ def _example(folder):
     return path
 
 
-def _run_node(serve_python, node_path, tmp_path, out, images):
-    """gluonkit-serve's results on ``images`` (dumped), and the example's on the dump."""
+def _run_node(serve_python, node_path, tmp_path, out, images, threshold=None):
+    """gluonkit-serve's results on ``images`` (dumped), and the example's on the dump (at the
+    score ``threshold`` where given, else the model's)."""
     dump = tmp_path / "dump"
-    served = serve_json(serve_python, out / "model.onnx", images, "--dump", dump)
+    chosen = [] if threshold is None else ["--score-threshold", str(threshold)]
+    served = serve_json(serve_python, out / "model.onnx", images, "--dump", dump, *chosen)
     done = subprocess.run(["node", str(_example(tmp_path)), str(out / "model.onnx"),
-                           str(out / "model.json"), str(dump)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, NODE_PATH=node_path))
+                           str(out / "model.json"), str(dump)]
+                          + ([] if threshold is None else ["5", str(threshold)]),
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, NODE_PATH=node_path))
     assert done.returncode == 0, done.stderr
     return served, json.loads(done.stdout)
 
@@ -81,19 +85,22 @@ def test_node_example_gives_the_classifier_s_probabilities(serve_python, node_pa
                                    [t["probability"] for t in theirs["top"]], atol=1e-5)
 
 
-@pytest.mark.parametrize("model, options", [
+# (as tests/serve/test_detectors.py: SSD's boxes after four epochs score under its run's
+# threshold, so both take 0.01)
+@pytest.mark.parametrize("model, options, threshold", [
     ("yolo3_mobilenet0.25_custom", ["--limit", "8", "--epochs", "1", "--batch-size", "4",
-                                    "--lr", "0.0001"]),
-    ("ssd_300_mobilenet0.25_custom", ["--limit", "64", "--epochs", "4", "--batch-size", "8"])])
+                                    "--lr", "0.0001"], None),
+    ("ssd_300_mobilenet0.25_custom", ["--limit", "64", "--epochs", "4", "--batch-size", "8"],
+     0.01)])
 def test_node_example_finds_the_detector_s_boxes(serve_python, node_path, tmp_path, model,
-                                                 options):
+                                                 options, threshold):
     from test_detectors import _images as shapes_images
 
     out = tmp_path / "run"
     detect.train(detect.parse_args([*options, "--model", model, "--image-size", "96",
                                     "--out", str(out), "--no-progress"]))
     images = shapes_images(tmp_path / "images", [(96, 96), (500, 60), (61, 97), (45, 45)])
-    served, got = _run_node(serve_python, node_path, tmp_path, out, images)
+    served, got = _run_node(serve_python, node_path, tmp_path, out, images, threshold)
     assert sum(len(r["boxes"]) for r in served) >= 3
     for mine, theirs in zip(got, served):
         assert mine["image"] == theirs["image"] and len(mine["boxes"]) == len(theirs["boxes"])

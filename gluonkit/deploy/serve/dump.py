@@ -39,14 +39,14 @@ class Dump:
         of the image ``name`` preprocessed by ``plan``; its result follows (:meth:`result`)."""
         number = f"{self._count:04d}"
         self._count += 1
-        files = {"input": f"{number}-input.npy"}
-        np.save(os.path.join(self.folder, files["input"]), tensor[None])
+        given = f"{number}-input.npy"
+        np.save(os.path.join(self.folder, given), tensor[None])
+        files = {output: f"{number}-{output}.npy" for output in outputs}
         for output, value in outputs.items():
-            files[output] = f"{number}-{output}.npy"
             np.save(os.path.join(self.folder, files[output]), np.asarray(value)[None])
-        self._pending.setdefault(name, []).append({"image": name, "width": plan.size[0], "height": plan.size[1],
-                               "steps": [list(step) for step in plan.steps],
-                               "input": files.pop("input"), "outputs": files})
+        self._pending.setdefault(name, []).append({
+            "image": name, "width": plan.size[0], "height": plan.size[1],
+            "steps": [list(step) for step in plan.steps], "input": given, "outputs": files})
 
     def result(self, result):
         """Record ``result`` (a result dict, or ``{'image', 'error'}``) in the index."""

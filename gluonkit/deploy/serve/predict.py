@@ -37,7 +37,8 @@ def _results(model, batch, top_k, threshold, report, dump):
             for i, (name, steps, tensor) in enumerate(run):
                 row = [out[i] for out in outputs]
                 if dump is not None:
-                    dump.add(name, steps, tensor, {o["name"]: r for o, r in zip(model.outputs, row)})
+                    dump.add(name, steps, tensor,
+                             {o["name"]: r for o, r in zip(model.outputs, row)})
                 check_finite(row, model.kind, model.path, name)
                 yield (detected(name, steps, model.outputs[0]["classes"], row, threshold)
                        if model.kind == "detector"

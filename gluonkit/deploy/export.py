@@ -203,10 +203,10 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     kind = choice(kind, KINDS, "kind")
     check_preprocessing(preprocessing)
     reserved = sorted(set(extra) & {"format", "kind", "input", "outputs", "preprocessing", "files",
-                                    "sha256"})
+                                    "sha256", "values"})
     if reserved:
         raise TypeError(f"export_model got {reserved} as extra metadata; these entries are its "
-                        "own: pass them as its arguments.")
+                        "own, written from its arguments: pass those, or name yours otherwise.")
     prefix = os.fspath(prefix)
     if not os.path.basename(prefix):
         raise ValueError(f"prefix {prefix!r} names a directory; pass a path prefix for the files, "

@@ -60,7 +60,7 @@ def test_exported_cnn_predicts_like_the_trained_network_without_gluonkit(tmp_pat
                                                   "model.json", "model.onnx"]
     saved = json.loads((tmp_path / "m" / "model.json").read_text())
     assert saved["outputs"] == [{"name": "class", "classes": ["a", "b", "c", "d"]}]
-    assert saved["input"] == {"name": "data", "shape": [3, 10, 10]} == meta["input"]
+    assert saved["input"] == {"name": "data", "shape": [3, 10, 10], "color": "RGB"} == meta["input"]
     block, module = load_elsewhere(tmp_path / "m" / "model", x, tmp_path)
     np.testing.assert_allclose(block[0], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(module[0], expected, rtol=1e-5, atol=1e-6)
@@ -247,7 +247,7 @@ def _damage(tmp_path, what):
     ("params", "SHA-256 differs"), ("symbol", "SHA-256 differs"), ("list", "holds a JSON list"),
     ("not-json", "is not valid JSON"), ("no-outputs", "misses 'outputs'"),
     ("no-preprocessing", "misses 'preprocessing'"), ("no-sha256", "misses 'sha256'"),
-    ("old-format", "has format 1; this gluonkit reads format 2"),
+    ("old-format", "has format 1; this gluonkit reads formats 2, 3"),
     ("bad-field", r"'preprocessing'\['resize'\] must be None or \[height, width\]")])
 def test_damaged_exports_fail_with_one_line_naming_the_file(tmp_path, what, message):
     _small_export(tmp_path)

@@ -468,7 +468,10 @@ def _train(args, folder):
             max(buckets, key=lambda b: b[0] * b[1])
         shape = (3, size[0], size[0]) if family == "faster_rcnn" else (3,) + tuple(size)
         metadata = _export(net, family, checkpoints, os.path.join(args.out, "model"), shape,
-                           serving.serving_preprocessing(family, size, buckets), classes, thresh,
+                           serving.serving_preprocessing(
+                               family, size, buckets,
+                               rcnn.proposal_cells(net) if family == "faster_rcnn" else None),
+                           classes, thresh,
                            getattr(val_set, "category_ids", None))
         log.info("Drawing detections scoring %.2f or more (the best F1 on the validation set).", thresh)
         draw_detections(val_set, detections, classes, os.path.join(args.out, "predictions.png"),

@@ -208,7 +208,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         Declare ``model.onnx``'s height and width free (a fully convolutional network runs
         at any size): the network is first run at another size, ``ValueError`` if it cannot;
         recorded as ``input.dynamic_size`` in the metadata. Without it the ONNX input is of
-        ``input_shape`` (but where the preprocessing leaves images their own sizes).
+        ``input_shape`` (but where the preprocessing leaves images their own sizes). For one
+        image input only, as ``pixels`` and ``preprocessing``: refused for several inputs.
     pixels : {None, 'NCHW', 'NHWC'}
         ``model.onnx`` takes uint8 RGB (or gray) pixels in this layout, resized as the
         preprocessing says, and does the scaling, mean and std (and the layout) in its graph:

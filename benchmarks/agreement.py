@@ -23,7 +23,7 @@ import numpy as np
 from ._common import (ROOT, add_output_options, apply_defaults, benchmark_parser, parse_with_config,
                       thread_settings, write_outputs)
 from gluonkit.bench.harness import machine, markdown_table, measured_on
-from .dist import HOROVODRUN, horovod_available
+from gluonkit.bench.workers import HOROVODRUN, horovod_available
 
 __all__ = ["OPTIMIZERS", "job", "one_process", "measure", "parse_args", "main"]
 

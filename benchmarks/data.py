@@ -58,7 +58,7 @@ from mxnet import gluon
 
 from gluonkit.data import MultiScaleSampler, load_coco, load_voc, sample_generators
 from gluonkit.data.images import read_image
-from gluonkit.imagefiles import image_header
+from gluonkit.deploy.imagefiles import image_header
 from gluonkit.recipes.detection import SizedTransform, detection_loader
 
 from ._common import add_output_options, apply_defaults, benchmark_parser, parse_with_config, \

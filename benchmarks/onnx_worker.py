@@ -15,8 +15,12 @@ import onnxruntime
 
 def main(path, shape, batch, calls, repeats):
     runtime = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    x = np.random.RandomState(0).uniform(-1, 1, (batch,) + shape).astype(np.float32)
-    feed = {runtime.get_inputs()[0].name: x}
+    given = runtime.get_inputs()[0]
+    if given.type == "tensor(uint8)":              # an export that takes pixels
+        x = np.random.RandomState(0).randint(0, 256, (batch,) + shape).astype(np.uint8)
+    else:
+        x = np.random.RandomState(0).uniform(-1, 1, (batch,) + shape).astype(np.float32)
+    feed = {given.name: x}
     for _ in range(3):
         runtime.run(None, feed)
     times = []

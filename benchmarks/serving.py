@@ -4,9 +4,11 @@ Latency at batch 1 and throughput at batch 16 of three exports: the recipe's cla
 (``small_cnn``, 1x8x8), ``resnet18_v1`` (3x224x224) and the detect recipe's default detector
 (``yolo3_mobilenet0.25_custom``, 3x96x96, NMS included). Each is exported once by
 ``gluonkit.export_model`` (random weights: the speed does not depend on them) and run by
-three contestants, each in its own process, repeats interleaved: the MXNet export loaded as a
-``gluon.SymbolBlock`` (hybridized with static memory) and as an ``mx.mod.Module``, and
-``model.onnx`` in onnxruntime in the serving environment (``benchmarks.serving_env``).
+five contestants, each in its own process, repeats interleaved: the MXNet export loaded as a
+``gluon.SymbolBlock`` (hybridized with static memory) and as an ``mx.mod.Module``,
+``model.onnx`` in onnxruntime in the serving environment (``benchmarks.serving_env``), the
+same file in onnxruntime-node (Node.js), and the export that takes uint8 pixels and
+normalizes in its graph (``pixels='NCHW'``) in onnxruntime.
 """
 import json
 import os
@@ -22,7 +24,7 @@ from gluonkit.bench.harness import machine, markdown_table, measured_on
 SECTION = "serving"
 MODELS = {"cnn": (1, 8, 8), "resnet18_v1": (3, 224, 224),
           "yolo3_mobilenet0.25_custom": (3, 96, 96)}
-CONTESTANTS = ("symbolblock", "module", "onnxruntime")
+CONTESTANTS = ("symbolblock", "module", "onnxruntime", "onnxruntime-node", "onnxruntime-uint8")
 #: (batch, calls per repeat) in a full run and with --quick
 BATCHES = {False: ((1, 20), (16, 4)), True: ((1, 2), (16, 1))}
 
@@ -47,7 +49,11 @@ def _export(name, shape, folder):
     net.initialize()
     net(mx.nd.zeros((1,) + shape))
     prefix = os.path.join(folder, name, "model")
-    gluonkit.export_model(net, prefix, shape, outputs=outputs, kind=kind, onnx=True)
+    preprocessing = {"channels": shape[0], "resize": list(shape[1:])}
+    gluonkit.export_model(net, prefix, shape, outputs=outputs, kind=kind, onnx=True,
+                          preprocessing=preprocessing)
+    gluonkit.export_model(net, prefix + "-uint8", shape, outputs=outputs, kind=kind, onnx=True,
+                          preprocessing=preprocessing, pixels="NCHW")
     return prefix
 
 
@@ -88,15 +94,20 @@ def _as_list(outputs):
     return outputs if isinstance(outputs, (list, tuple)) else [outputs]
 
 
-def _measure(contestant, prefix, shape, batch, calls, repeats, serve_python):
+def _measure(contestant, prefix, shape, batch, calls, repeats, serve_python, node_path):
     """One contestant's seconds per call, in a process of its own."""
-    if contestant == "onnxruntime":
-        command = [serve_python, os.path.join(HERE, "onnx_worker.py"), f"{prefix}.onnx"]
+    env = None
+    if contestant in ("onnxruntime", "onnxruntime-uint8"):
+        model = f"{prefix}-uint8.onnx" if contestant.endswith("uint8") else f"{prefix}.onnx"
+        command = [serve_python, os.path.join(HERE, "onnx_worker.py"), model]
+    elif contestant == "onnxruntime-node":
+        command = ["node", os.path.join(HERE, "onnx_worker.js"), f"{prefix}.onnx"]
+        env = dict(os.environ, NODE_PATH=node_path)
     else:
         command = [sys.executable, "-m", "benchmarks.serving", "--worker", contestant, prefix]
     command += [",".join(map(str, shape)), str(batch), str(calls), str(repeats)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800,
-                            cwd=os.path.dirname(HERE))
+                            cwd=os.path.dirname(HERE), env=env)
     if result.returncode:
         raise RuntimeError(f"{contestant} failed: {result.stderr.strip()[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -107,8 +118,9 @@ def _median(values):
     return values[len(values) // 2]
 
 
-def run(args, serve_python):
-    """Every model, batch and contestant; rows of medians and ranges."""
+def run(args, serve_python, node_path):
+    """Every model, batch and contestant (onnxruntime-node where ``node_path`` is given);
+    rows of medians and ranges."""
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name, shape in MODELS.items():
@@ -116,17 +128,19 @@ def run(args, serve_python):
                 continue
             prefix = _export(name, shape, folder)
             for batch, calls in BATCHES[args.quick]:
-                times = {c: [] for c in CONTESTANTS}
+                times = {c: [] for c in CONTESTANTS if node_path or c != "onnxruntime-node"}
                 for _ in range(args.rounds):          # interleaved
-                    for contestant in CONTESTANTS:
+                    for contestant in times:
                         times[contestant] += _measure(contestant, prefix, shape, batch, calls,
-                                                      args.repeats, serve_python)
+                                                      args.repeats, serve_python, node_path)
                 for contestant, seconds in times.items():
                     rows.append({"model": name, "batch": batch, "contestant": contestant,
                                  "ms_per_call": 1e3 * _median(seconds),
                                  "ms_min": 1e3 * min(seconds), "ms_max": 1e3 * max(seconds),
                                  "images_per_s": batch / _median(seconds),
-                                 "vs_symbolblock": _median(times["symbolblock"]) / _median(seconds)})
+                                 "vs_symbolblock": _median(times["symbolblock"]) / _median(seconds),
+                                 "vs_onnxruntime":
+                                     _median(times["onnxruntime"]) / _median(seconds)})
     return rows
 
 
@@ -136,7 +150,8 @@ def report(results):
         ("model", "model"), ("batch", "batch"), ("contestant", "contestant"),
         ("ms per call (min-max)", lambda r: f"{r['ms_per_call']:.2f} ({r['ms_min']:.2f}-{r['ms_max']:.2f})"),
         ("images/s", lambda r: f"{r['images_per_s']:.0f}"),
-        ("speed vs SymbolBlock", lambda r: f"{r['vs_symbolblock']:.2f}x")])
+        ("speed vs SymbolBlock", lambda r: f"{r['vs_symbolblock']:.2f}x"),
+        ("speed vs onnxruntime (Python)", lambda r: f"{r['vs_onnxruntime']:.2f}x")])
     return ("## Serving: model.onnx in onnxruntime vs the MXNet export (`serving.py`)\n\n"
             + __doc__.split("\n\n")[1].replace("\n", " ") + "\n\n" + table + "\n\n"
             + measured_on(results["machine"], results["settings"]))
@@ -164,13 +179,19 @@ def main(argv=None):
         return
     set_env("benchmarks.serving")
     args = parse_args(argv)
-    from .serving_env import serving_python
+    from .serving_env import node_modules, serving_python
 
     info = machine()
-    rows = run(args, args.serve_python or serving_python())
+    try:
+        node_path = node_modules()
+    except (OSError, subprocess.SubprocessError) as err:     # no node, npm or network
+        print(f"benchmarks.serving: onnxruntime-node left out ({err})", file=sys.stderr)
+        node_path = None
+    rows = run(args, args.serve_python or serving_python(), node_path)
     info["load_average_end"] = machine()["load_average"]
     settings = ", ".join(f"{k}={v}" for k, v in thread_settings().items()) or "default threads"
-    results = {"machine": info, "settings": settings + ", onnxruntime default threads",
+    results = {"machine": info, "settings": settings + ", onnxruntime (Python and Node.js) "
+               "default threads",
                "rows": rows}
     write_outputs(args, SECTION, results, report(results))
     print(report(results))

@@ -4,6 +4,10 @@ where ``gluonkit.serve`` runs. Built once and reused, under ``~/.cache/gluonkit`
 ``GLUONKIT_SERVE_ENV``; the serving tests and ``benchmarks.serving`` use it.
 
     python -m benchmarks.serving_env      # build it (or find it) and print its Python
+    python -m benchmarks.serving_env --node    # the same for onnxruntime-node (npm)
+
+Beside it, :func:`node_modules` installs onnxruntime-node (npm, its CPU binaries: no install
+script) for the Node.js example of docs/export.md, under ``~/.cache/gluonkit`` too.
 """
 import fcntl
 import hashlib
@@ -11,11 +15,37 @@ import os
 import subprocess
 import sys
 
-__all__ = ["REQUIREMENTS", "folder", "serving_python", "built_python"]
+__all__ = ["REQUIREMENTS", "NODE_PACKAGE", "folder", "serving_python", "built_python", "node_modules"]
 
 #: What the environment holds: what ``gluonkit[serve]`` needs (OpenCV to decode and resize as
 #: gluonkit.predict does), and numpy 2 to prove it.
 REQUIREMENTS = ["onnxruntime>=1.16", "numpy>=2", "pillow", "opencv-python-headless"]
+
+
+#: The npm package of the Node.js example (its install script, which fetches GPU binaries, is
+#: skipped: the CPU binaries come in the package).
+NODE_PACKAGE = "onnxruntime-node@1.30.0"
+
+
+def node_modules():
+    """The ``node_modules`` folder that holds :data:`NODE_PACKAGE`, installed first if it is
+    not there (once, under a lock). Raises ``FileNotFoundError`` without node or npm and
+    ``subprocess.CalledProcessError`` if npm fails."""
+    where = os.path.join(os.path.expanduser("~"), ".cache", "gluonkit",
+                         "node-env-" + NODE_PACKAGE.replace("@", "-"))
+    ready = os.path.join(where, ".ready")
+    os.makedirs(where, exist_ok=True)
+    with open(where + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(ready):
+            subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts",
+                            "--prefix", where, NODE_PACKAGE], check=True, capture_output=True,
+                           timeout=900)
+            subprocess.run(["node", "-e", "require('onnxruntime-node')"], check=True,
+                           capture_output=True, timeout=120,
+                           env=dict(os.environ, NODE_PATH=os.path.join(where, "node_modules")))
+            open(ready, "w").close()
+    return os.path.join(where, "node_modules")
 
 
 def folder():
@@ -50,4 +80,4 @@ def built_python(where, requirements):
 
 
 if __name__ == "__main__":
-    print(serving_python())
+    print(node_modules() if sys.argv[1:] == ["--node"] else serving_python())

@@ -60,7 +60,7 @@ def test_exported_cnn_predicts_like_the_trained_network_without_gluonkit(tmp_pat
                                                   "model.json", "model.onnx"]
     saved = json.loads((tmp_path / "m" / "model.json").read_text())
     assert saved["outputs"] == [{"name": "class", "classes": ["a", "b", "c", "d"]}]
-    assert saved["input"] == {"name": "data", "shape": [3, 10, 10]} == meta["input"]
+    assert saved["input"] == {"name": "data", "shape": [3, 10, 10], "color": "RGB"} == meta["input"]
     block, module = load_elsewhere(tmp_path / "m" / "model", x, tmp_path)
     np.testing.assert_allclose(block[0], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(module[0], expected, rtol=1e-5, atol=1e-6)
@@ -247,7 +247,7 @@ def _damage(tmp_path, what):
     ("params", "SHA-256 differs"), ("symbol", "SHA-256 differs"), ("list", "holds a JSON list"),
     ("not-json", "is not valid JSON"), ("no-outputs", "misses 'outputs'"),
     ("no-preprocessing", "misses 'preprocessing'"), ("no-sha256", "misses 'sha256'"),
-    ("old-format", "has format 1; this gluonkit reads format 2"),
+    ("old-format", "has format 1; this gluonkit reads formats 2, 3"),
     ("bad-field", r"'preprocessing'\['resize'\] must be None or \[height, width\]")])
 def test_damaged_exports_fail_with_one_line_naming_the_file(tmp_path, what, message):
     _small_export(tmp_path)
@@ -395,9 +395,27 @@ def test_several_inputs_take_their_names_from_a_dict_into_both_files(tmp_path):
     graph = onnx.load(str(tmp_path / "model.onnx")).graph
     assert sorted(value.name for value in graph.input) == ["anchor", "negative", "positive"]
     assert [value.name for value in graph.output] == ["distance", "embedding"]
-    for value in graph.input:      # a free batch axis, then the sample's shape
+    for value in graph.input:      # a free batch axis, named, then the sample's shape
         dims = value.type.tensor_type.shape.dim
-        assert not dims[0].dim_value and [d.dim_value for d in dims[1:]] == [6]
+        assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[1:]] == [6]
+    for value in graph.output:
+        assert value.type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert "'anchor' (6 per sample)" in graph.doc_string
+
+
+def test_a_format_2_export_of_several_inputs_still_predicts(tmp_path):
+    net, _ = _triplet(True)
+    prefix = str(tmp_path / "model")
+    metadata = gluonkit.export_model(net, prefix, input_shape=[(6,)] * 3, onnx=False,
+                                     outputs={"distance": None, "embedding": None})
+    assert metadata["format"] == 3 and "values" in metadata
+    saved = json.loads((tmp_path / "model.json").read_text())
+    del saved["values"]
+    saved["format"] = 2                     # as the exports of gluonkit before format 3
+    (tmp_path / "model.json").write_text(json.dumps(saved))
+    x = [mx.nd.array(np.random.RandomState(i).uniform(-1, 1, (2, 6))) for i in range(3)]
+    distance, _ = gluonkit.load_model(prefix).net(*x)
+    np.testing.assert_allclose(distance.asnumpy(), net(*x)[0].asnumpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_several_inputs_are_refused_in_one_line_where_they_cannot_be_used(tmp_path):
@@ -410,6 +428,10 @@ def test_several_inputs_are_refused_in_one_line_where_they_cannot_be_used(tmp_pa
     with pytest.raises(ValueError, match="takes 3 inputs: export it with preprocessing=None"):
         gluonkit.export_model(net, prefix, input_shape=[(6,)] * 3,
                               preprocessing={"channels": 1, "resize": [8, 8]})
+    for option in ({"dynamic_size": True}, {"pixels": "NHWC"}):
+        with pytest.raises(ValueError, match=rf"^{next(iter(option))}=\.\.\. are for one image "
+                                             "input; the network takes 3 inputs: export it"):
+            gluonkit.export_model(net, prefix, input_shape=[(6,)] * 3, **option)
     with pytest.raises(TypeError, match=r"a list of them for several inputs\), got \[\(6,\), 6"):
         gluonkit.export_model(net, prefix, input_shape=[(6,), 6, (6,)])
     with pytest.raises(ValueError, match=r"input_shape\[1\] must be one sample's shape of "

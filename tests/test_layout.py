@@ -143,3 +143,29 @@ def test_the_rules_catch_what_they_forbid():
         ("gluonkit.data._sampling", ["DataLoader"])
     assert list(private_reads(tree)) == [(2, "_window")]
     assert "_window" not in own_names(tree) and "_window" not in MXNET_INTERNALS
+
+
+#: The side of gluonkit.deploy that a serving machine runs (NumPy 2, onnxruntime, no mxnet).
+WITHOUT_MXNET = ("metadata", "imagefiles", "preprocessing", "results", "serve")
+#: What it may import from gluonkit: itself and the small modules that import no mxnet.
+SERVING_IMPORTS = ["gluonkit.deploy." + name for name in WITHOUT_MXNET] + [
+    "gluonkit.validate", "gluonkit.atomic", "gluonkit.errors", "gluonkit"]
+
+
+def test_the_serving_side_of_deploy_imports_neither_mxnet_nor_the_mxnet_side():
+    found = []
+    for relpath, tree in modules():
+        parts = relpath.split(os.sep)
+        if parts[0] != "deploy" or parts[1].removesuffix(".py") not in WITHOUT_MXNET:
+            continue
+        for module, names in imported_modules(relpath, tree):
+            top = module.split(".")[0]
+            if top in ("mxnet", "gluoncv") or (top == "gluonkit" and not any(
+                    module == allowed or module.startswith(allowed + ".")
+                    for allowed in SERVING_IMPORTS[:-1]) and module != "gluonkit"):
+                found.append((relpath, module))
+    assert found == []
+    assert sorted(name for name in os.listdir(os.path.join(PACKAGE, "deploy"))
+                  if not name.startswith("__")) == sorted(
+        ["export.py", "onnx_export.py", "onnx_detection.py", "inference.py", "metadata.py",
+         "preprocessing.py", "results.py", "imagefiles.py", "serve"])

@@ -47,6 +47,48 @@ def test_export_writes_model_onnx_with_its_metadata(tmp_path):
     assert saved["sha256"]["onnx"] == gluonkit.metadata.file_sha256(tmp_path / "model.onnx")
 
 
+def _dims(value):
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param
+            for d in value.type.tensor_type.shape.dim]
+
+
+def test_declared_shapes_are_what_the_graph_runs(tmp_path):
+    """Named free axes, fixed class counts, no initializer that no node reads, gluonkit as the
+    producer, a description; model.json says the outputs are logits and the channels RGB."""
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(4, 3, activation="relu"), gluon.nn.GlobalAvgPool2D(),
+            gluon.nn.Dense(5))
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 16, 16)))
+    meta = gluonkit.export_model(net, tmp_path / "model", (3, 16, 16), outputs=list("abcde"),
+                                 preprocessing={"channels": 3, "max_size": 16})
+    model = onnx.load(str(tmp_path / "model.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    assert _dims(model.graph.input[0]) == ["batch", 3, "height", "width"]
+    assert _dims(model.graph.output[0]) == ["batch", 5]
+    used = {name for node in model.graph.node for name in node.input}
+    assert all(init.name in used for init in model.graph.initializer)
+    assert (model.producer_name, model.producer_version) == ("gluonkit", gluonkit.__version__)
+    assert "logits" in model.graph.doc_string and "RGB" in model.doc_string
+    assert meta["values"].startswith("logits") and meta["input"]["color"] == "RGB"
+
+
+def test_faster_rcnn_declares_the_one_image_it_runs(tmp_path):
+    from gluonkit.recipes import detection_serving, rcnn
+
+    net = rcnn.build_faster_rcnn("faster_rcnn_mobilenet0.25_custom", ["a", "b"], short=64,
+                                 max_size=96)
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 64, 64)))
+    gluonkit.export_model(net, tmp_path / "model", (3, 64, 64), outputs=["a", "b"],
+                          kind="detector", images_per_call=1,
+                          preprocessing=detection_serving.serving_preprocessing(
+                              "faster_rcnn", (64, 96), min_cells=rcnn.proposal_cells(net)))
+    model = onnx.load(str(tmp_path / "model.onnx"))
+    assert _dims(model.graph.input[0]) == [1, 3, "height", "width"]
+    assert [_dims(o)[0] for o in model.graph.output] == [1, 1, 1]
+
+
 def test_every_head_of_a_multi_output_network_is_a_named_output(tmp_path):
     from gluonkit.recipes.multitask import HEAD_CLASSES, MultiTaskNet
 
@@ -203,3 +245,24 @@ def test_serve_without_opencv_refuses_an_interpolation_it_does_not_reproduce(mon
                                           f"{interp}, which gluonkit.serve reproduces only with "
                                           "OpenCV"):
         gluonkit.serve.images.check_interp({"channels": 3, "interp": interp}, "model.onnx")
+
+
+def test_dynamic_size_is_refused_for_a_network_of_one_size(tmp_path):
+    with pytest.raises(ValueError, match=r"not on \(1, 13, 13\).*dynamic_size=False"):
+        gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), dynamic_size=True)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_pixel_input_needs_preprocessing_and_the_onnx_file(tmp_path):
+    with pytest.raises(ValueError, match="pixels='NHWC' makes model.onnx take image pixels"):
+        gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), pixels="NHWC")
+    with pytest.raises(ValueError, match="pixels must be one of"):
+        gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), pixels="HWC",
+                              preprocessing=PREPROCESSING)
+    assert not list(tmp_path.iterdir())
+    gluonkit.export_model(small_net(), tmp_path / "model", (1, 8, 8), pixels="NHWC",
+                          preprocessing=PREPROCESSING)
+    model = onnx.load(str(tmp_path / "model.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    assert _dims(model.graph.input[0]) == ["batch", 8, 8, 1]
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8

@@ -15,7 +15,7 @@ import pytest
 from conftest import CLONE_ENV, ROOT
 
 DOCS = [Path(ROOT) / "README.md", *sorted((Path(ROOT) / "docs").glob("*.md"))]
-LANGUAGES = {"python", "bash", "text"}
+LANGUAGES = {"python", "bash", "text", "javascript"}   # javascript: tests/serve/test_node.py
 TIMEOUT = 180   # each block runs in well under 60 s on 2 cores; the margin is for a loaded machine
 
 

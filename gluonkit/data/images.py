@@ -2,7 +2,7 @@
 
 Every image gluonkit reads from a file (an image folder, a RecordIO record, ``gluonkit.predict``)
 goes through :func:`decode_image` or :func:`read_image`: the checks of
-:mod:`gluonkit.imagefiles` first (header, limits, a whole file), then OpenCV decodes it at once,
+:mod:`gluonkit.deploy.imagefiles` first (header, limits, a whole file), then OpenCV decodes it at once,
 in the calling thread (the pixels MXNet's ``imdecode`` gives, since that calls OpenCV too,
 without a round trip through MXNet's asynchronous engine), turned upright by the image's EXIF
 orientation unless ``upright=False`` (MXNet's decoder does not turn them). The detection
@@ -21,7 +21,7 @@ import numpy as np
 from gluoncv.data import RecordFileDetection
 from mxnet import gluon
 
-from ..imagefiles import (DECODER_MAX_PIXELS, MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageError,
+from ..deploy.imagefiles import (DECODER_MAX_PIXELS, MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageError,
                           check_decoded, check_header, check_limits, check_resize, check_whole,
                           image_header, image_size, read_checked)
 from .records import detection_objects

@@ -30,7 +30,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from gluonkit.data import DataLoader, bucket_loader, multiscale_loader, seeded_loader
-from gluonkit.inference import load_model
+from gluonkit.deploy.inference import load_model
 from gluonkit.nn import ShapeCache
 from gluonkit.train.evaluate import evaluate
 from gluonkit.train.loop import fit

@@ -374,7 +374,7 @@ def add_device_options(parser):
 def add_image_limits(group):
     """``--max-image-pixels`` and ``--max-aspect-ratio``: the limits on the image files a
     command reads (``gluonkit.data.images``), added to the argument ``group``."""
-    from gluonkit.imagefiles import add_limit_options
+    from gluonkit.deploy.imagefiles import add_limit_options
 
     return add_limit_options(group)
 
@@ -524,7 +524,7 @@ def export_best(net, checkpoints, prefix, input_shape, **export_options):
     metadata, whose 'epoch_trained' is the checkpoint's epoch."""
     import mxnet as mx
 
-    from gluonkit.export import export_model
+    from gluonkit.deploy.export import export_model
     from gluonkit.train.checkpoint import Checkpoint
 
     ckpt = Checkpoint(checkpoints)

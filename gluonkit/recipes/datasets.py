@@ -8,7 +8,7 @@ seeded, so that the test figure is never one the model was chosen on.
 Image folders and RecordIO files get what GluonCV's training scripts give ImageNet: random
 resized crops and flips (drawn from NumPy's generator, so that a resume is exact) for training, a resize and center crop for evaluation, and mean/std
 normalization. The preprocessing needed at inference is returned alongside, as a dict that the
-exported ``model.json`` stores (see :mod:`gluonkit.export`).
+exported ``model.json`` stores (see :mod:`gluonkit.deploy.export`).
 """
 import collections
 import contextlib
@@ -22,7 +22,8 @@ from mxnet.gluon.data.vision import transforms
 
 from gluonkit.data import DataFileError, class_labels, digits
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, SUFFIXES, ImageFolderDataset, ImageRecordDataset
-from gluonkit.inference import preprocess, shrink_to
+from gluonkit.deploy.inference import preprocess, shrink_to
+from gluonkit.deploy.preprocessing import BICUBIC, BILINEAR
 from gluonkit.recipes.common import OptionError
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "TEST_FRACTION", "VAL_FRACTION", "CapSize",
@@ -181,12 +182,14 @@ def _train_transform(image_size, max_size, mean, std):
 def _preprocessing(channels, mean, std, resize=None, resize_short=None, crop=None, max_size=None):
     """What an image file needs before the exported network sees it (stored in model.json):
     read with ``channels``, resized to ``resize`` (height, width) or its shorter side to
-    ``resize_short`` then center-cropped to ``crop``, or shrunk to ``max_size`` on its longer
-    side; scaled to [0, 1], normalized by ``mean`` and ``std``, laid out as NCHW."""
+    ``resize_short`` then center-cropped to ``crop`` (bicubic, as ``mx.image.resize_short``
+    and ``center_crop``), or shrunk to ``max_size`` on its longer side (bilinear, as training's
+    :class:`CapSize`); scaled to [0, 1], normalized by ``mean`` and ``std``, laid out as NCHW."""
     pair = (lambda n: [n, n] if n else None)
     return {"channels": channels, "resize": pair(resize), "resize_short": resize_short,
-            "crop": pair(crop), "max_size": max_size, "scale": 1 / 255, "mean": list(mean),
-            "std": list(std), "layout": "NCHW"}
+            "crop": pair(crop), "max_size": max_size,
+            "interp": BICUBIC if resize_short else BILINEAR,
+            "scale": 1 / 255, "mean": list(mean), "std": list(std), "layout": "NCHW"}
 
 
 class DatasetUnavailable(FileNotFoundError, RuntimeError):

@@ -506,7 +506,8 @@ def _train(args, folder):
         size = max(val_loader.batch_sampler.sizes) if args.image_size else \
             max(buckets, key=lambda b: b[0] * b[1])
         shape = (3, size[0], size[0]) if family == "faster_rcnn" else (3,) + tuple(size)
-        preprocessing = dict(serving.serving_preprocessing(family, size, buckets),
+        cells = rcnn.proposal_cells(net) if family == "faster_rcnn" else None
+        preprocessing = dict(serving.serving_preprocessing(family, size, buckets, cells),
                              exif_orientation=args.exif_orientation)
         metadata = _export(net, family, checkpoints, os.path.join(args.out, "model"), shape,
                            preprocessing, classes, thresh, getattr(val_set, "category_ids", None))

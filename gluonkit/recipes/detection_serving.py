@@ -19,7 +19,7 @@ __all__ = ["MEAN", "STD", "serving_preprocessing", "Detections", "validation_det
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]     # GluonCV's validation transforms
 
 
-def serving_preprocessing(family, size, buckets=None):
+def serving_preprocessing(family, size, buckets=None, min_cells=None):
     """The ``preprocessing`` of ``model.json`` for a run of ``family``.
 
     Parameters
@@ -29,11 +29,15 @@ def serving_preprocessing(family, size, buckets=None):
         The validation input (height, width); Faster R-CNN: (shorter side, longest side).
     buckets : list of (height, width), optional
         A run at the images' own sizes: the buckets images were padded to.
+    min_cells : [stride, cells], optional
+        Faster R-CNN: the fewest feature-map cells its proposals need
+        (``rcnn.proposal_cells``); smaller inputs are padded to them.
     """
     preprocessing = {"channels": 3, "resize": None, "resize_short": None, "max_size": None,
                      "crop": None, "scale": 1 / 255, "mean": MEAN, "std": STD, "layout": "NCHW"}
     if family == "faster_rcnn":                   # FasterRCNNDefaultValTransform
-        return dict(preprocessing, resize_short_within=list(size), interp=1)
+        return dict(preprocessing, resize_short_within=list(size), interp=1,
+                    **({"min_cells": list(min_cells)} if min_cells else {}))
     if buckets:                                   # padded as trained, never resized if it fits
         return dict(preprocessing, pad_to=[list(b) for b in buckets], interp=9)
     return dict(preprocessing, resize=list(size), interp=9)     # YOLO3/SSDDefaultValTransform

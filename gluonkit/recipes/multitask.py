@@ -34,7 +34,7 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from gluonkit.data import digits
-from gluonkit.inference import load_model
+from gluonkit.deploy.inference import load_model
 from gluonkit.nn import Branches
 from gluonkit.train.evaluate import evaluate
 from gluonkit.train.loop import fit

@@ -20,10 +20,10 @@ import json
 import os
 
 from gluonkit.data.coco import coco_image_ids
-from gluonkit.inference import iter_predict, load_model
+from gluonkit.deploy.inference import iter_predict, load_model
 from gluonkit.recipes import common
 from gluonkit.recipes.coco_metric import coco_results
-from gluonkit.results import command_options, exit_as_command, format_results, print_stream
+from gluonkit.deploy.results import command_options, exit_as_command, format_results, print_stream
 
 __all__ = ["parse_args", "main", "format_results"]
 

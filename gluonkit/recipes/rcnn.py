@@ -103,6 +103,14 @@ def build_faster_rcnn(name, classes, *, scales=ZOO_SCALES, short=600, max_size=1
         pos_iou_thresh=0.5, pos_ratio=0.25, max_num_gt=100, per_device_batch_size=images_per_device)
 
 
+def proposal_cells(net):
+    """``[stride, cells]``: the fewest feature-map cells (of ``stride`` pixels) an input of
+    ``net`` needs, as its RPN keeps its test-time proposals out of the anchors of every cell
+    (an input with fewer fails inside the graph); the ``min_cells`` of its preprocessing."""
+    per_cell = net.rpn.anchor_generator.num_depth
+    return [_STRIDE, -(-net.rpn.get_test_post_nms() // per_cell)]
+
+
 def place_target_generator(net, ctx):
     """Put the network's R-CNN target generator on the devices ``ctx`` (GluonCV creates it on
     the CPU when first used), as GluonCV's ``ForwardBackwardTask`` does; returns ``net``."""

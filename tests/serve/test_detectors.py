@@ -98,3 +98,22 @@ def test_faster_rcnn_served_finds_the_boxes_mxnet_finds_on_images_of_their_own_s
     assert {r["score_threshold"] for r in served} == {r["score_threshold"] for r in expected}
     assert all(r["boxes"] for r in expected)                    # the outputs are not trivial
     _assert_same_boxes(served, expected)
+
+
+def test_faster_rcnn_takes_wide_and_tall_images_in_both_commands(serve_python, tmp_path):
+    """Trained at --image-size 64 (inputs within 64 x 96), a 600x90 image is 96x14: 6 x 1
+    feature cells, 90 anchors for 100 proposals. Padded to 96x32 as model.json says, it is
+    predicted, by gluonkit-predict and gluonkit-serve alike, and so is every other image."""
+    out = tmp_path / "run"
+    backbone = mobilenet_backbone_file(tmp_path / "mobilenet0.25.params")
+    options = [o if o != "96" else "64" for o in FASTER_RCNN]
+    detect.train(detect.parse_args([*options, "--pretrained-file", str(backbone),
+                                    "--out", str(out)]))
+    assert gluonkit.load_model(str(out / "model")).metadata["preprocessing"]["min_cells"] == \
+        [16, 7]
+    images = _images(tmp_path / "images", [(600, 90), (900, 10), (600, 7), (90, 600), (64, 64)])
+    expected = gluonkit.predict(str(out / "model"), [str(images)], batch_size=1)
+    served = serve_json(serve_python, out / "model.onnx", images)
+    assert all("error" not in r for r in expected + served)
+    assert all(r["boxes"] for r in expected)
+    _assert_same_boxes(served, expected)

@@ -1,8 +1,10 @@
 """gluonkit-serve in its own environment (onnxruntime, numpy 2, Pillow, no mxnet) against
 gluonkit.predict in MXNet, on networks the recipes trained for a short run."""
+import json
 import os
 
 import cv2
+import mxnet as mx
 import numpy as np
 import pytest
 
@@ -185,3 +187,29 @@ def test_a_network_of_several_inputs_runs_by_name_and_the_command_says_how(serve
         f"gluonkit-serve: {tmp_path / 'model.onnx'} takes 3 inputs (anchor, positive, negative), "
         "not image files; run it from Python with a batch per input: gluonkit.serve.load("
         f"{str(tmp_path / 'model.onnx')!r}).run(anchor, positive, negative).")
+
+
+def test_dump_writes_the_tensors_and_outputs_another_implementation_checks_itself_by(
+        serve_python, classifier, tmp_path):
+    """Each dumped input is gluonkit.predict's tensor of the image, to the bit; each dumped
+    output is what the MXNet network gives on it (to float32 noise), and the softmax of it
+    the probabilities printed."""
+    prefix, images = classifier
+    dump = tmp_path / "conformance"
+    served = serve_json(serve_python, str(prefix) + ".onnx", images, "--dump", dump)
+    index = json.loads((dump / "index.json").read_text())
+    assert [e["image"] for e in index] == [r["image"] for r in served]
+    model = gluonkit.load_model(str(prefix))
+    for entry, result in zip(index, served):
+        tensor = np.load(dump / entry["input"], allow_pickle=False)
+        expected = gluonkit.inference.preprocess(entry["image"], model.metadata["preprocessing"])
+        np.testing.assert_array_equal(tensor, expected.asnumpy()[None])
+        logits = np.load(dump / entry["outputs"]["class"], allow_pickle=False)
+        np.testing.assert_allclose(logits, model.net(mx.nd.array(tensor)).asnumpy(), atol=1e-5)
+        probabilities = np.exp(logits[0] - logits[0].max())
+        probabilities /= probabilities.sum()
+        assert result["top"][0]["probability"] == pytest.approx(probabilities.max(), abs=1e-6)
+        assert entry["result"] == result and (entry["width"], entry["height"]) == \
+            cv2.imread(entry["image"], cv2.IMREAD_UNCHANGED).shape[1::-1]
+    again = run_serve(serve_python, str(prefix) + ".onnx", images, "--dump", dump)
+    assert again.returncode == 1 and "holds conformance data already" in again.stderr

@@ -12,11 +12,11 @@ import sys
 
 import numpy as np
 
-from .imagefiles import SUFFIXES
+from .imagefiles import SUFFIXES, ImageError
 from .metadata import ExportError
 
-__all__ = ["image_files", "softmax", "check_finite", "classified", "detected", "format_results",
-           "print_stream", "exit_as_command", "command_options"]
+__all__ = ["image_files", "softmax", "check_finite", "not_run", "classified", "detected",
+           "format_results", "print_stream", "exit_as_command", "command_options"]
 
 _TOP_K = 5      # the commands' default --top-k
 
@@ -70,6 +70,17 @@ def _top(probabilities, classes, k):
     order = np.argsort(-probabilities, kind="stable")[:k]
     return [{"class": classes[i] if classes else int(i), "probability": float(probabilities[i])}
             for i in order]
+
+
+def not_run(name, plan, model_path):
+    """The ``ImageError`` of the image ``name`` whose input (``plan``: a
+    :class:`gluonkit.preprocessing.Plan`) the network of ``model_path`` failed to run on: said
+    in one line, so that the other images are still predicted."""
+    (width, height), (in_width, in_height) = plan.size, plan.input_size
+    return ImageError(f"{name} ({width}x{height} pixels, input {in_width}x{in_height}) cannot be "
+                      f"run by {model_path}: its graph fails on an input of that size; give the "
+                      "image another shape (closer to square), or export the model again "
+                      "(gluonkit records the smallest input each family takes).")
 
 
 def classified(name, specs, probabilities, top_k):

@@ -4,7 +4,7 @@ import os
 
 from ..metadata import (ExportError, ExportedModel, description_problem, file_sha256, input_specs,
                         read_metadata)
-from ..validate import positive_int, process_cpus
+from ...validate import positive_int, process_cpus
 
 __all__ = ["OnnxModel", "load", "check_threads"]
 
@@ -25,11 +25,14 @@ class OnnxModel(ExportedModel):
     def batches(self):
         """Whether the network runs batches: one image per call where its input's height
         and width vary (as Faster R-CNN's graph, which the converter fixed at one image)."""
-        return all(isinstance(n, int) for n in self.runtime.get_inputs()[0].shape[2:])
+        shape = self.runtime.get_inputs()[0].shape
+        spatial = shape[1:3] if self.inputs[0].get("pixels") == "NHWC" else shape[2:]
+        return all(isinstance(n, int) for n in spatial)
 
     def run(self, *arrays):
         """The network's outputs (NumPy arrays, in the metadata's order) for ``arrays``, a
-        batch per input in the order of :attr:`inputs` (an image model's: N, C, H, W float32).
+        batch per input in the order of :attr:`inputs` (an image model's: N, C, H, W float32;
+        or uint8 pixels where the graph normalizes them).
 
         Example::
 

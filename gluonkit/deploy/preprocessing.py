@@ -4,11 +4,14 @@ The ``preprocessing`` dict saved with a model (see :func:`gluonkit.metadata.chec
 says how an image file becomes the input; :func:`plan` turns it, for an image of a given size,
 into resizes and crops, and keeps the map from input pixels back to the image's own (for
 boxes). ``gluonkit.predict`` runs the steps with MXNet (OpenCV), :mod:`gluonkit.serve` with
-NumPy: one plan, two executors. This module imports neither mxnet nor numpy.
+NumPy: one plan, two executors. This module imports neither mxnet nor numpy;
+docs/preprocessing.md specifies every rule.
 """
 from .imagefiles import check_resize
+from .metadata import FORMAT
 
-__all__ = ["Plan", "plan", "short_within", "interpolation", "BILINEAR", "BICUBIC", "AREA", "AUTO"]
+__all__ = ["Plan", "plan", "short_within", "pad_cells", "interpolation", "BILINEAR", "BICUBIC",
+           "AREA", "AUTO"]
 
 #: OpenCV's interpolation codes, as ``mx.image.imresize`` takes them.
 BILINEAR, BICUBIC, AREA = 1, 2, 3
@@ -107,16 +110,28 @@ def _scale_down(size, crop):
     return int(crop_width), int(crop_height)
 
 
-def plan(size, preprocessing, name, max_pixels):
+def plan(size, preprocessing, name, max_pixels, format=FORMAT):
     """The :class:`Plan` that takes an image of ``size`` (width, height) to the network's
-    input as ``preprocessing`` says: ``resize`` (``interp``, default bilinear),
-    ``resize_short_within`` (``interp``, as GluonCV's), ``pad_to`` (the smallest bucket that
-    holds the image), ``resize_short`` (bicubic, as ``mx.image.resize_short``), ``crop``
-    (centered, as ``mx.image.center_crop``), ``max_size`` (bilinear shrink of the longer side).
+    input as ``preprocessing`` says, in this order: ``resize`` to [height, width];
+    ``resize_short_within`` (GluonCV's rule, :func:`short_within`); ``pad_to`` (the smallest
+    bucket that holds the image); ``resize_short`` (the shorter side to ``short``, the longer
+    ``short * longer // shorter``, rounded down as ``mx.image.resize_short``); ``crop`` (the
+    largest box of the crop's aspect that fits, centered, then resized to the crop, as
+    ``mx.image.center_crop``); ``max_size`` (the longer side shrunk to ``max_size``, the other
+    ``round(side * max_size / longer)``, half to even, at least 1); ``min_cells`` ([stride,
+    cells]: zeros at the bottom, or at the right of an image taller than wide, by whole
+    strides, until ``ceil(height / stride) * ceil(width / stride)`` is at least ``cells``, as
+    a Faster R-CNN needs for its proposals: :func:`pad_cells`). Every resize uses
+    ``interp`` (default 1, bilinear; 9: area to shrink both sides, bicubic to enlarge both,
+    bilinear otherwise).
+
+    ``format`` is the metadata's: exports of format 2 resized ``resize_short`` and ``crop``
+    bicubic and ``max_size`` bilinear whatever ``interp`` said, and are served as they were.
     ``ImageError`` (naming ``name``) for a resize that would make an empty image or more than
     ``max_pixels`` pixels."""
     p, steps = preprocessing, Plan(size)
     interp = p.get("interp", BILINEAR)
+    short_interp, cap_interp = (BICUBIC, BILINEAR) if format == 2 else (interp, interp)
     if p.get("resize"):
         height, width = p["resize"]
         steps.resize(width, height, interp, name, max_pixels)
@@ -128,16 +143,33 @@ def plan(size, preprocessing, name, max_pixels):
     if p.get("resize_short"):
         short, (width, height) = p["resize_short"], steps.input_size
         steps.resize(*((short, short * height // width) if height > width
-                       else (short * width // height, short)), BICUBIC, name, max_pixels)
+                       else (short * width // height, short)), short_interp, name, max_pixels)
     if p.get("crop"):
         (width, height), (crop_height, crop_width) = steps.input_size, p["crop"]
         new_width, new_height = _scale_down((width, height), (crop_width, crop_height))
         steps.crop(int((width - new_width) / 2), int((height - new_height) / 2), new_width,
                    new_height)
-        steps.resize(crop_width, crop_height, BICUBIC, name, max_pixels)
+        steps.resize(crop_width, crop_height, short_interp, name, max_pixels)
     if p.get("max_size") and max(steps.input_size) > p["max_size"]:
         width, height = steps.input_size
         scale = p["max_size"] / max(height, width)
-        steps.resize(max(1, round(width * scale)), max(1, round(height * scale)), BILINEAR, name,
-                     max_pixels)
+        steps.resize(max(1, round(width * scale)), max(1, round(height * scale)), cap_interp,
+                     name, max_pixels)
+    if p.get("min_cells"):
+        size = pad_cells(steps.input_size, *p["min_cells"])
+        check_resize(name, steps.size, size, max_pixels)
+        steps.pad(*size)
     return steps
+
+
+def pad_cells(size, stride, cells):
+    """The (width, height) that an input of ``size`` is padded to so that its feature map
+    (``ceil(side / stride)`` cells a side) has at least ``cells`` cells: the shorter side (the
+    height on ties) grown to the fewest whole strides that give them; ``size`` if it has them."""
+    width, height = size
+    across, down = -(-width // stride), -(-height // stride)
+    if across * down >= cells:
+        return size
+    if height <= width:
+        return width, max(height, stride * -(-cells // across))
+    return max(width, stride * -(-cells // down)), height

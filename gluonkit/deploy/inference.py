@@ -14,11 +14,11 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
-from .validate import finite_real, positive_int
-from .data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
-from .metadata import ExportError, ExportedModel, model_files, read_metadata
+from ..validate import finite_real, positive_int
+from ..data.images import MAX_ASPECT, MAX_PIXELS, check_limits, read_image
+from .metadata import FORMAT, ExportError, ExportedModel, model_files, read_metadata
 from .preprocessing import Plan, plan, short_within
-from .results import check_finite, classified, detected, image_files
+from .results import check_finite, classified, detected, image_files, not_run
 
 __all__ = ["Model", "load_model", "model_prefix", "predict", "iter_predict", "preprocess",
            "short_within", "shrink_to", "image_files"]
@@ -125,16 +125,16 @@ class _Prepared:
         return self.tensors[0]
 
 
-def _prepare(image, preprocessing, name, max_pixels, max_aspect):
+def _prepare(image, preprocessing, name, max_pixels, max_aspect, format=FORMAT):
     """``image`` (a path, or an HWC uint8 array) as a :class:`_Prepared`, following the
-    ``preprocessing`` dict saved with the model."""
+    ``preprocessing`` dict saved with the model (whose metadata has ``format``)."""
     channels = preprocessing["channels"]
     if isinstance(image, str):
         image = read_image(image, channels, max_pixels=max_pixels, max_aspect=max_aspect,
                            upright=preprocessing.get("exif_orientation", "apply") == "apply")
     else:
         image = _pixels(image, channels, name)
-    steps = plan(image.shape[1::-1], preprocessing, name, max_pixels)
+    steps = plan(image.shape[1::-1], preprocessing, name, max_pixels, format)
     for kind, *args in steps.steps:
         if kind == "resize":
             image = mx.image.imresize(image, *args[:2], interp=args[2])
@@ -206,22 +206,32 @@ def _as_inputs(sample, specs, name):
     return _Prepared(name, Plan(arrays[0].shape[:0:-1][:2]), *(a.astype("float32") for a in arrays))
 
 
-def _results(model, batch, top_k, threshold):
+def _results(model, batch, top_k, threshold, report):
     """The results of the :class:`_Prepared` ``batch``, one network call per run of inputs of
     one shape (of at most the model's ``images_per_call``: Faster R-CNN's graph takes one)."""
     most = model.metadata.get("images_per_call") or len(batch)
     for _, same in itertools.groupby(batch, key=lambda item: [t.shape for t in item.tensors]):
         same = list(same)
         for run in (same[i:i + most] for i in range(0, len(same), most)):
-            yield from _run(model, run, top_k, threshold)
+            yield from _run(model, run, top_k, threshold, report)
 
 
-def _run(model, run, top_k, threshold):
-    """The results of one network call on the :class:`_Prepared` inputs ``run``."""
+def _run(model, run, top_k, threshold, report):
+    """The results of one network call on the :class:`_Prepared` inputs ``run``; a call the
+    graph fails gives each image its ``ImageError`` (raised, or with ``report`` its result)."""
     inputs = [mx.nd.stack(*[item.tensors[k] for item in run]).as_in_context(model.ctx)
               for k in range(len(run[0].tensors))]
-    outputs = model.net(*inputs)
-    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    try:
+        outputs = model.net(*inputs)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        for out in outputs:
+            out.wait_to_read()          # where MXNet raises what went wrong in the graph
+    except mx.base.MXNetError:          # the graph cannot run on this input's size
+        errors = [not_run(item.name, item.plan, model.path or "the model") for item in run]
+        if not report:
+            raise errors[0] from None
+        yield from ({"image": item.name, "error": str(err)} for item, err in zip(run, errors))
+        return
     for i, item in enumerate(run):
         row = [out[i] for out in outputs]
         check_finite([o.asnumpy() for o in row], model.kind, model.path or "the model", item.name)
@@ -240,10 +250,10 @@ def _stream(model, names, sources, batch_size, prepare, top_k, threshold, report
             except (ValueError, OSError) as err:   # ImageError, or a file gone meanwhile
                 if not report:
                     raise
-                yield from _results(model, run, top_k, threshold)
+                yield from _results(model, run, top_k, threshold, report)
                 run = []
                 yield {"image": names[i], "error": str(err)}
-        yield from _results(model, run, top_k, threshold)
+        yield from _results(model, run, top_k, threshold, report)
 
 
 def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,
@@ -297,7 +307,8 @@ def iter_predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_thres
     names = image_files(paths) if paths else list(range(len(images)))
     return _stream(model, names, names if paths else images, batch_size,
                    lambda source, name: _prepare(source, preprocessing, name, max_pixels,
-                                                 max_aspect), top_k, threshold, report)
+                                                 max_aspect, model.metadata["format"]),
+                   top_k, threshold, report)
 
 
 def predict(model, images, top_k=5, ctx=None, *, batch_size=32, score_threshold=None,

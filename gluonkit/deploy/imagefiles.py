@@ -29,8 +29,8 @@ import warnings
 
 from PIL import Image
 
-from .errors import DataFileError
-from .validate import finite_real, positive_int
+from ..errors import DataFileError
+from ..validate import finite_real, positive_int
 
 __all__ = ["ImageError", "ImageHeader", "MAX_PIXELS", "MAX_ASPECT", "DECODER_MAX_PIXELS", "SUFFIXES",
            "check_limits", "check_header", "image_header", "image_size", "read_checked", "check_whole",

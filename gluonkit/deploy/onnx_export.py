@@ -27,7 +27,8 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from .atomic import atomic_replace
+import gluonkit
+from ..atomic import atomic_replace
 from .inference import model_prefix
 from .metadata import file_sha256, input_specs, model_files, read_metadata
 from .onnx_detection import box_nms_translation
@@ -55,15 +56,17 @@ def _import_onnx():
 def _input_shapes(symbol, metadata):
     """``(samples, shapes)`` of the inputs in the converter's order (the graph's): a batch of
     one of each, and each shape with None for the axes that vary: the batch, and height and
-    width where the preprocessing leaves images their own sizes."""
-    specs = {spec["name"]: spec["shape"] for spec in input_specs(metadata)}
-    samples, shapes = [], []
+    width where the preprocessing leaves images their own sizes or the export declares them
+    free (``dynamic_size``)."""
+    specs = {spec["name"]: spec for spec in input_specs(metadata)}
     p = metadata["preprocessing"]
+    own_sizes = p is not None and not (p.get("resize") or p.get("crop"))
+    samples, shapes = [], []
     for name in (name for name in symbol.list_inputs() if name in specs):
-        shape = [None] + list(specs[name])
-        if p is not None and not (p.get("resize") or p.get("crop")) and len(shape) == 4:
+        shape = [None] + list(specs[name]["shape"])
+        if (own_sizes or specs[name].get("dynamic_size")) and len(shape) == 4:
             shape[2:] = [None, None]
-        samples.append((1,) + tuple(specs[name]))
+        samples.append((1,) + tuple(specs[name]["shape"]))
         shapes.append(tuple(shape))
     return samples, shapes
 
@@ -146,11 +149,105 @@ def onnx_model(symbol, arrays, metadata):
         name = _onnx_name(output, produced)
         if name != spec["name"]:
             _rename(graph, name, spec["name"])
+    _drop_unused_initializers(graph)
+    _declare_shapes(graph, metadata)
+    if metadata.get("input", {}).get("pixels"):
+        _take_pixels(graph, metadata)
     description = {k: v for k, v in metadata.items() if k not in ("files", "sha256")}
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(description)})
-    model.producer_name, model.producer_version = "gluonkit", mx.__version__
-    onnx.checker.check_model(model)
+    model.producer_name, model.producer_version = "gluonkit", gluonkit.__version__
+    model.doc_string = graph.doc_string = _doc_string(metadata)
+    onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _drop_unused_initializers(graph):
+    """Remove the initializers no node reads (onnxruntime warns of each on every load)."""
+    used = {name for node in graph.node for name in node.input}
+    kept = [init for init in graph.initializer if init.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+
+
+def _declare_shapes(graph, metadata):
+    """Name the inputs' free axes (``batch``, ``height``, ``width``) and fix what the export
+    knows: a batch of ``images_per_call`` where it is 1 (Faster R-CNN), and each classifier
+    output's number of classes; the outputs' free first axis is the batch too."""
+    batch = metadata.get("images_per_call") if metadata.get("images_per_call") == 1 else None
+    names = ["batch", None, "height", "width"]
+    for value in graph.input:
+        for i, dim in enumerate(value.type.tensor_type.shape.dim):
+            if not dim.HasField("dim_value"):
+                _set(dim, batch if i == 0 else None,
+                     names[i] if i < len(names) else f"axis{i}")
+    classes = {o["name"]: o["classes"] for o in metadata["outputs"]}
+    for value in graph.output:
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            _set(dims[0], batch, "batch")
+        known = classes.get(value.name) if metadata["kind"] == "classifier" else None
+        if known and len(dims) == 2 and not dims[1].HasField("dim_value"):
+            _set(dims[1], len(known), None)
+
+
+def _take_pixels(graph, metadata):
+    """Make the graph take uint8 pixels (``metadata['input']['pixels']``: 'NCHW' or 'NHWC')
+    and compute the tensor itself as the preprocessing does, in float32:
+    ``(float(pixel) / 255 - mean) / std``, channels first."""
+    onnx = _import_onnx()
+    helper, p = onnx.helper, metadata["preprocessing"]
+    channels, name = p["channels"], graph.input[0].name
+    inner = name + "_normalized"
+    _rename(graph, name, inner)
+    dims = list(graph.input[0].type.tensor_type.shape.dim)
+    if metadata["input"]["pixels"] == "NHWC":
+        dims = [dims[0], dims[2], dims[3], dims[1]]
+    shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+    del graph.input[:]
+    graph.input.append(helper.make_tensor_value_info(name, onnx.TensorProto.UINT8, shape))
+    per_channel = [1, channels, 1, 1]
+    graph.initializer.extend([
+        helper.make_tensor(name + "_255", onnx.TensorProto.FLOAT, [], [255.0]),
+        helper.make_tensor(name + "_mean", onnx.TensorProto.FLOAT, per_channel,
+                           np.float32(p.get("mean", [0.0] * channels)).tolist()),
+        helper.make_tensor(name + "_std", onnx.TensorProto.FLOAT, per_channel,
+                           np.float32(p.get("std", [1.0] * channels)).tolist())])
+    nodes = [helper.make_node("Cast", [name], [name + "_float"], to=onnx.TensorProto.FLOAT)]
+    first = name + "_float"
+    if metadata["input"]["pixels"] == "NHWC":
+        nodes.append(helper.make_node("Transpose", [first], [name + "_nchw"], perm=[0, 3, 1, 2]))
+        first = name + "_nchw"
+    nodes += [helper.make_node("Div", [first, name + "_255"], [name + "_scaled"]),
+              helper.make_node("Sub", [name + "_scaled", name + "_mean"], [name + "_centred"]),
+              helper.make_node("Div", [name + "_centred", name + "_std"], [inner])]
+    for node in reversed(nodes):
+        graph.node.insert(0, node)
+
+
+def _set(dim, value, name):
+    """Make ``dim`` ``value`` where given, else the named free axis ``name``."""
+    if value is not None:
+        dim.dim_value = value
+    elif name is not None:
+        dim.dim_param = name
+
+
+def _doc_string(metadata):
+    """The graph's description: what goes in and what comes out."""
+    outputs = (f"outputs {', '.join(repr(o['name']) for o in metadata['outputs'])}"
+               + (f": {metadata['values']}." if metadata.get("values") else "."))
+    head = f"A {metadata['kind']} exported by gluonkit {gluonkit.__version__}: "
+    if "inputs" in metadata:
+        return (head + "float32 inputs " + ", ".join(
+            f"{spec['name']!r} ({'x'.join(map(str, spec['shape']))} per sample)"
+            for spec in metadata["inputs"]) + "; " + outputs)
+    shape = "x".join(map(str, metadata["input"]["shape"]))
+    return (head + f"input {metadata['input']['name']!r}, "
+            + (f"uint8 {metadata['input']['pixels']} pixels, normalized in the graph"
+               if metadata["input"].get("pixels") else "float32 NCHW")
+            + f" ({shape} at export), "
+            f"{metadata['input'].get('color', 'as given')} images preprocessed as the "
+            f"'gluonkit' metadata property says (docs/preprocessing.md); " + outputs)
 
 
 def export_onnx(prefix, onnx_file=None):

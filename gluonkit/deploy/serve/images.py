@@ -26,7 +26,7 @@ except ImportError:         # Pillow and NumPy instead
     cv2 = None
 
 from ..imagefiles import ImageError, check_decoded, read_checked
-from ..metadata import ExportError
+from ..metadata import FORMAT, ExportError
 from ..preprocessing import AREA, AUTO, BICUBIC, BILINEAR, plan
 
 __all__ = ["read_image", "resize", "check_interp", "prepare"]
@@ -160,13 +160,15 @@ def check_interp(preprocessing, path):
                           "opencv-python-headless, or predict with gluonkit-predict.")
 
 
-def prepare(path, preprocessing, max_pixels, max_aspect):
+def prepare(path, preprocessing, max_pixels, max_aspect, format=FORMAT, pixels=None):
     """``(plan, tensor)``: the image file ``path`` as the network's input (CHW float32) and its
-    :class:`gluonkit.preprocessing.Plan`."""
+    :class:`gluonkit.preprocessing.Plan` (``format``: the metadata's); with ``pixels`` ('NCHW'
+    or 'NHWC', a ``model.onnx`` that normalizes in its graph) the input is the resized uint8
+    pixels in that layout."""
     channels = preprocessing["channels"]
     image = read_image(path, channels, max_pixels, max_aspect,
                        preprocessing.get("exif_orientation", "apply") == "apply")
-    steps = plan(image.shape[1::-1], preprocessing, path, max_pixels)
+    steps = plan(image.shape[1::-1], preprocessing, path, max_pixels, format)
     for kind, *args in steps.steps:
         if kind == "resize":
             image = resize(image, *args)
@@ -177,6 +179,8 @@ def prepare(path, preprocessing, max_pixels, max_aspect):
             width, height = args
             image = np.pad(image, ((0, height - image.shape[0]), (0, width - image.shape[1]),
                                    (0, 0)))
+    if pixels is not None:
+        return steps, np.ascontiguousarray(image if pixels == "NHWC" else image.transpose(2, 0, 1))
     mean = np.asarray(preprocessing.get("mean", [0.0] * channels), dtype=np.float32)
     std = np.asarray(preprocessing.get("std", [1.0] * channels), dtype=np.float32)
     tensor = (image.astype(np.float32) / np.float32(255) - mean) / std

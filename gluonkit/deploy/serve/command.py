@@ -4,6 +4,7 @@
     gluonkit-serve model.onnx photo.png more_photos/ --top-k 3
     gluonkit-serve model.onnx photo.png --json
     gluonkit-serve model.onnx street.png --score-threshold 0.3
+    gluonkit-serve model.onnx photos/ --dump conformance/
 
 Prints what ``gluonkit-predict`` prints for the MXNet export: per image the top classes with
 their probabilities, or the boxes with class, score and corners in the image's own pixels;
@@ -14,7 +15,7 @@ import argparse
 
 from ..imagefiles import add_limit_options
 from ..results import command_options, exit_as_command, print_stream
-from ..validate import argument_type, finite_real, positive_int
+from ...validate import argument_type, finite_real, positive_int
 from .model import check_threads, load
 from .predict import iter_predict
 
@@ -41,6 +42,10 @@ def parse_args(argv=None):
                         help="onnxruntime's threads within an operator, at most the CPUs this "
                              "process may use (default: all of them)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--dump", metavar="DIR",
+                        help="write every image's input tensor, the graph's outputs and the "
+                             "results to DIR (index.json and .npy files): conformance data for "
+                             "another implementation of the preprocessing (docs/preprocessing.md)")
     add_limit_options(parser.add_argument_group("image limits"))
     return parser.parse_args(argv)
 
@@ -55,7 +60,7 @@ def main(argv=None):
         results = iter_predict(model, args.images, top_k=top_k, batch_size=args.batch_size,
                                score_threshold=threshold,
                                max_pixels=args.max_image_pixels, max_aspect=args.max_aspect_ratio,
-                               on_error="report")
+                               on_error="report", dump=args.dump)
         return print_stream(results, args.json, prog="gluonkit-serve")
 
     exit_as_command("gluonkit-serve", serve, (OSError, ValueError, ImportError))   # no onnxruntime: ImportError

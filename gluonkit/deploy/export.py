@@ -23,11 +23,11 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from .atomic import atomic_replace
+from ..atomic import atomic_replace
 from .metadata import (FORMAT, KINDS, ExportError, check_preprocessing, file_sha256, model_files,
                        read_metadata)
-from .validate import choice, is_int, non_negative_int
-from .nn.views import flatten
+from ..validate import choice, is_int, non_negative_int
+from ..nn.views import flatten
 from .onnx_export import onnx_model
 
 __all__ = ["export_model", "read_metadata", "model_files", "check_preprocessing", "ExportError",
@@ -87,6 +87,12 @@ def _input_specs(input_shape):
     return specs
 
 
+#: What the outputs hold, as ``model.json`` says it (``values``).
+_VALUES = {"classifier": "logits: the probabilities are their softmax",
+           "detector": "ids (the class index, -1 for no box), scores (probabilities) and "
+                       "bboxes ([xmin, ymin, xmax, ymax] in the input's pixels)"}
+
+
 def _outputs(outputs, count, kind):
     """The ``outputs`` metadata: a list of ``{'name', 'classes'}``, one per network output."""
     if kind == "detector" and (outputs is None or isinstance(outputs, (list, tuple))):
@@ -109,6 +115,21 @@ def _outputs(outputs, count, kind):
         raise ValueError(f"outputs names {len(outputs)} output(s) but the network has {count}; "
                          "pass one entry per output (a dict name -> class names).")
     return outputs
+
+
+def _check_other_size(net, shape, ctx):
+    """``ValueError`` unless ``net`` runs on one sample of ``shape`` (C, H, W) made larger by
+    half (and odd): what ``dynamic_size=True`` promises."""
+    if len(shape) != 3:
+        raise ValueError(f"dynamic_size=True needs an image input (C, H, W), got input_shape "
+                         f"{shape}.")
+    other = (shape[0], shape[1] + shape[1] // 2 + 1, shape[2] + shape[2] // 2 + 1)
+    try:
+        flatten(net(mx.nd.zeros((1,) + other, ctx=ctx)))[0].wait_to_read()
+    except mx.base.MXNetError:
+        raise ValueError(f"dynamic_size=True: the network runs on input_shape {shape} but not on "
+                         f"{other}, so its height and width are not free (a Dense layer, a "
+                         "fixed reshape); export it with dynamic_size=False.") from None
 
 
 def _detector_shapes(probe):
@@ -145,7 +166,7 @@ def _check_running_variances(symbol, arrays):
 
 
 def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epoch=0,
-                 kind="classifier", onnx=None, **extra):
+                 kind="classifier", onnx=None, dynamic_size=False, pixels=None, **extra):
     """Write ``net`` as a symbol, its parameters and a metadata file, for inference.
 
     Parameters
@@ -183,6 +204,18 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         without MXNet: True requires it (``ImportError`` without the onnx package,
         ``ValueError`` for a network the converter cannot translate), None (default) writes
         it where it can and otherwise warns why not, False skips it.
+    dynamic_size : bool
+        Declare ``model.onnx``'s height and width free (a fully convolutional network runs
+        at any size): the network is first run at another size, ``ValueError`` if it cannot;
+        recorded as ``input.dynamic_size`` in the metadata. Without it the ONNX input is of
+        ``input_shape`` (but where the preprocessing leaves images their own sizes). For one
+        image input only, as ``pixels`` and ``preprocessing``: refused for several inputs.
+    pixels : {None, 'NCHW', 'NHWC'}
+        ``model.onnx`` takes uint8 RGB (or gray) pixels in this layout, resized as the
+        preprocessing says, and does the scaling, mean and std (and the layout) in its graph:
+        a service only decodes and resizes. Recorded as ``input.pixels``; needs
+        ``preprocessing`` and the ONNX file (not ``onnx=False``). The MXNet files take the
+        float32 tensor as ever.
     **extra
         More JSON-serializable entries for the metadata file (e.g. ``task='detect'``).
 
@@ -208,19 +241,22 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     kind = choice(kind, KINDS, "kind")
     check_preprocessing(preprocessing)
     reserved = sorted(set(extra) & {"format", "kind", "input", "outputs", "preprocessing", "files",
-                                    "sha256"})
+                                    "sha256", "values"})
     if reserved:
         raise TypeError(f"export_model got {reserved} as extra metadata; these entries are its "
-                        "own: pass them as its arguments.")
+                        "own, written from its arguments: pass those, or name yours otherwise.")
     prefix = os.fspath(prefix)
     if not os.path.basename(prefix):
         raise ValueError(f"prefix {prefix!r} names a directory; pass a path prefix for the files, "
                          f"e.g. {os.path.join(prefix, 'model')!r}.")
     inputs = _input_specs(input_shape)
-    if len(inputs) > 1 and preprocessing is not None:
-        raise ValueError(f"preprocessing says how one image file becomes the input; the network "
-                         f"takes {len(inputs)} inputs: export it with preprocessing=None and "
-                         "predict from arrays, one per input.")
+    image_options = [f"{name}=..." for name, given in (
+        ("preprocessing", preprocessing is not None), ("dynamic_size", dynamic_size),
+        ("pixels", pixels is not None)) if given]
+    if len(inputs) > 1 and image_options:
+        raise ValueError(f"{', '.join(image_options)} are for one image input; the network "
+                         f"takes {len(inputs)} inputs: export it with preprocessing=None "
+                         "(and no dynamic_size or pixels) and predict from arrays, one per input.")
     params = net.collect_params()
     ctx = next(iter(params.list_ctx()), mx.cpu())       # a network may have no parameters
     shapes = [tuple(spec["shape"]) for spec in inputs]
@@ -235,6 +271,14 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         raise ValueError(f"the network cannot run on {given}{reason}; pass the shape of one "
                          "sample it takes, without the batch axis, and for several inputs one "
                          "shape per input: input_shape=[(10,), (10,)].") from None
+    if dynamic_size:
+        _check_other_size(net, shapes[0], ctx)
+    if pixels is not None:
+        choice(pixels, ("NCHW", "NHWC"), "pixels")
+        if preprocessing is None or onnx is False or len(shapes[0]) != 3:
+            raise ValueError(f"pixels={pixels!r} makes model.onnx take image pixels: it needs "
+                             "preprocessing=..., an image input (C, H, W) and the ONNX file "
+                             "(onnx=None or True).")
     if kind == "detector" and not _detector_shapes(probe):
         raise ValueError(f"kind='detector' needs outputs ids, scores and boxes shaped (1, N, 1), "
                          f"(1, N, 1), (1, N, 4); the network returns shapes "
@@ -272,8 +316,15 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
                       f"takes only {[spec['name'] for spec in read]}, as its graph does.",
                       stacklevel=2)
     metadata = {"format": FORMAT, "kind": kind,
-                **({"input": read[0]} if len(read) == 1 else {"inputs": read}),
-                "outputs": outputs, "preprocessing": preprocessing, **extra}
+                **({"input": dict(read[0])} if len(read) == 1 else {"inputs": read}),
+                "outputs": outputs, "preprocessing": preprocessing, "values": _VALUES[kind],
+                **extra}
+    if dynamic_size:
+        metadata["input"]["dynamic_size"] = True
+    if pixels is not None:
+        metadata["input"]["pixels"] = pixels
+    if preprocessing is not None:
+        metadata["input"]["color"] = "RGB" if preprocessing["channels"] == 3 else "gray"
 
     _check_running_variances(symbol, arrays)
     onnx_text = _onnx_text(symbol, arrays, metadata, onnx)     # before anything is written

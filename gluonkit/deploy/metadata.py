@@ -11,13 +11,18 @@ import numbers
 import os
 import re
 
-from .validate import is_int
+from ..validate import is_int
 
-__all__ = ["FORMAT", "KINDS", "ExportError", "ExportedModel", "check_preprocessing", "description_problem",
-           "input_specs", "read_metadata", "model_files", "file_sha256", "REDO"]
+__all__ = ["FORMAT", "READABLE", "KINDS", "ExportError", "ExportedModel", "check_preprocessing",
+           "description_problem", "input_specs", "read_metadata", "model_files", "file_sha256",
+           "REDO"]
 
-#: Version of the metadata file's layout (2: with 'kind' and 'sha256').
-FORMAT = 2
+#: Version of the metadata file's layout (2: with 'kind' and 'sha256'; 3: ``interp`` applies
+#: to every resize, where format 2 resized ``resize_short``/``crop`` bicubic and ``max_size``
+#: bilinear whatever it said).
+FORMAT = 3
+#: The formats this gluonkit reads (format 2 exports are served as they always were).
+READABLE = (2, 3)
 #: What an exported network does: class scores per output, or GluonCV-style detections
 #: (outputs ids, scores and boxes, each (1, N, 1), (1, N, 1), (1, N, 4) for one image).
 KINDS = ("classifier", "detector")
@@ -65,7 +70,7 @@ class ExportedModel:
 
 
 _PREPROCESSING_KEYS = ("channels", "mean", "std", "resize", "resize_short", "crop", "max_size",
-                       "resize_short_within", "pad_to", "interp", "scale", "layout",
+                       "resize_short_within", "pad_to", "min_cells", "interp", "scale", "layout",
                        "exif_orientation")
 _INTERPOLATIONS = (0, 1, 2, 3, 4, 9)      # OpenCV's, and 9: area to shrink, bicubic to enlarge
 _METADATA_BYTES = 16 << 20      # class names of a large classifier take well under 1 MB
@@ -126,6 +131,9 @@ def _preprocessing_problem(preprocessing):
     if p.get("resize_short_within") is not None and not _is_size(p["resize_short_within"], 2):
         return ("['resize_short_within'] must be None or [shorter side, longest side] of positive "
                 f"ints, got {p['resize_short_within']!r}")
+    if p.get("min_cells") is not None and not _is_size(p["min_cells"], 2):
+        return ("['min_cells'] must be None or [stride, cells] of positive ints, got "
+                f"{p['min_cells']!r}")
     buckets = p.get("pad_to")
     if buckets is not None and not (isinstance(buckets, list) and buckets
                                     and all(_is_size(b, 2) for b in buckets)):
@@ -148,6 +156,7 @@ def check_preprocessing(preprocessing):
     ``resize`` / ``crop`` ([height, width]) and ``resize_short`` / ``max_size`` (ints),
     ``resize_short_within`` ([shorter side, longest side], GluonCV's rule), ``pad_to`` (a list
     of [height, width]: padded at the bottom and right to the smallest that holds the image),
+    ``min_cells`` ([stride, cells]: padded until its feature map has that many cells),
     ``interp`` (the resizes' interpolation, default 1: bilinear), ``scale`` (1/255),
     ``layout`` ('NCHW') and ``exif_orientation`` ('apply', the default: image files are read
     turned by it; 'ignore': as stored)."""
@@ -163,8 +172,9 @@ def description_problem(m, files=True):
     digests: the ONNX file is the whole model)."""
     if not isinstance(m, dict):
         return f"holds a JSON {type(m).__name__}, not the object export_model writes"
-    if m.get("format") != FORMAT:
-        return f"has format {m.get('format')!r}; this gluonkit reads format {FORMAT}"
+    if m.get("format") not in READABLE:
+        return (f"has format {m.get('format')!r}; this gluonkit reads formats "
+                f"{', '.join(map(str, READABLE))}")
     missing = [k for k in ("kind", "input" if "inputs" not in m else "inputs", "outputs",
                            "preprocessing") + (("files", "sha256") if files else ()) if k not in m]
     if missing:

@@ -3,7 +3,7 @@ import keyword
 
 from mxnet import symbol
 from mxnet.base import MXNetError
-from mxnet.gluon import HybridBlock
+from mxnet.gluon import HybridBlock, Parameter
 from mxnet.gluon.utils import shape_is_known
 from mxnet.ndarray import NDArray
 
@@ -74,8 +74,9 @@ def _initialized(param):
 
 
 def _refuse_uninitialized(block, call):
-    """Raise the error of ``call`` (how the user called ``block``) made before ``initialize()``,
-    naming the parameters without a value by structural name, and the branches holding them."""
+    """Raise the error of ``call`` (how the user called ``block``) made before ``initialize()``
+    (or after initializing only some blocks), naming the parameters without a value by
+    structural name, and the branches holding them."""
     params = select(block)
     missing = [name for name, param in params.items() if not _initialized(param)]
     if missing:
@@ -117,8 +118,9 @@ class _Route(HybridBlock):
         self._owner_hybrid_forward = owner._hybrid_forward_route
         self.trunk = owner.trunk
         self.params.update(owner.params)   # a subclass's own parameters, passed as its own
-        for name, param in owner._reg_params.items():
-            setattr(self, name, param)
+        for name, value in vars(owner).items():
+            if isinstance(value, Parameter):
+                setattr(self, name, value)
         for branch in self._inner:
             setattr(self, branch, self._child(owner, branch))
 
@@ -131,6 +133,11 @@ class _Route(HybridBlock):
     def _whole(self):
         """The branches this route computes whole (the others it leaves out or enters)."""
         return [branch for branch, inner in self._inner.items() if inner == [""]]
+
+    @property
+    def _call(self):
+        """How the user calls this route, for messages: ``route('digit', 'aux')``."""
+        return f"route({', '.join(map(repr, self._names))})"
 
     def __repr__(self):
         trunk = "trunk -> " if self.trunk is not None else ""
@@ -155,7 +162,7 @@ class _Route(HybridBlock):
                 "compile; make a branch read the trunk's output (F.zeros_like(x) rather than "
                 "F.zeros(shape)), or call the route without hybridize().") from None
         except RuntimeError:
-            _refuse_uninitialized(self, f"route({', '.join(map(repr, self._names))})")
+            _refuse_uninitialized(self, self._call)
             raise
 
     def _refuse_to_be_traced_with_branches_waiting(self):
@@ -178,7 +185,7 @@ class _Route(HybridBlock):
         call (Symbols) cannot, so a block that runs the route in a graph of its own
         (:class:`~gluonkit.nn.ShapeCache`) calls this with the arrays."""
         if isinstance(inputs[0], NDArray):
-            self._complete(inputs, call=f"route({', '.join(map(repr, self._names))})")
+            self._complete(inputs, call=self._call)
 
     def hybrid_forward(self, F, x, *args, **params):
         blocks = [getattr(self, branch) for branch in self._inner]
@@ -208,6 +215,9 @@ class Branches(HybridBlock):
     inactive branches never run on data. So ``save_parameters`` and ``Trainer.step`` work even
     when a branch has not been used yet. A route called inside another hybridized block is
     traced, not run: call the network once on a batch before that block's first call.
+
+    A subclass may override ``hybrid_forward`` (or ``forward``) and call the base one: routes
+    run the override too, and take one output per branch they compute from it.
 
     Parameters
     ----------
@@ -241,7 +251,9 @@ class Branches(HybridBlock):
         self._routes = Views()
         self._hybrid_args = None
         self._unshaped = None   # the parameters whose shapes were unknown at the last call
-        self._route_called = []     # the route whose call runs through forward, if any
+        # the route whose call runs through forward, if any (in a list: a Block attribute
+        # would make the route a child of this network)
+        self._route_called = []
         self._computed = None       # the branch blocks hybrid_forward computes, if not all
         self.trunk = trunk
 
@@ -467,6 +479,7 @@ class Branches(HybridBlock):
             in_shapes = _infer_shapes(self.trunk, in_shapes, "the trunk")[1]
         for name in self._names:
             _infer_shapes(getattr(self, name), in_shapes, f"branch {name!r}")
+
 
 def _finish(params, shapes):
     """Initialize the deferred ``params`` with their ``shapes`` (a dict by Gluon name)."""

@@ -3,7 +3,7 @@ import keyword
 
 from mxnet import symbol
 from mxnet.base import MXNetError
-from mxnet.gluon import HybridBlock
+from mxnet.gluon import HybridBlock, Parameter
 from mxnet.gluon.utils import shape_is_known
 from mxnet.ndarray import NDArray
 
@@ -42,6 +42,12 @@ def _infer_shapes(block, in_shapes, what):
         arg_shapes, out_shapes, aux_shapes = graph.infer_shape_partial(
             **{var.name: shape for var, shape in zip(inputs, in_shapes) if var.name in read})
     except MXNetError:
+        sized = all(shape_is_known(param.shape) for param in select(block).values())
+        if not sized and len({shape[1:] for shape in in_shapes}) > 1:
+            raise ValueError(f"cannot infer the shapes of {what}: its inputs of shapes "
+                             f"{', '.join(map(str, in_shapes))} cannot all feed its layers (a "
+                             "layer applied to several of them takes one input size); give "
+                             "them the same shape, or each its own layers.") from None
         raise ValueError(f"cannot infer the shapes of {what} from its input shapes "
                          f"{list(in_shapes)}: the input sizes its layers were given do not fit "
                          "them; give its layers the sizes of the trunk's outputs, or leave their "
@@ -68,14 +74,18 @@ def _initialized(param):
 
 
 def _refuse_uninitialized(block, call):
-    """Raise the error of ``call`` (how the user called ``block``) made before ``initialize()``,
-    naming the parameters without a value by structural name, and the branches holding them."""
-    missing = [name for name, param in select(block).items() if not _initialized(param)]
+    """Raise the error of ``call`` (how the user called ``block``) made before ``initialize()``
+    (or after initializing only some blocks), naming the parameters without a value by
+    structural name, and the branches holding them."""
+    params = select(block)
+    missing = [name for name, param in params.items() if not _initialized(param)]
     if missing:
         parts = ["the trunk" if part == "trunk" else f"branch {part!r}"
                  for part in dict.fromkeys(name.partition(".")[0] for name in missing)]
         where = " and ".join(filter(None, [", ".join(parts[:-1]), parts[-1]]))
-        raise RuntimeError(f"{call} was called before initialize(): parameter"
+        when = ("before initialize()" if len(missing) == len(params)
+                else "on a network initialized in part")
+        raise RuntimeError(f"{call} was called {when}: parameter"
                            f"{'s' if len(missing) > 1 else ''} {brief_names(missing, limit=2)} "
                            f"(of {where}) {'have' if len(missing) > 1 else 'has'} no value; "
                            "call net.initialize() before the first call.") from None
@@ -104,7 +114,13 @@ class _Route(HybridBlock):
             self._inner.setdefault(branch, []).append(inner)
         self._complete = owner._complete_deferred_init
         self._waiting = owner._waiting_branches
+        self._owner_forward = owner._forward_route
+        self._owner_hybrid_forward = owner._hybrid_forward_route
         self.trunk = owner.trunk
+        self.params.update(owner.params)   # a subclass's own parameters, passed as its own
+        for name, value in vars(owner).items():
+            if isinstance(value, Parameter):
+                setattr(self, name, value)
         for branch in self._inner:
             setattr(self, branch, self._child(owner, branch))
 
@@ -118,6 +134,11 @@ class _Route(HybridBlock):
         """The branches this route computes whole (the others it leaves out or enters)."""
         return [branch for branch, inner in self._inner.items() if inner == [""]]
 
+    @property
+    def _call(self):
+        """How the user calls this route, for messages: ``route('digit', 'aux')``."""
+        return f"route({', '.join(map(repr, self._names))})"
+
     def __repr__(self):
         trunk = "trunk -> " if self.trunk is not None else ""
         return f"Route({trunk}{', '.join(self._names)})"
@@ -126,10 +147,22 @@ class _Route(HybridBlock):
         if not isinstance(x, NDArray):
             self._refuse_to_be_traced_with_branches_waiting()
         self._complete_deferred_init((x,) + args)
+        return self._owner_forward(self, x, *args)
+
+    def _forward_graph(self, x, *args):
+        """This route's own (cached) graph: the network's ``forward`` ends here for a route."""
         try:
             return _tuples(super().forward(x, *args))
+        except MXNetError as err:
+            if "no inputs in computation graph" not in str(err):
+                raise
+            raise RuntimeError(
+                f"hybridized {self!r} has a graph that reads neither its inputs nor any "
+                "parameter (its branches ignore the trunk's output), which MXNet cannot "
+                "compile; make a branch read the trunk's output (F.zeros_like(x) rather than "
+                "F.zeros(shape)), or call the route without hybridize().") from None
         except RuntimeError:
-            _refuse_uninitialized(self, f"route({', '.join(map(repr, self._names))})")
+            _refuse_uninitialized(self, self._call)
             raise
 
     def _refuse_to_be_traced_with_branches_waiting(self):
@@ -152,10 +185,11 @@ class _Route(HybridBlock):
         call (Symbols) cannot, so a block that runs the route in a graph of its own
         (:class:`~gluonkit.nn.ShapeCache`) calls this with the arrays."""
         if isinstance(inputs[0], NDArray):
-            self._complete(inputs)
+            self._complete(inputs, call=self._call)
 
-    def hybrid_forward(self, F, x, *args):
-        outputs = _run(self.trunk, [getattr(self, branch) for branch in self._inner], (x,) + args)
+    def hybrid_forward(self, F, x, *args, **params):
+        blocks = [getattr(self, branch) for branch in self._inner]
+        outputs = self._owner_hybrid_forward(self, blocks, F, (x,) + args, params)
         by_name = {}
         for (branch, inner), out in zip(self._inner.items(), outputs):
             if inner == [""]:
@@ -181,6 +215,9 @@ class Branches(HybridBlock):
     inactive branches never run on data. So ``save_parameters`` and ``Trainer.step`` work even
     when a branch has not been used yet. A route called inside another hybridized block is
     traced, not run: call the network once on a batch before that block's first call.
+
+    A subclass may override ``hybrid_forward`` (or ``forward``) and call the base one: routes
+    run the override too, and take one output per branch they compute from it.
 
     Parameters
     ----------
@@ -214,6 +251,10 @@ class Branches(HybridBlock):
         self._routes = Views()
         self._hybrid_args = None
         self._unshaped = None   # the parameters whose shapes were unknown at the last call
+        # the route whose call runs through forward, if any (in a list: a Block attribute
+        # would make the route a child of this network)
+        self._route_called = []
+        self._computed = None       # the branch blocks hybrid_forward computes, if not all
         self.trunk = trunk
 
     def __setattr__(self, name, value):
@@ -344,6 +385,9 @@ class Branches(HybridBlock):
                                "trace the whole network), then export.") from err
 
     def forward(self, x, *args):
+        """Every branch's outputs; a subclass may override it and call ``super().forward``."""
+        if self._route_called:   # a route's call, through a subclass's forward
+            return self._route_called.pop()._forward_graph(x, *args)
         try:
             return _tuples(super().forward(x, *args))
         except RuntimeError:
@@ -351,10 +395,44 @@ class Branches(HybridBlock):
             raise
 
     def hybrid_forward(self, F, x, *args):
+        """The trunk, then the branches, on the inputs: every branch's output, or those of the
+        route being called. A subclass may override it (to change the inputs, or each output)
+        and call ``super().hybrid_forward``, whose outputs it returns one per branch."""
         if not self._names:
             raise RuntimeError(f"{type(self).__name__} has no branch yet: add one with "
                                "add(name, block) before calling it.")
-        return _run(self.trunk, [getattr(self, name) for name in self._names], (x,) + args)
+        blocks = self._computed
+        if blocks is None:
+            blocks = [getattr(self, name) for name in self._names]
+        return _run(self.trunk, blocks, (x,) + args)
+
+    def _forward_route(self, route, x, *args):
+        """Call ``route`` through this network's ``forward`` (a subclass's override too)."""
+        self._route_called[:] = [route]
+        try:
+            outputs = self.forward(x, *args)
+            if self._route_called:
+                raise TypeError(f"{type(self).__name__}.forward did not call "
+                                "super().forward(...), so its routes cannot run through it; "
+                                "call it, or override hybrid_forward instead.")
+        finally:
+            self._route_called.clear()
+        return outputs
+
+    def _hybrid_forward_route(self, route, blocks, F, inputs, params):
+        """This network's ``hybrid_forward`` (a subclass's override too) computing only
+        ``blocks``, the branches of ``route``: one output each."""
+        self._computed = blocks
+        try:
+            outputs = self.hybrid_forward(F, *inputs, **params)
+        finally:
+            self._computed = None
+        if not isinstance(outputs, (list, tuple)) or len(outputs) != len(blocks):
+            raise TypeError(f"{type(self).__name__}.hybrid_forward must return the outputs of "
+                            f"super().hybrid_forward, one per branch computed, for {route!r} "
+                            f"to work ({len(blocks)} here); transform each output, do not "
+                            "regroup them.")
+        return outputs
 
     def _waiting_branches(self, skip=()):
         """{name: parameters waiting for their shapes} of the branches not in ``skip``."""
@@ -367,31 +445,40 @@ class Branches(HybridBlock):
                     pending[name] = params
         return pending
 
-    def _complete_deferred_init(self, inputs):
+    def _complete_deferred_init(self, inputs, call=None):
         """Finish the deferred initialization of the trunk and the branches that have not run.
 
-        The trunk's output shapes come from symbolic shape inference on the input shapes, and
-        each pending branch's parameter shapes from its graph on those: nothing is computed.
-        Once every shape is known, a call costs next to nothing (until a trunk or branch is
-        set anew).
+        The parameter shapes come from symbolic shape inference on the input shapes, through
+        this network's own ``hybrid_forward`` (a subclass's too): nothing is computed. Once
+        every shape is known, a call costs next to nothing (until a trunk or branch is set
+        anew). At the first call, a parameter never initialized is named (``call``, how the
+        network was called, says which call found it): a route leaves out the branches holding
+        it, and ``save_parameters`` would fail on it later.
         """
         if self._unshaped is None:
+            _refuse_uninitialized(self, call or f"the {type(self).__name__} network")
             self._unshaped = [param for param in self.collect_params().values()
                               if not shape_is_known(param.shape)]
         self._unshaped = [param for param in self._unshaped if not shape_is_known(param.shape)]
-        if not any(map(_waiting, self._unshaped)):
-            return
-        pending = self._waiting_branches()
-        trunk = [] if self.trunk is None else [
-            param for param in self.trunk.collect_params().values() if _waiting(param)]
-        if not pending and not trunk:
+        waiting = [param for param in self._unshaped if _waiting(param)]
+        if not waiting:
             return
         in_shapes = [x.shape for x in inputs]
+        try:
+            shapes = _infer_shapes(self, in_shapes, f"the {type(self).__name__} network")[0]
+        except ValueError:
+            if type(self).hybrid_forward is Branches.hybrid_forward:   # inputs go to the trunk
+                self._locate_unknown_shapes(in_shapes)   # the trunk's or a branch's error
+            raise
+        _finish(waiting, shapes)
+
+    def _locate_unknown_shapes(self, in_shapes):
+        """Raise the shape inference error of the trunk, or else of the first branch whose
+        parameter shapes cannot be inferred from it, for inputs of ``in_shapes``."""
         if self.trunk is not None:
-            shapes, in_shapes = _infer_shapes(self.trunk, in_shapes, "the trunk")
-            _finish(trunk, shapes)
-        for name, params in pending.items():
-            _finish(params, _infer_shapes(getattr(self, name), in_shapes, f"branch {name!r}")[0])
+            in_shapes = _infer_shapes(self.trunk, in_shapes, "the trunk")[1]
+        for name in self._names:
+            _infer_shapes(getattr(self, name), in_shapes, f"branch {name!r}")
 
 
 def _finish(params, shapes):

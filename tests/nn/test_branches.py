@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from mxnet import autograd
 from mxnet.gluon import nn
 from conftest import params_of
-from triplet_net import Triplet
+from triplet_net import Embedding, Triplet, TripletTrunk
 from numpy.testing import assert_allclose
 
 import gluonkit
@@ -624,6 +624,159 @@ def test_a_head_left_uninitialized_is_named_alone():
     net = ThreeHeads()
     net.trunk.initialize()
     net.digit.initialize()
-    with pytest.raises(RuntimeError, match=r"parameters 'parity\.weight', 'parity\.bias' "
-                                           r"\(of branch 'parity'\) have no value"):
+    # 'aux', which the route leaves out, is named too: save_parameters would fail on it
+    with pytest.raises(RuntimeError, match=r"initialized in part: parameters 'parity\.weight', "
+                                           r"'parity\.bias' and 4 more \(of branch 'parity' and "
+                                           r"branch 'aux'\) have no value"):
         net.route("digit", "parity")(batch(2))
+
+
+class _Scaled(Branches):
+    """A subclass that scales its input in its own hybrid_forward, as the docs' users do."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.trunk = nn.Dense(4)
+            self.add("a", nn.Dense(2))
+            self.add("b", nn.Dense(3))
+
+    def hybrid_forward(self, F, x):
+        return super().hybrid_forward(F, x * 100)
+
+
+class _Widened(_Scaled):
+    """Changes the input's shape before the trunk: deferred shapes come through it too."""
+
+    def hybrid_forward(self, F, x):
+        return Branches.hybrid_forward(self, F, F.concat(x, x * 100, dim=1))
+
+
+class _ScaledForward(_Scaled):
+    """Overrides forward rather than hybrid_forward."""
+
+    def hybrid_forward(self, F, x):
+        return Branches.hybrid_forward(self, F, x)
+
+    def forward(self, x):
+        return super().forward(x * 100)
+
+
+class _OwnScale(_Scaled):
+    """A parameter of the subclass itself, read in its hybrid_forward."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = self.params.get("scale", shape=(1,), init=mx.init.Constant(100))
+
+    def hybrid_forward(self, F, x, scale):
+        return Branches.hybrid_forward(self, F, F.broadcast_mul(x, scale))
+
+
+@pytest.mark.parametrize("net_cls, prepare", [
+    (_Scaled, lambda x: x * 100), (_Widened, lambda x: mx.nd.concat(x, x * 100, dim=1)),
+    (_ScaledForward, lambda x: x * 100), (_OwnScale, lambda x: x * 100)])
+@pytest.mark.parametrize("first", ["route", "network"])
+def test_routes_run_a_subclass_own_forward(net_cls, prepare, first, hybridize):
+    # route() skipped the subclass's hybrid_forward: its outputs were 100 times too small
+    net = net_cls()
+    net.initialize()
+    if hybridize:
+        net.hybridize()
+    x = batch(3)
+    if first == "route":
+        a = net.route("a")(x)
+    outputs = net(x)
+    if first == "network":
+        a = net.route("a")(x)
+    b, both = net.route("b")(x), net.route("b", "a")(x)
+    features = net.trunk(prepare(x))   # plain Gluon, the long way
+    for got, want in [(outputs[0], net.a(features)), (outputs[1], net.b(features)),
+                      (a, net.a(features)), (b, net.b(features)),
+                      (both[0], net.b(features)), (both[1], net.a(features))]:
+        assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-5)
+
+
+class _ExtraOutput(_Scaled):
+    def hybrid_forward(self, F, x):
+        return super().hybrid_forward(F, x) + (x,)
+
+
+class _ForwardAround(_Scaled):
+    def forward(self, x):
+        return Branches.hybrid_forward(self, mx.nd, x)
+
+
+@pytest.mark.parametrize("net_cls, match", [
+    (_ExtraOutput, r"_ExtraOutput\.hybrid_forward must return the outputs of "
+                   r"super\(\)\.hybrid_forward, one per branch"),
+    (_ForwardAround, r"_ForwardAround\.forward did not call super\(\)\.forward")])
+def test_a_subclass_forward_a_route_cannot_run_through_is_named(net_cls, match):
+    net = net_cls()
+    net.initialize()
+    with pytest.raises(TypeError, match=match):
+        net.route("a", "b")(batch(2))
+
+
+def test_unequal_inputs_through_one_layer_are_named():
+    # said "the input sizes its layers were given do not fit", though none were given
+    net = Triplet()
+    net.initialize()
+    a, p, n = batch(4), batch(4, seed=1), mx.nd.ones((4, 7))
+    with pytest.raises(ValueError, match=r"the trunk: its inputs of shapes \(4, 6\), \(4, 6\), "
+                                         r"\(4, 7\) cannot all feed its layers"):
+        net.route("embedding")(a, p, n)
+    assert net.trunk.embed.weight.shape == (8, 0)   # nothing changed
+
+
+class _ParameterFreeDistance(nn.HybridBlock):
+    def hybrid_forward(self, F, anchor, positive, negative):
+        return F.sum(F.square(anchor - positive) - F.square(anchor - negative), axis=1)
+
+
+class _DocsTriplet(Branches):
+    """docs/branches.md's triplet: its distance head has no parameters."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.trunk = TripletTrunk()
+            self.add("distance", _ParameterFreeDistance())
+            self.add("embedding", Embedding())
+
+
+def test_a_route_on_a_network_initialized_in_part_names_what_is_missing(hybridize, tmp_path):
+    # ran, and the next save_parameters failed naming Gluon's internal parameter name
+    net = _DocsTriplet()
+    net.trunk.initialize()
+    if hybridize:
+        net.hybridize()
+    a, p, n = batch(4), batch(4, seed=1), batch(4, seed=2)
+    with pytest.raises(RuntimeError, match=r"route\('distance'\) was called on a network "
+                                           r"initialized in part: parameters "
+                                           r"'embedding\.out\.weight', 'embedding\.out\.bias' "
+                                           r"\(of branch 'embedding'\).*net\.initialize\(\)"):
+        net.route("distance")(a, p, n)
+    net.initialize()
+    distance = net.route("distance")(a, p, n)
+    net.save_parameters(str(tmp_path / "triplet.params"))
+    want = net.distance(*net.trunk(a, p, n))
+    assert_allclose(distance.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+class _Zeros(nn.HybridBlock):
+    def hybrid_forward(self, F, x):
+        return F.zeros((1, 2))
+
+
+def test_a_hybridized_route_whose_graph_reads_nothing_says_so():
+    # MXNet said "There are no inputs in computation graph that require gradients"
+    net = Branches(trunk=nn.Dense(4))
+    net.add("zeros", _Zeros())
+    net.add("digit", nn.Dense(2))
+    net.initialize()
+    assert_allclose(net.route("zeros")(batch(2)).asnumpy(), np.zeros((1, 2)))
+    net.hybridize()
+    with pytest.raises(RuntimeError, match=r"reads neither its inputs nor any parameter.*"
+                                           r"F\.zeros_like"):
+        net.route("zeros")(batch(2))

@@ -58,6 +58,7 @@ class HeadWindow:
         self.stepped = {}     # {head: the numbers step() was given}
         self.arrays = {}      # {head: [the NDArray counts step() was given, unread]}
         self.weighed = set()  # the heads weigh_losses weighed since the last step
+        self.names = ()       # the heads of the windows this worker began (kept between windows)
 
     def begin(self, counts, sum_over_workers):
         """Take ``counts`` (this worker's, for the whole window) and sum them over the workers

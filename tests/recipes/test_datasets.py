@@ -127,7 +127,7 @@ def test_normalization_statistics(tmp_path):
     expected = (crop.transpose(2, 0, 1) / 255.0 - np.array(IMAGENET_MEAN)[:, None, None]) \
         / np.array(IMAGENET_STD)[:, None, None]
     np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-5)
-    assert preprocessing == {"channels": 3, "resize": None, "resize_short": 9, "crop": [8, 8],
+    assert preprocessing == {"channels": 3, "resize": None, "resize_short": 9, "crop": [8, 8], "interp": 2,
                              "max_size": None, "scale": 1 / 255, "mean": list(IMAGENET_MEAN),
                              "std": list(IMAGENET_STD), "layout": "NCHW"}
     # training: random resized crops of the size, normalized alike (mean near 0 over many)

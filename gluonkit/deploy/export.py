@@ -355,11 +355,14 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
 
 def _onnx_text(symbol, arrays, metadata, required):
     """The ONNX file of the export (bytes), or None where ``required`` is False, or None and
-    it cannot be written (a warning says why)."""
+    it cannot be written (a warning says why). An ONNX file whose outputs would not be the
+    metadata's is an ``ExportError`` whatever ``required`` is."""
     if required is False:
         return None
     try:
         return onnx_model(symbol, arrays, metadata).SerializeToString()
+    except ExportError:
+        raise
     except (ImportError, ValueError) as err:
         if required:
             raise

@@ -30,7 +30,7 @@ import numpy as np
 import gluonkit
 from ..atomic import atomic_replace
 from .inference import model_prefix
-from .metadata import file_sha256, input_specs, model_files, read_metadata
+from .metadata import ExportError, file_sha256, input_specs, model_files, read_metadata
 from .onnx_detection import box_nms_translation
 
 __all__ = ["onnx_model", "export_onnx", "OPSET", "METADATA_KEY"]
@@ -83,15 +83,49 @@ def _rename(graph, old, new):
             value.name = new
 
 
-def _onnx_name(output, produced):
-    """The converter's name for the symbol's output ``output`` (``NODE_output`` is ``NODE``,
-    the ``i``-th output of a node of several ``NODEi``), among the graph's outputs."""
-    node, _, index = output.rpartition("_output")
-    for name in (node, node + (index or "0")):
-        if name in produced:
-            return name
-    raise ValueError(f"MXNet's ONNX converter gave no output for {output!r} (its outputs: "
-                     f"{sorted(produced)}); export with onnx=False.")
+def _named_outputs(symbol, metadata):
+    """``symbol`` with each output computed by an identity node of the metadata's name for it.
+
+    The converter names each ONNX output after the node that computes it and keeps one output
+    per name: a network returning one tensor twice, or one layer applied to several inputs
+    (each call a node of the layer's name), would lose outputs or give another call's. Nodes
+    of the network that bear an output's name are renamed; an input or parameter that does is
+    a ``ValueError``.
+    """
+    names = [spec["name"] for spec in metadata["outputs"]]
+    graph = json.loads(symbol.tojson())
+    taken = {node["name"] for node in graph["nodes"]} | set(names)
+    for node in graph["nodes"]:
+        if node["name"] not in names:
+            continue
+        if node["op"] == "null":
+            raise ValueError(f"the output name {node['name']!r} is also the name of an input or "
+                             "parameter of the graph; name the outputs otherwise (outputs={...}).")
+        number = 1
+        while f"{node['name']}_{number}" in taken:
+            number += 1
+        node["name"] = f"{node['name']}_{number}"
+        taken.add(node["name"])
+    network = mx.sym.load_json(json.dumps(graph))
+    with mx.name.NameManager():         # the names as given, whatever scope the caller is in
+        return mx.sym.Group([mx.sym.identity(network[i], name=name)
+                             for i, name in enumerate(names)])
+
+
+def _check_outputs(graph, metadata):
+    """Put the graph's outputs in the metadata's order; ``ExportError`` unless they are the
+    metadata's outputs, by name and count."""
+    declared = [spec["name"] for spec in metadata["outputs"]]
+    values = {value.name: value for value in graph.output}
+    if sorted(value.name for value in graph.output) != sorted(declared):
+        raise ExportError(f"model.onnx would have the outputs "
+                          f"{[value.name for value in graph.output]}, not the {len(declared)} "
+                          f"model.json declares ({declared}), so onnxruntime would not give the "
+                          "network's outputs; nothing was written. Export with onnx=False (the "
+                          "MXNet files are right), or rename the outputs (outputs={...}).")
+    kept = [values[name] for name in declared]
+    del graph.output[:]
+    graph.output.extend(kept)
 
 
 def _converted(symbol, arrays, metadata):
@@ -135,7 +169,7 @@ def onnx_model(symbol, arrays, metadata):
         outputs' names, and all of it but the file names and digests travels in the file.
     """
     onnx = _import_onnx()
-    model = _converted(symbol, arrays, metadata)
+    model = _converted(_named_outputs(symbol, metadata), arrays, metadata)
     graph = model.graph
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
@@ -144,11 +178,6 @@ def onnx_model(symbol, arrays, metadata):
     inputs = [value for value in graph.input if value.name not in constants]
     del graph.input[:]
     graph.input.extend(inputs)
-    produced = {value.name for value in graph.output}
-    for output, spec in zip(symbol.list_outputs(), metadata["outputs"]):
-        name = _onnx_name(output, produced)
-        if name != spec["name"]:
-            _rename(graph, name, spec["name"])
     _drop_unused_initializers(graph)
     _declare_shapes(graph, metadata)
     if metadata.get("input", {}).get("pixels"):
@@ -157,6 +186,7 @@ def onnx_model(symbol, arrays, metadata):
     onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(description)})
     model.producer_name, model.producer_version = "gluonkit", gluonkit.__version__
     model.doc_string = graph.doc_string = _doc_string(metadata)
+    _check_outputs(graph, metadata)
     onnx.checker.check_model(model, full_check=True)
     return model
 

@@ -103,6 +103,41 @@ def test_every_head_of_a_multi_output_network_is_a_named_output(tmp_path):
     assert [o["classes"] for o in inside["outputs"]] == list(HEAD_CLASSES.values())
 
 
+def test_onnx_outputs_other_than_the_metadata_s_refuse_the_export_and_keep_the_last_one(tmp_path):
+    # MXNet's converter reads an output named 'NAME_state' as an RNN's state ('NAME1'): the
+    # graph it writes has no output 'h_state'
+    net = gluon.nn.Dense(3)
+    net.initialize()
+    net(mx.nd.zeros((1, 6)))
+    prefix = tmp_path / "model"
+    gluonkit.export_model(net, prefix, (6,), outputs={"h": None})
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    for required in (True, None):           # refused, not skipped with a warning
+        with pytest.raises(gluonkit.ExportError, match=r"^model.onnx would have the outputs \[\], "
+                                                       r"not the 1 model.json declares "
+                                                       r"\(\['h_state'\]\).*nothing was written. "
+                                                       r"Export with onnx=False"):
+            gluonkit.export_model(net, prefix, (6,), outputs={"h_state": None}, onnx=required)
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
+    with pytest.raises(gluonkit.ExportError, match="would have the outputs"):
+        gluonkit.export_model(net, tmp_path / "new" / "model", (6,), outputs={"h_state": None})
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_output_named_as_an_input_has_no_onnx_file(tmp_path):
+    net = gluon.nn.Dense(3)
+    net.initialize()
+    net(mx.nd.zeros((1, 6)))
+    with pytest.raises(ValueError, match="the output name 'data' is also the name of an input or "
+                                         r"parameter of the graph; name the outputs otherwise"):
+        gluonkit.export_model(net, tmp_path / "a" / "model", (6,), outputs={"data": None},
+                              onnx=True)
+    assert not (tmp_path / "a").exists()
+    with pytest.warns(UserWarning, match="model.onnx was not written: the output name 'data'"):
+        gluonkit.export_model(net, tmp_path / "b" / "model", (6,), outputs={"data": None})
+    assert "model.onnx" not in os.listdir(tmp_path / "b")
+
+
 def test_without_the_onnx_package(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(ImportError, match=r'needs the onnx package.*pip install "onnx>=1.10,<1.16"'):

@@ -203,7 +203,9 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
         Also write ``PREFIX.onnx`` (see :mod:`gluonkit.onnx_export`), which onnxruntime runs
         without MXNet: True requires it (``ImportError`` without the onnx package,
         ``ValueError`` for a network the converter cannot translate), None (default) writes
-        it where it can and otherwise warns why not, False skips it.
+        it where it can and otherwise warns why not, False skips it. Its outputs are the
+        metadata's, one per network output, by name and in order (``ExportError`` otherwise,
+        whatever ``onnx`` says).
     dynamic_size : bool
         Declare ``model.onnx``'s height and width free (a fully convolutional network runs
         at any size): the network is first run at another size, ``ValueError`` if it cannot;
@@ -227,8 +229,8 @@ def export_model(net, prefix, input_shape, outputs=None, preprocessing=None, epo
     Raises
     ------
     ExportError
-        If a BatchNorm layer's running variance is at most ``-eps`` or not finite (named);
-        nothing is written.
+        If a BatchNorm layer's running variance is at most ``-eps`` or not finite (named),
+        or the ONNX file's outputs would not be the metadata's; nothing is written.
 
     Example::
 

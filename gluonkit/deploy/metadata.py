@@ -33,7 +33,8 @@ REDO = "export the model again (gluonkit.export_model, or the recipe's --export)
 class ExportError(ValueError):
     """An exported model's files cannot be used together: damaged, incomplete, or from
     different exports (the message names the file); or a network cannot be exported, as its
-    BatchNorm running variance is at most -eps or not finite (the message names the parameter)."""
+    BatchNorm running variance is at most -eps or not finite (the message names the parameter),
+    or as its ONNX graph's outputs would not be the ones the metadata declares (named)."""
 
 
 def input_specs(metadata):

@@ -11,7 +11,8 @@ file right for onnxruntime and self-describing:
 - the inputs are named as in the metadata (``data``; ``data0``, ``data1``, ... or the names
   given, for several) with a free batch axis (and free height and width where the
   preprocessing gives images their own sizes); the outputs carry the metadata's names
-  (``class``, each head of a multi-task network, ``ids``/``scores``/``bboxes``);
+  (``class``, each head of a multi-task network, ``ids``/``scores``/``bboxes``), one per
+  network output even where MXNet names several alike, checked (``ExportError``);
 - detectors' ``box_nms`` is translated as MXNet computes it (:mod:`gluonkit.onnx_detection`),
   not as the converter does;
 - the metadata (kind, input, outputs with class names, preprocessing) travels inside the file,
@@ -167,6 +168,14 @@ def onnx_model(symbol, arrays, metadata):
     metadata : dict
         What ``export_model`` writes to ``PREFIX.json``: its outputs' names become the ONNX
         outputs' names, and all of it but the file names and digests travels in the file.
+
+    Raises
+    ------
+    ValueError
+        If the converter cannot translate the network, or an output is named as an input or
+        parameter of the graph.
+    ExportError
+        If the ONNX graph's outputs would not be the metadata's, by name and count.
     """
     onnx = _import_onnx()
     model = _converted(_named_outputs(symbol, metadata), arrays, metadata)

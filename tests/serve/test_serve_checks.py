@@ -80,6 +80,19 @@ def test_a_model_onnx_that_is_not_its_export_s_is_refused(serve_python, tmp_path
         "SHA-256 differs): it is damaged, cut short, or from another export; copy the files of "
         "one export together, or export the model again with gluonkit "
         "(gluonkit.export_onnx(prefix)).")
+    # an export without an ONNX file under the prefix of one with: the old model.onnx is refused
+    folder = tmp_path / "one"
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(3))
+    net.initialize()
+    gluonkit.export_model(net, folder / "model", (3, 8, 8), outputs=list("abc"), onnx=False)
+    result = run_serve(serve_python, f"{prefix}.onnx", _image(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"gluonkit-serve: {prefix}.onnx is not from the export {prefix}.json describes: that export "
+        "wrote no ONNX file (it was exported with onnx=False, or its ONNX conversion was refused), "
+        "so this one is left from an earlier export; delete it, or export the model again with "
+        "gluonkit (gluonkit.export_onnx(prefix)).")
     # alone, or beside a JSON file that is not an export's metadata, it is served as it is
     os.rename(f"{other}.onnx", tmp_path / "alone.onnx")
     assert run_serve(serve_python, tmp_path / "alone.onnx", _image(tmp_path)).returncode == 0

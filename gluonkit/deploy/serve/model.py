@@ -59,8 +59,9 @@ def check_threads(threads, name="threads"):
 
 def _check_digest(path):
     """``ExportError`` if the export's ``PREFIX.json`` beside ``path`` (``PREFIX.onnx``, found by
-    the prefix as the MXNet files are) records another SHA-256 for it; nothing to check where
-    the file came alone or the JSON file beside it is not an export's metadata."""
+    the prefix as the MXNet files are) records another SHA-256 for it, or none (an export without
+    an ONNX file: this one is left from an earlier export); nothing to check where the file came
+    alone or the JSON file beside it is not an export's metadata."""
     prefix, suffix = os.path.splitext(path)
     if suffix != ".onnx" or not os.path.isfile(prefix + ".json"):
         return
@@ -68,7 +69,12 @@ def _check_digest(path):
         metadata = read_metadata(prefix)
     except ExportError:             # another JSON file: model.onnx carries its own metadata
         return
-    if "onnx" in metadata["sha256"] and file_sha256(path) != metadata["sha256"]["onnx"]:
+    if "onnx" not in metadata["sha256"]:
+        raise ExportError(f"{path} is not from the export {prefix}.json describes: that export "
+                          "wrote no ONNX file (it was exported with onnx=False, or its ONNX "
+                          "conversion was refused), so this one is left from an earlier export; "
+                          f"delete it, or {_REDO}.")
+    if file_sha256(path) != metadata["sha256"]["onnx"]:
         raise ExportError(f"{path} is not the file {prefix}.json was exported with (its SHA-256 "
                           "differs): it is damaged, cut short, or from another export; copy "
                           f"the files of one export together, or {_REDO}.")

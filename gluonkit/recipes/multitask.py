@@ -30,6 +30,7 @@ import time
 import warnings
 
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 from mxnet.gluon import nn
 
@@ -40,7 +41,7 @@ from gluonkit.train.evaluate import evaluate
 from gluonkit.train.loop import fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer
-from gluonkit.split import split_and_load
+from gluonkit.split import split_and_load, split_sizes
 from gluonkit.recipes import common
 from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset, split_off
 from gluonkit.recipes.runs import RunFolder
@@ -147,8 +148,6 @@ class MissingLabels(gluon.data.Dataset):
     """
 
     def __init__(self, dataset, fraction, seed):
-        import numpy as np
-
         self._dataset = dataset
         rng = np.random.RandomState(seed)
         missing = rng.rand(len(dataset)) < fraction
@@ -167,7 +166,9 @@ class MissingLabels(gluon.data.Dataset):
 class LabelledHeads:
     """``fit``'s ``batch_fn`` with counts by head for :class:`MissingLabels` batches: every
     head runs on every batch and each head's loss is normalized by the samples that carry its
-    label (``head_counts`` counts them), over the whole accumulation window.
+    label (``head_counts`` counts them), over the whole accumulation window. The outputs and
+    labels it returns for the metrics hold, head by head, only the samples that carry the
+    head's label (a device with none of them gives that head nothing).
 
     Example::
 
@@ -187,14 +188,32 @@ class LabelledHeads:
 
     def __call__(self, net, batch, ctx_list):
         data, label, has_parity, has_aux = batch
-        masks = {"digit": None, "parity": split_and_load(has_parity, ctx_list), "aux": split_and_load(has_aux, ctx_list)}
+        flags = {"parity": has_parity, "aux": has_aux}
+        masks = {name: split_and_load(flag, ctx_list) for name, flag in flags.items()}
+        labelled = {name: flag.asnumpy() for name, flag in flags.items()}   # the loader's: no device wait
+        ends = np.cumsum([0] + split_sizes(data.shape[0], len(ctx_list)))   # each device's samples
         losses, outputs, labels = [], [], []
         for i, (out, target) in enumerate(_forward(net, tuple(HEADS), data, label, ctx_list)):
-            losses.append({name: self._loss(out[name], target[name]) * (1 if masks[name] is None else masks[name][i])
-                           for name in HEADS})
-            outputs.append(out)
-            labels.append(target)
+            by_head = {name: self._loss(out[name], target[name]) for name in HEADS}
+            losses.append({name: loss * masks[name][i] if name in masks else loss
+                           for name, loss in by_head.items()})
+            rows = {name: np.flatnonzero(flag[ends[i]:ends[i + 1]]) for name, flag in labelled.items()}
+            outputs.append(_labelled(out, rows))
+            labels.append(_labelled(target, rows))
         return losses, self.head_counts(batch), outputs, labels
+
+
+def _labelled(arrays, rows):
+    """One device's arrays by head, those of a head in ``rows`` cut to its rows (the samples
+    that carry its label; a head of no row left out), out of the recorded graph."""
+    kept = {}
+    for name, array in arrays.items():
+        picked = rows.get(name)
+        if picked is None or len(picked) == array.shape[0]:
+            kept[name] = array.detach()
+        elif len(picked):
+            kept[name] = array.detach().take(mx.nd.array(picked, ctx=array.context))
+    return kept
 
 
 def eval_batch(net, batch, ctx_list):

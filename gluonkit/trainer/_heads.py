@@ -28,8 +28,21 @@ def head_counts(counts, what):
     """
     if not isinstance(counts, dict) or not counts or not all(isinstance(name, str) for name in counts):
         raise TypeError(f"{what} takes the counts by head as a dict of head name -> count, e.g. "
-                        f"{{'mlm': n_tokens, 'nsp': n_sequences}}; got {counts!r}.")
+                        f"{{'mlm': n_tokens, 'nsp': n_sequences}}; got {_described(counts)}.")
     return {name: check_count(count, f"the count of head {name!r}") for name, count in counts.items()}
+
+
+def _described(value):
+    """``value`` named in one line for a message: an NDArray by its shape, a dict by its
+    keys, anything else by its type."""
+    if isinstance(value, mx.nd.NDArray):
+        return f"an NDArray of shape {value.shape}"
+    if isinstance(value, dict):
+        return f"a dict of keys {list(value)!r}" if value else "an empty dict"
+    if value is None:
+        return "None"
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}"
 
 
 def _numbers(counts):
@@ -58,16 +71,18 @@ class HeadWindow:
         self.stepped = {}     # {head: the numbers step() was given}
         self.arrays = {}      # {head: [the NDArray counts step() was given, unread]}
         self.weighed = set()  # the heads weigh_losses weighed since the last step
+        self.seen = set()     # the heads weigh_losses weighed in the window
         self.names = ()       # the heads of the windows this worker began (kept between windows)
 
     def begin(self, counts, sum_over_workers):
         """Take ``counts`` (this worker's, for the whole window) and sum them over the workers
         (one reduction; every worker gives the same head names, 0 for a head it has none of)."""
-        local = _numbers(head_counts(counts, "begin_window"))
+        # the NDArray counts read, then checked as the numbers are, before anything changes
+        local = head_counts(_numbers(head_counts(counts, "begin_window")), "begin_window")
         names = sorted(local)
         summed = sum_over_workers([local[name] for name in names])
         self.totals = {name: whole(float(total)) for name, total in zip(names, summed)}
-        self.local, self.stepped, self.arrays, self.weighed = local, {}, {}, set()
+        self.local, self.stepped, self.arrays, self.weighed, self.seen = local, {}, {}, set(), set()
         self.names = tuple(names)
 
     def join(self, sum_over_workers):
@@ -78,21 +93,26 @@ class HeadWindow:
 
     def weigh(self, losses):
         """An NDArray whose sum is ``sum over heads of sum(losses[h]) / N_h`` (a head of window
-        count 0 left out): the weighed losses added elementwise where they have one shape."""
+        count 0 left out): the weighed losses added elementwise where they have one shape. In a
+        window whose every head counts 0, the losses times 0: a gradient of zeros, and the update
+        drops the window as it drops a plain count of 0."""
         if not isinstance(losses, dict) or not losses:
             raise TypeError(f"weigh_losses takes the losses by head as a dict of head name -> per-sample "
-                            f"losses (an NDArray), got {losses!r}.")
+                            f"losses (an NDArray), got {_described(losses)}.")
         unknown = [name for name in losses if name not in self.totals]
         if unknown:
             raise KeyError(f"weigh_losses got a loss for head(s) {', '.join(map(repr, unknown))}, but the "
                            f"window was begun with counts for {', '.join(map(repr, self.totals))}; give "
                            "begin_window a count for every head that has a loss.")
         self.weighed.update(losses)
+        self.seen.update(losses)
+        if not any(self.totals.values()):
+            return mx.nd.add_n(*(value.sum() for value in losses.values())) * 0
         by_shape = {}   # losses of one shape are weighed and added elementwise: fewer operators
         for name, value in losses.items():
             if self.totals[name] > 0:
                 by_shape.setdefault(value.shape, []).append(value * (1.0 / self.totals[name]))
-        if not by_shape:   # only heads of count 0: a zero tied to no parameter, which none gets a gradient from
+        if not by_shape:   # only heads of count 0: a zero tied to no parameter, none gets a gradient
             zero = mx.nd.zeros((1,), ctx=next(iter(losses.values())).context)
             zero.attach_grad()
             return zero * 1
@@ -125,11 +145,20 @@ class HeadWindow:
         self.weighed = set()
 
     def check_window(self):
-        """``ValueError`` if the counts given to step do not add up to those begin_window got."""
+        """``ValueError`` if a head announced above 0 never had its loss weighed, or if the counts
+        given to step do not add up to those begin_window got."""
+        unweighed = [name for name, count in self.local.items() if count > 0 and name not in self.seen]
+        if unweighed:
+            detail = ", ".join(f"{name!r} ({self.local[name]})" for name in unweighed)
+            raise ValueError(f"begin_window announced a count above 0 for head(s) {detail}, but no "
+                             "micro-batch of the window gave weigh_losses its loss. The window was dropped, "
+                             "no update was applied; give weigh_losses that head's losses, or announce 0 "
+                             "for it.")
         given = _numbers(self._given())
         wrong = [name for name in self.local if not _close(given.get(name, 0), self.local[name])]
         if wrong:
-            detail = ", ".join(f"{name!r}: {given.get(name, 0)} stepped, {self.local[name]} announced" for name in wrong)
+            detail = ", ".join(f"{name!r}: {given.get(name, 0)} stepped, {self.local[name]} announced"
+                               for name in wrong)
             raise ValueError(f"The counts given to step() in this window differ from those begin_window got "
                              f"({detail}): its losses were weighed by the announced counts. The window was "
                              "dropped, no update was applied; announce the counts of the micro-batches the "
@@ -137,7 +166,8 @@ class HeadWindow:
 
     def end(self):
         """Close the window: the next one begins anew."""
-        self.totals, self.local, self.stepped, self.arrays, self.weighed = None, None, {}, {}, set()
+        self.totals, self.local, self.stepped, self.arrays = None, None, {}, {}
+        self.weighed, self.seen = set(), set()
 
     def state(self):
         """The window begun as JSON values, or None."""
@@ -146,7 +176,8 @@ class HeadWindow:
         return {"totals": dict(self.totals), "local": dict(self.local), "stepped": _numbers(self._given())}
 
     def _given(self):
-        """The counts step() was given, by head: a number, or an NDArray of the NDArray ones and the numbers."""
+        """The counts step() was given, by head: a number, or an NDArray of the NDArray ones and
+        the numbers."""
         given = dict(self.stepped)
         for name, arrays in self.arrays.items():
             given[name] = mx.nd.add_n(*(a.as_in_context(mx.cpu()) for a in arrays)) + given.get(name, 0)
@@ -159,6 +190,7 @@ class HeadWindow:
             return
         self.totals, self.local = dict(state["totals"]), dict(state["local"])
         self.stepped, self.arrays, self.weighed = dict(state["stepped"]), {}, set()
+        self.seen = {name for name, count in self.stepped.items() if count > 0}   # step checked them
         self.names = tuple(sorted(self.totals))
 
 
@@ -188,14 +220,16 @@ class HeadCounting:
         ``weigh_losses``, and the update applies the weighed gradient as it is. The window's
         ``step`` calls give each micro-batch's counts by head, which must add up to ``counts``.
         A head whose count over the window is 0 contributes nothing: its loss is left out, so
-        its own parameters get no gradient and no update. See docs/trainer.md, "Counts by head".
+        its own parameters get no gradient and no update; a window whose every head counts 0 is
+        dropped at its update with a warning, as a plain count of 0 is. See docs/trainer.md,
+        "Counts by head".
 
         Parameters
         ----------
         counts : dict
             Head name -> this worker's count for the window (a number >= 0 or a one-element
-            NDArray, read now). With several workers, every worker gives the same names
-            (0 for a head it has nothing of).
+            NDArray, read now and checked as a number). With several workers, every worker
+            gives the same names (0 for a head it has nothing of).
 
         Returns
         -------
@@ -238,7 +272,9 @@ class HeadCounting:
             Its sum is ``sum over heads h of losses[h].sum() / N_h``; recorded when called
             inside ``autograd.record()``, so ``backward()`` gives that sum's gradient. Losses of
             one shape are weighed and added elementwise (the per-sample weighed loss, fewer
-            operators than one sum per head); with several shapes it is the sum itself.
+            operators than one sum per head); with several shapes it is the sum itself. In a
+            window whose every head counts 0 it is the losses' sum times 0 (zero gradients: the
+            update drops the window).
         """
         if self._heads.totals is None:
             raise RuntimeError("weigh_losses needs the window's counts by head first: call "

@@ -351,7 +351,8 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             with ``begin_window`` whose losses ``weigh_losses`` weighed: this micro-batch's
             count of each head. The window's counts by head must add up to those
             ``begin_window`` got (checked at the update; a window that does not is dropped
-            with a ``ValueError``).
+            with a ``ValueError``, as is one that never weighed a head announced above 0). A
+            window whose every head counts 0 is dropped with a warning, as a count of 0.
         ignore_stale_grad : bool, default False
             Unused parameters are always skipped; True only silences the warning about them.
 
@@ -441,15 +442,16 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             As for ``step`` (read here: a wait for an NDArray). Counts that sum to 0 over the
             workers skip the update with a warning, as a window of 0 does. In a window begun
             with ``begin_window``, its counts by head (a dict), which must equal its counts: the
-            gradient, weighed by ``weigh_losses`` already, is applied as it is.
+            gradient, weighed by ``weigh_losses`` already, is applied as it is (a window whose
+            every head counts 0 is skipped with that warning).
         ignore_stale_grad : bool, default False
             As for ``step``.
         """
         if isinstance(batch_size, dict) or self._heads.totals is not None:
             by_head, _ = self._count_heads(batch_size)   # the losses were weighed by the window's counts
             self._heads.add(by_head)
+            count = 1 if any(self._heads.totals.values()) else 0   # every head of count 0: dropped
             self._check_heads()
-            count = 1
         else:
             count = check_count(batch_size)
             if isinstance(count, mx.nd.NDArray):

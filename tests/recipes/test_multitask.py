@@ -226,3 +226,26 @@ def test_missing_labels_train_every_head_normalized_by_its_own_count(tmp_path, m
     # the counts by head against each head's samples: a batch's counts are its labelled samples
     batch = [mx.nd.zeros((4, 1, 8, 8)), mx.nd.arange(4), mx.nd.array([1, 0, 1, 1]), mx.nd.array([0, 0, 1, 1])]
     assert recipe.LabelledHeads.head_counts(batch) == {"digit": 4, "parity": 3.0, "aux": 2.0}
+
+
+def test_missing_labels_training_accuracy_counts_only_the_samples_that_carry_the_label(tmp_path, monkeypatch):
+    # a learning rate of 0: the network the epoch ends with is the one every batch ran, so the
+    # history's training accuracy is NumPy's accuracy of that network on the training images
+    from gluonkit.recipes.datasets import split_off
+
+    monkeypatch.chdir(tmp_path)
+    result = run("--epochs", "1", "--train-size", "160", "--batch-size", "25", "--missing-labels", "0.6",
+                 "--lr", "0", "--momentum", "0", "--wd", "0", "--ctx", "cpu:0,cpu:1", "--out", "")
+    train_set = split_off(gluonkit.data.digits(train=True), 0.1, 0)[0].take(160)
+    flags = recipe.MissingLabels(train_set, 0.6, seed=0)
+    images = np.stack([image for image, _ in train_set])
+    labels = np.array([label for _, label in train_set])
+    targets = {"digit": labels, "parity": labels % 2, "aux": labels >= 5}
+    labelled = {"digit": np.ones(len(labels), bool), "parity": flags.has_parity == 1, "aux": flags.has_aux == 1}
+    outputs = dict(zip(recipe.HEADS, (o.asnumpy() for o in result["net"](mx.nd.array(images)))))
+    for head in recipe.HEADS:
+        right = outputs[head].argmax(axis=1) == targets[head]
+        expected = right[labelled[head]].mean()
+        if head != "digit":   # the unlabelled samples would move it: the test can tell
+            assert abs(right.mean() - expected) > 1e-3
+        assert result["history"][f"{head}_accuracy"][0] == pytest.approx(expected, abs=1e-9), head

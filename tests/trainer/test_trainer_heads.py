@@ -410,3 +410,85 @@ def test_a_micro_batch_of_heads_of_count_zero_only_gives_their_parameters_no_gra
     _big_batch(ref, ref_trainer, batches[1:])   # the first micro-batch added nothing
     _assert_same(ref, net)
     assert "parity.weight" in trainer.skipped
+
+
+@pytest.mark.parametrize("bad", [-3, float("nan")], ids=["negative", "nan"])
+def test_begin_window_refuses_a_negative_or_nan_ndarray_count_as_it_refuses_the_number(bad):
+    ref, net = _twins(ONE)
+    ref_trainer = gluon.Trainer(ref.collect_params(), *SGD)
+    trainer = gluonkit.Trainer(net.collect_params(), *SGD, accumulate=2)
+    batches = [_data(6, 130), _data(5, 131)]
+    counts = {h: sum(b[2][h].sum() for b in batches) for h in HEADS}
+    trainer.begin_window(counts)
+    with pytest.raises(ValueError) as as_number:
+        trainer.begin_window({**counts, "aux": bad})
+    with pytest.raises(ValueError) as as_ndarray:
+        trainer.begin_window({**counts, "aux": nd.array([bad])})
+    assert str(as_ndarray.value) == str(as_number.value)
+    assert "the count of head 'aux'" in str(as_ndarray.value) and f"got {bad}." in str(as_ndarray.value)
+    assert trainer.window_counts == counts   # the window begun before is kept, and runs as it was
+    for batch in batches:
+        with autograd.record():
+            loss = trainer.weigh_losses(_losses(net, *batch))
+        loss.backward()
+        trainer.step({h: batch[2][h].sum() for h in HEADS})
+    _big_batch(ref, ref_trainer, batches)
+    _assert_same(ref, net)
+
+
+@pytest.mark.parametrize("apply", ["step", "update"])
+def test_a_window_whose_every_head_counts_zero_is_dropped_with_a_warning(apply):
+    # as a plain count of 0: no update, no momentum or weight decay, and the next window as if it never ran
+    ref, net = _twins(ONE)
+    ref_trainer = gluon.Trainer(ref.collect_params(), *SGD)
+    trainer = gluonkit.Trainer(net.collect_params(), *SGD, accumulate=2 if apply == "step" else 1)
+    before = params_of(net)
+    unlabelled = [_data(6, 140, absent=HEADS), _data(5, 141, absent=HEADS)]
+    assert trainer.begin_window({h: 0 for h in HEADS}) == {h: 0 for h in HEADS}
+    with pytest.warns(UserWarning, match=r"Skipped an update: the counts given to step\(\) in this window sum to 0"):
+        for batch in unlabelled if apply == "step" else unlabelled[:1]:
+            with autograd.record():
+                loss = trainer.weigh_losses(_losses(net, *batch))
+            loss.backward()
+            if apply == "step":
+                assert trainer.step({h: 0 for h in HEADS}) is False
+            else:
+                trainer.allreduce_grads()
+                trainer.update({h: 0 for h in HEADS})
+    _assert_same_arrays(before, params_of(net))
+    assert trainer.window_counts is None and trainer.pending == (0, 0)
+    batches = [_data(6, 142), _data(5, 143)] if apply == "step" else [_data(9, 142)]
+    _window(net, trainer, batches, ONE)
+    _big_batch(ref, ref_trainer, batches)   # two momentum steps would differ: the dropped one never counted
+    _assert_same(ref, net)
+
+
+def test_a_head_announced_above_zero_whose_loss_is_never_weighed_is_named():
+    _, net = _twins(ONE)
+    trainer = gluonkit.Trainer(net.collect_params(), *SGD, accumulate=2)
+    before = params_of(net)
+    trainer.begin_window({"main": 12, "aux": 5})
+    for i in range(2):
+        with autograd.record():
+            loss = trainer.weigh_losses({"main": _losses(net, *_data(6, 150 + i))["main"]})
+        loss.backward()
+        if i == 0:
+            assert trainer.step({"main": 6}) is False
+    with pytest.raises(ValueError, match=r"for head\(s\) 'aux' \(5\), but no micro-batch of the window gave "
+                                         r"weigh_losses its loss.*give weigh_losses that head's losses, or "
+                                         r"announce 0 for it\.$"):
+        trainer.step({"main": 6, "aux": 0})
+    _assert_same_arrays(before, params_of(net))
+    assert trainer.window_counts is None and trainer.pending == (0, 0)
+
+
+@pytest.mark.parametrize("losses, named", [
+    ([nd.ones(4)], "a list"), (nd.ones(4), r"an NDArray of shape \(4,\)"), ({}, "an empty dict")])
+def test_weigh_losses_names_what_it_got_instead_of_a_dict_in_one_line(losses, named):
+    _, net = _twins(ONE)
+    trainer = gluonkit.Trainer(net.collect_params(), *SGD)
+    trainer.begin_window({"main": 4})
+    with pytest.raises(TypeError, match=rf"as a dict of head name -> per-sample losses \(an NDArray\), "
+                                        rf"got {named}\.$") as err:
+        trainer.weigh_losses(losses)
+    assert "\n" not in str(err.value)

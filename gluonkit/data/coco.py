@@ -7,7 +7,8 @@ ids are rarely contiguous or from 0: classes are the categories in id order and 
 kept (:attr:`COCOFile.category_ids`). Images without annotations stay, as negatives.
 Segmentation, keypoints and fields other than those are ignored. Ids written as strings of an
 integer (Label Studio's converter writes the ``category`` values of its labelling config so)
-are read as that integer, as pycocotools keeps them.
+are read as that integer; results on such a file are written with its ids as it writes them,
+which pycocotools keeps (:func:`coco_result_ids`).
 
 Images are read upright by their EXIF orientation, as labelling tools show them, and their
 records' width and height must be that frame's (``upright=False``: the pixels as stored, for
@@ -19,8 +20,9 @@ file's folder, an ``images`` folder in it or beside it (CVAT's).
 With ``skip_bad`` the records that cannot be used (an empty box, a box more than a pixel past
 the border, an unknown image or category, a repeated id or image file, a malformed field) are
 left out and counted (:mod:`gluonkit.data.badrecords`), and boxes within a pixel of the border
-are clipped to it; without, the first refuses the file. A file listed under two image ids is
-warned about (it trains twice).
+are clipped to it; without, the first refuses the file; a file in which no image is left
+with an object is refused. A file listed under two image ids is warned about (it trains
+twice).
 
 Crowd regions (``iscrowd: 1``) are left out of the training file's labels. In the files that
 evaluate (every file after the first) they are kept as COCO's evaluation keeps them: in
@@ -474,7 +476,8 @@ def load_coco(files, images_dir=None, max_bytes=MAX_JSON_BYTES, *, upright=True,
     Raises
     ------
     DataFileError
-        A file that is too large or not COCO JSON, or a record with a missing or wrong field,
+        A file that is too large or not COCO JSON, without categories, or left with no object
+        by ``skip_bad``, or a record with a missing or wrong field,
         a repeated id, an unknown image or category, or a box outside its image (unless
         ``skip_bad``), or a size that is not the image's (naming its EXIF orientation where
         that turns it); the message names the file, the image and the field.

@@ -244,8 +244,10 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
     Raises
     ------
     DataFileError
-        A bad annotation (see :func:`read_annotation`), an id in a list that is not a file
-        name, or an object whose class is not among ``classes`` (by default: one that the
+        A bad annotation (see :func:`read_annotation`), a <size> that is not its image's
+        (checked before the boxes, naming an EXIF orientation that turns it), a list left with
+        no object by ``skip_bad``, an id in a list that is not a file name, or an object whose
+        class is not among ``classes`` (by default: one that the
         first split never shows, which training could not learn).
     FileNotFoundError
         A list, or a listed annotation or image, that is missing.

@@ -398,7 +398,8 @@ def _cocoeval(annotations, results):
 
 def test_coco_results_keep_string_ids_so_pycocotools_scores_the_users_file(detector, tmp_path,
                                                                            capsys):
-    # Label Studio's converter writes "id": "1": pycocotools keeps the strings, so results must
+    # "id": "1", as Label Studio's converter writes ids: pycocotools keeps the string, and so must
+    # the results
     out, _ = detector
     written = _coco_file(tmp_path / "strings.json", ["7"], ["0", "1", "2"])
     numbers = _coco_file(tmp_path / "numbers.json", [7], [0, 1, 2])
@@ -408,11 +409,11 @@ def test_coco_results_keep_string_ids_so_pycocotools_scores_the_users_file(detec
                           str(annotations), "--coco-images", str(out), "--score-threshold", "0.001"])
         results = tmp_path / f"results-{annotations.stem}.json"
         results.write_text(capsys.readouterr().out)
+        stats.append(_cocoeval(annotations, results))     # loadRes refused int ids for "7"
         found = json.loads(results.read_text())
         assert found and {d["image_id"] for d in found} == {"7" if annotations is written else 7}
         kinds = {type(d["category_id"]) for d in found}
         assert kinds == ({str} if annotations is written else {int})
-        stats.append(_cocoeval(annotations, results))
     np.testing.assert_array_equal(stats[0], stats[1])       # the same figures as integer ids
     assert stats[0][0] >= 0                                 # objects to score: not COCO's -1
 

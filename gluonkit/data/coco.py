@@ -56,6 +56,7 @@ _SLACK_PIXELS = 0.5       # a box may pass its image's edge by rounding, no more
 _SKIP_SLACK_PIXELS = 1.0  # with skip_bad, boxes within a pixel of the edge are clipped
 _NUMBERS = (int, float)     # bool is neither, by type()
 _INTEGER_TEXT = re.compile(r"-?[0-9]{1,%d}" % _MAX_DIGITS)
+_PLURALS = {"image": "images", "annotation": "annotations", "category": "categories"}
 
 
 def _refuse_constant(name):
@@ -175,7 +176,8 @@ def _unique(records, what, path, bad=None):
             if ident in by_id:
                 raise BadRecord(f"{path}: {what} id {ident} appears twice (the "
                                 f"{_ordinal(place[ident] + 1)} and {_ordinal(number + 1)} "
-                                f"{what}s of the list); ids must be unique.", f"repeated {what} id")
+                                f"{_PLURALS[what]} of the list); ids must be unique.",
+                                f"repeated {what} id")
         except DataFileError as err:
             bad.refuse(err, f"{path}: the {_ordinal(number + 1)} {what}")
             continue

@@ -237,3 +237,15 @@ def test_image_ids_are_found_by_file_not_by_name(tmp_path):
     assert ids == {os.path.realpath(str(tmp_path / "images" / name)): i
                    for name, i in (("a.jpg", 1), ("sub/b.jpg", 2), ("c.jpg", 3))}
     assert os.path.realpath(str(other / "a.jpg")) not in ids
+
+
+def test_a_repeated_category_id_is_named_in_plain_english(tmp_path):
+    (path,) = write_coco(str(tmp_path), {"train": TRAIN})
+    document = json.loads(open(path).read())
+    document["categories"].append({"id": 1, "name": "bird"})
+    with open(path, "w") as f:
+        json.dump(document, f)
+    with pytest.raises(DataFileError) as info:
+        load_coco([path])
+    assert str(info.value) == (f"{path}: category id 1 appears twice (the first and third "
+                               "categories of the list); ids must be unique.")

@@ -9,7 +9,7 @@ few named.
 """
 from .errors import DataFileError
 
-__all__ = ["BadRecord", "BadRecords", "summary"]
+__all__ = ["BadRecord", "BadRecords", "LeftOutWarning", "summary"]
 
 #: Records named per kind in a summary.
 SHOWN = 3
@@ -22,6 +22,11 @@ class BadRecord(DataFileError):
     def __init__(self, message, kind="malformed record"):
         super().__init__(message)
         self.kind = kind
+
+
+class LeftOutWarning(UserWarning):
+    """The warning of the records a loader left out (:meth:`BadRecords.summary`): a recipe
+    that reports them at its end tells it from the loaders' other warnings."""
 
 
 class BadRecords:
@@ -53,6 +58,14 @@ class BadRecords:
     def count(self):
         """How many records were left out."""
         return sum(len(places) for places in self.left_out.values())
+
+    def refuse_if_empty(self, objects, where, of="", noun="record"):
+        """Raise a ``DataFileError`` naming ``where`` (a file) when records were left out and
+        no object (``objects`` 0) is left: the :meth:`summary`, ``of`` saying of how many."""
+        if self.left_out and not objects:
+            raise DataFileError(f"{where}: no image is left with an object: "
+                                f"{self.summary(noun, of).rstrip('.')}; fix those records (or "
+                                "export the file again) rather than leave them all out.")
 
     def summary(self, noun="record", of=""):
         """:func:`summary` of :attr:`left_out`."""

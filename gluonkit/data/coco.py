@@ -7,7 +7,8 @@ ids are rarely contiguous or from 0: classes are the categories in id order and 
 kept (:attr:`COCOFile.category_ids`). Images without annotations stay, as negatives.
 Segmentation, keypoints and fields other than those are ignored. Ids written as strings of an
 integer (Label Studio's converter writes the ``category`` values of its labelling config so)
-are read as that integer, as pycocotools keeps them.
+are read as that integer; results on such a file are written with its ids as it writes them,
+which pycocotools keeps (:func:`coco_result_ids`).
 
 Images are read upright by their EXIF orientation, as labelling tools show them, and their
 records' width and height must be that frame's (``upright=False``: the pixels as stored, for
@@ -19,8 +20,9 @@ file's folder, an ``images`` folder in it or beside it (CVAT's).
 With ``skip_bad`` the records that cannot be used (an empty box, a box more than a pixel past
 the border, an unknown image or category, a repeated id or image file, a malformed field) are
 left out and counted (:mod:`gluonkit.data.badrecords`), and boxes within a pixel of the border
-are clipped to it; without, the first refuses the file. A file listed under two image ids is
-warned about (it trains twice).
+are clipped to it; without, the first refuses the file; a file in which no image is left
+with an object is refused. A file listed under two image ids is warned about (it trains
+twice).
 
 Crowd regions (``iscrowd: 1``) are left out of the training file's labels. In the files that
 evaluate (every file after the first) they are kept as COCO's evaluation keeps them: in
@@ -41,11 +43,11 @@ import warnings
 import numpy as np
 from mxnet import gluon
 
-from .badrecords import BadRecord, BadRecords
+from .badrecords import BadRecord, BadRecords, LeftOutWarning
 from .errors import DataFileError
 from .images import MAX_ASPECT, MAX_PIXELS, frame_mismatch, image_frame, read_image
 
-__all__ = ["MAX_JSON_BYTES", "COCOFile", "load_coco", "image_folders", "coco_image_ids"]
+__all__ = ["MAX_JSON_BYTES", "COCOFile", "load_coco", "image_folders", "coco_result_ids"]
 
 #: Files above this size are refused unread (COCO 2017's train annotations take 448 MB).
 MAX_JSON_BYTES = 1 << 30
@@ -54,6 +56,7 @@ _SLACK_PIXELS = 0.5       # a box may pass its image's edge by rounding, no more
 _SKIP_SLACK_PIXELS = 1.0  # with skip_bad, boxes within a pixel of the edge are clipped
 _NUMBERS = (int, float)     # bool is neither, by type()
 _INTEGER_TEXT = re.compile(r"-?[0-9]{1,%d}" % _MAX_DIGITS)
+_PLURALS = {"image": "images", "annotation": "annotations", "category": "categories"}
 
 
 def _refuse_constant(name):
@@ -84,6 +87,9 @@ def _parse_float(text):
 
 def _read_json(path, max_bytes):
     """The parsed JSON file ``path``, refused in one line when too large or not plain data."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a folder, not a file; pass the COCO JSON file itself "
+                                "(--dataset coco:TRAIN.json,VAL.json).")
     try:
         size = os.path.getsize(path)
     except OSError as err:
@@ -170,7 +176,8 @@ def _unique(records, what, path, bad=None):
             if ident in by_id:
                 raise BadRecord(f"{path}: {what} id {ident} appears twice (the "
                                 f"{_ordinal(place[ident] + 1)} and {_ordinal(number + 1)} "
-                                f"{what}s of the list); ids must be unique.", f"repeated {what} id")
+                                f"{_PLURALS[what]} of the list); ids must be unique.",
+                                f"repeated {what} id")
         except DataFileError as err:
             bad.refuse(err, f"{path}: the {_ordinal(number + 1)} {what}")
             continue
@@ -182,24 +189,35 @@ def image_folders(path, images_dir=None):
     """The folders where the ``file_name`` entries of the COCO file ``path`` are looked for,
     in order: ``images_dir`` alone if given, else those of the module's description that
     exist (the JSON file's folder always)."""
+    return _search(path, images_dir)[0]
+
+
+def _search(path, images_dir):
+    """``(folders, absent)``: :func:`image_folders` of ``path``, and the folders of the
+    default search that do not exist (for the message when an image is in none)."""
     if images_dir:
+        if os.path.isfile(images_dir):
+            raise NotADirectoryError(f"the images folder {images_dir} (--images) is a file, not "
+                                     f"a folder; pass the folder that {path}'s file_name entries "
+                                     "are relative to.")
         if not os.path.isdir(images_dir):
             raise FileNotFoundError(f"the images folder {images_dir} does not exist; pass the "
                                     f"folder that {path}'s file_name entries are relative to.")
-        return [images_dir]
+        return [images_dir], []
     here = os.path.dirname(os.path.abspath(path))
     stem = os.path.splitext(os.path.basename(path))[0]
     split = stem[len("instances_"):] if stem.startswith("instances_") else stem
     beside = os.path.dirname(here)
-    splits = [os.path.join(beside, "images", split), os.path.join(beside, split),
-              os.path.join(here, "images", split), os.path.join(here, split)]
-    folders = [f for f in splits if os.path.isdir(f)] + [here]
-    return folders + [f for f in (os.path.join(here, "images"), os.path.join(beside, "images"))
-                      if os.path.isdir(f)]
+    tried = [os.path.join(beside, "images", split), os.path.join(beside, split),
+             os.path.join(here, "images", split), os.path.join(here, split), here,
+             os.path.join(here, "images"), os.path.join(beside, "images")]
+    folders = [f for f in tried if f == here or os.path.isdir(f)]
+    return folders, [f for f in tried if f not in folders]
 
 
-def _image_path(path, name, image_id, folders):
-    """The file of image ``name`` (a relative path) in the first of ``folders`` holding it."""
+def _image_path(path, name, image_id, folders, absent=()):
+    """The file of image ``name`` (a relative path) in the first of ``folders`` holding it;
+    ``absent``: the folders searched that do not exist, named when it is in none."""
     where = f"{path}, image {image_id}"
     if ".." in name and ".." in name.replace("\\", "/").split("/") or os.path.isabs(name):
         raise DataFileError(f"{where}: file_name {name!r} is not a path relative to the images' "
@@ -208,9 +226,10 @@ def _image_path(path, name, image_id, folders):
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate):
             return candidate
-    raise FileNotFoundError(f"{where}: {name!r} is not in {' or '.join(folders)}; add the file, "
-                            "or say where the images are (--images DIR, or TRAIN_DIR,VAL_DIR "
-                            "for a folder per file).")
+    tried = f" (nor in {', '.join(absent)}, which do not exist)" if absent else ""
+    raise FileNotFoundError(f"{where}: {name!r} is not in {' or '.join(folders)}{tried}; add the "
+                            "file, or say where the images are (--images DIR, or "
+                            "TRAIN_DIR,VAL_DIR for a folder per file).")
 
 
 class COCOFile(gluon.data.Dataset):
@@ -290,6 +309,9 @@ class COCOFile(gluon.data.Dataset):
 def _categories(path, document):
     """``[(id, name)]`` of the file's categories, sorted by id."""
     categories = _unique(_records(document, "categories", path), "category", path)
+    if not categories:
+        raise DataFileError(f"{path}: 'categories' is empty, so the file names no class; export "
+                            "it with its labels (a list of {\"id\": 1, \"name\": \"cat\"}, ...).")
     named = [(ident, _field(record, "name", "name", f"{path}, category {ident}").strip())
              for ident, record in sorted(categories.items())]
     names = [name for _, name in named]
@@ -361,7 +383,7 @@ def _repeated_files(path, ids, files, bad):
     warned about (it trains twice), or with ``bad.skip`` its later records left out."""
     first, keep = {}, []
     for number, (ident, image) in enumerate(zip(ids, files)):
-        real = os.path.normpath(image)
+        real = os.path.realpath(image)
         if real in first:
             if bad.skip:
                 bad.left_out.setdefault("repeated image file", []).append(
@@ -376,7 +398,7 @@ def _repeated_files(path, ids, files, bad):
     return keep
 
 
-def _read(path, folders, max_bytes, classes, limits, upright, skip_bad):
+def _read(path, search, max_bytes, classes, limits, upright, skip_bad):
     """A :class:`COCOFile` of ``path`` and its ``[(category id, name)]``, checked against the
     ``classes`` of the first file when given (the first file trains, the others evaluate)."""
     document = _read_json(path, max_bytes)
@@ -400,7 +422,7 @@ def _read(path, folders, max_bytes, classes, limits, upright, skip_bad):
     ids = list(images)
     if not ids and classes is None:
         raise DataFileError(f"{path} lists no images; a training file needs some.")
-    files = [_image_path(path, names[i], i, folders) for i in ids]
+    files = [_image_path(path, names[i], i, *search) for i in ids]
     for ident, image in zip(ids, files):      # before the boxes: a turned image explains them
         frame = image_frame(image, upright, **limits)
         if frame[:2] != images[ident]:
@@ -410,8 +432,11 @@ def _read(path, folders, max_bytes, classes, limits, upright, skip_bad):
     boxes, zero_id = _boxes(path, document, images, class_of, bad)
     keep = _repeated_files(path, ids, files, bad)
     ids, files = [ids[k] for k in keep], [files[k] for k in keep]
+    objects = sum(not crowd for i in ids for _, _, crowd, _ in boxes[i])
+    bad.refuse_if_empty(objects, path, f" of its {len(document['annotations'])} annotations and "
+                                       f"{len(document['images'])} images")
     if bad.left_out:
-        warnings.warn(bad.summary(of=f" of {path}"), stacklevel=3)
+        warnings.warn(bad.summary(of=f" of {path}"), LeftOutWarning, stacklevel=3)
     return COCOFile(path, files, ids, [images[i] for i in ids], [boxes[i] for i in ids],
                     [ident for ident, _ in categories], classes is not None, limits,
                     upright=upright, left_out=bad.left_out, zero_annotation_id=zero_id), categories
@@ -453,7 +478,8 @@ def load_coco(files, images_dir=None, max_bytes=MAX_JSON_BYTES, *, upright=True,
     Raises
     ------
     DataFileError
-        A file that is too large or not COCO JSON, or a record with a missing or wrong field,
+        A file that is too large or not COCO JSON, without categories, or left with no object
+        by ``skip_bad``, or a record with a missing or wrong field,
         a repeated id, an unknown image or category, or a box outside its image (unless
         ``skip_bad``), or a size that is not the image's (naming its EXIF orientation where
         that turns it); the message names the file, the image and the field.
@@ -466,17 +492,17 @@ def load_coco(files, images_dir=None, max_bytes=MAX_JSON_BYTES, *, upright=True,
     """
     limits = {"max_pixels": max_pixels, "max_aspect": max_aspect}
     files = [os.fspath(path) for path in files]
-    folders = _folders_per_file(files, images_dir)
+    searches = _folders_per_file(files, images_dir)
     datasets, classes = [], None
-    for path, folder in zip(files, folders):
-        dataset, categories = _read(path, folder, max_bytes, classes, limits, upright, skip_bad)
+    for path, search in zip(files, searches):
+        dataset, categories = _read(path, search, max_bytes, classes, limits, upright, skip_bad)
         datasets.append(dataset)
         classes = categories if classes is None else classes
     return datasets, [name for _, name in classes]
 
 
 def _folders_per_file(files, images_dir):
-    """:func:`image_folders` of each file, ``images_dir`` one folder or one per file."""
+    """:func:`_search` of each file, ``images_dir`` one folder or one per file."""
     if images_dir is None or isinstance(images_dir, (str, os.PathLike)):
         dirs = [images_dir] * len(files)
     else:
@@ -484,15 +510,25 @@ def _folders_per_file(files, images_dir):
         if len(dirs) != len(files):
             raise ValueError(f"images_dir names {len(dirs)} folders for {len(files)} files; give "
                              "one folder, or one per file in the files' order.")
-    return [image_folders(path, folder and os.fspath(folder)) for path, folder in zip(files, dirs)]
+    return [_search(path, folder and os.fspath(folder)) for path, folder in zip(files, dirs)]
 
 
-def coco_image_ids(path, images_dir=None, max_bytes=MAX_JSON_BYTES):
-    """``{image file: image id}`` of the COCO file ``path``'s images, each file found as
-    :func:`load_coco` finds it and given as its real path; for naming predictions. Images
-    that are not there are left out."""
+def coco_result_ids(path, images_dir=None, max_bytes=MAX_JSON_BYTES):
+    """The ids that results on the COCO file ``path`` are written with, as pycocotools loads
+    them (an id written ``"1"`` stays the string ``"1"``, so that ``COCO.loadRes`` and
+    ``COCOeval`` on that file match them).
+
+    Returns
+    -------
+    tuple
+        ``({image file: image id}, {category id: category id as written})``: each image file
+        found as :func:`load_coco` finds it and given as its real path (images that are not
+        there are left out; a file listed under two ids has the first, with a warning naming
+        both), and the file's category ids by their integer value.
+    """
     path = os.fspath(path)
-    records = _unique(_records(_read_json(path, max_bytes), "images", path), "image", path)
+    document = _read_json(path, max_bytes)
+    records = _unique(_records(document, "images", path), "image", path)
     folders = image_folders(path, images_dir)
     ids = {}
     for ident, record in records.items():
@@ -501,5 +537,12 @@ def coco_image_ids(path, images_dir=None, max_bytes=MAX_JSON_BYTES):
                                              f"{path}, image {ident}"), ident, folders)
         except FileNotFoundError:
             continue
-        ids[os.path.realpath(image)] = ident
-    return ids
+        real = os.path.realpath(image)
+        if real in ids:
+            warnings.warn(f"{path}: {image} is listed under image ids {ids[real]!r} and "
+                          f"{record['id']!r}; its results are written under the first, "
+                          f"{ids[real]!r}.", stacklevel=2)
+            continue
+        ids[real] = record["id"]
+    categories = _unique(_records(document, "categories", path), "category", path)
+    return ids, {ident: record["id"] for ident, record in categories.items()}

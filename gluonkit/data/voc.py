@@ -22,7 +22,7 @@ import numpy as np
 from defusedxml import DefusedXmlException
 from mxnet import gluon
 
-from .badrecords import BadRecord, BadRecords
+from .badrecords import BadRecord, BadRecords, LeftOutWarning
 from .errors import DataFileError
 from .images import MAX_ASPECT, MAX_PIXELS, frame_mismatch, image_frame, read_image
 
@@ -97,7 +97,12 @@ def read_annotation(path, bad=None):
         Malformed XML, an entity declaration or external reference (refused by defusedxml),
         a missing or non-numeric field, or a box that is empty or outside the image.
     """
-    bad = bad or BadRecords()
+    root, width, height = _size(path)
+    return (width, height) + (_objects(root, path, width, height, bad or BadRecords()),)
+
+
+def _size(path):
+    """``(XML root, width, height)`` of the annotation file ``path``; DataFileError."""
     try:
         root = SafeET.parse(path).getroot()
     except DefusedXmlException as err:
@@ -112,6 +117,12 @@ def read_annotation(path, bad=None):
     width, height = (_number(size, field, f"{path}, <size>") for field in ("width", "height"))
     if width < 1 or height < 1:
         raise DataFileError(f"{path}: the image size {width:g}x{height:g} is not positive.")
+    return root, width, height
+
+
+def _objects(root, path, width, height, bad):
+    """The checked ``(name, box, difficult)`` of every <object> of ``root`` (see
+    :func:`read_annotation`)."""
     slack = _SKIP_SLACK_PIXELS if bad.skip else 0.0
     objects = []
     for number, node in enumerate(root.iter("object")):
@@ -119,7 +130,7 @@ def read_annotation(path, bad=None):
             objects.append(_object(node, f"{path}, object {number}", width, height, slack))
         except DataFileError as err:
             bad.refuse(err, f"{path}, object {number}")
-    return width, height, objects
+    return objects
 
 
 class VOCFolder(gluon.data.Dataset):
@@ -180,8 +191,10 @@ def _listed(root, split):
     return listed
 
 
-def _annotated(root, split, bad):
-    """``(images, annotations)`` of a split: image paths and ``read_annotation`` of each."""
+def _annotated(root, split, bad, upright, limits):
+    """``(images, annotations)`` of a split: image paths and ``read_annotation`` of each, whose
+    <size> is checked against the image in the frame it is read in before its boxes are (a
+    photo turned by its EXIF tag is named so, not by a box outside the size)."""
     images, annotations = [], []
     for where, ident in _listed(root, split):
         xml = os.path.join(root, "Annotations", f"{ident}.xml")
@@ -190,8 +203,13 @@ def _annotated(root, split, bad):
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{where} lists {ident!r} but {path} is missing; add it "
                                         "or remove the line.")
+        node, width, height = _size(xml)
+        frame = image_frame(image, upright, **limits)
+        if (width, height) != frame[:2]:
+            raise DataFileError(f"{xml}: <size> says {width:g}x{height:g} but "
+                                f"{frame_mismatch(image, (width, height), frame, upright)}.")
         images.append(image)
-        annotations.append((xml, read_annotation(xml, bad)))
+        annotations.append((xml, (width, height, _objects(node, xml, width, height, bad))))
     return images, annotations
 
 
@@ -226,8 +244,10 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
     Raises
     ------
     DataFileError
-        A bad annotation (see :func:`read_annotation`), an id in a list that is not a file
-        name, or an object whose class is not among ``classes`` (by default: one that the
+        A bad annotation (see :func:`read_annotation`), a <size> that is not its image's
+        (checked before the boxes, naming an EXIF orientation that turns it), a list left with
+        no object by ``skip_bad``, an id in a list that is not a file name, or an object whose
+        class is not among ``classes`` (by default: one that the
         first split never shows, which training could not learn).
     FileNotFoundError
         A list, or a listed annotation or image, that is missing.
@@ -235,7 +255,8 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
         A listed image that is empty, not an image, damaged or beyond the limits.
     """
     bads = [BadRecords(skip_bad) for _ in splits]
-    read = [_annotated(root, split, bad) for split, bad in zip(splits, bads)]
+    limits = {"max_pixels": max_pixels, "max_aspect": max_aspect}
+    read = [_annotated(root, split, bad, upright, limits) for split, bad in zip(splits, bads)]
     if classes is None:
         classes = sorted({name for _, (_, _, objects) in read[0][1] for name, _, _ in objects})
         origin = f"the classes of {splits[0]}.txt's images"
@@ -254,13 +275,12 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
                                         "on images of it (or name it with --classes).")
             labels.append(np.array([box + [index[name], difficult] for name, box, difficult
                                     in objects], dtype=np.float64).reshape(-1, 6))
-        for image, (xml, (width, height, _)) in zip(images, annotations):
-            frame = image_frame(image, upright, max_pixels=max_pixels, max_aspect=max_aspect)
-            if (width, height) != frame[:2]:
-                raise DataFileError(f"{xml}: <size> says {width:g}x{height:g} but "
-                                    f"{frame_mismatch(image, (width, height), frame, upright)}.")
+        objects = sum(len(label) for label in labels)
+        bad.refuse_if_empty(objects, os.path.join(root, "ImageSets", "Main", f"{split}.txt"),
+                            f" of the {objects + bad.count()} in its annotations", "object")
         if bad.left_out:
-            warnings.warn(bad.summary("object", f" of {split}.txt's annotations"), stacklevel=2)
+            warnings.warn(bad.summary("object", f" of {split}.txt's annotations"), LeftOutWarning,
+                          stacklevel=2)
         datasets.append(VOCFolder(images, labels, upright=upright, left_out=bad.left_out,
                                   max_pixels=max_pixels, max_aspect=max_aspect))
     return datasets, list(classes)

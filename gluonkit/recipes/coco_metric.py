@@ -89,12 +89,18 @@ def coco_ground_truth(labels, sizes, image_ids=None, category_ids=None):
             "annotations": annotations, "categories": [{"id": int(c)} for c in categories]}
 
 
+def _json_id(ident):
+    """``ident`` as JSON writes it: a string as it is, a (NumPy) integer as an int."""
+    return ident if isinstance(ident, str) else int(ident)
+
+
 def coco_results(image_id, boxes, class_ids, scores, category_ids=None):
     """The detections of one image in COCO's results format: a list of ``{"image_id",
     "category_id", "bbox": [x, y, width, height], "score"}``, padding rows (class < 0) left out.
 
     ``boxes`` are (N, 4) corners in the image's pixels; ``category_ids`` maps class indices
-    to COCO's category ids (default: the index itself).
+    to COCO's category ids (default: the index itself). An id given as a string (as a file
+    writes it, ``"1"``) stays one.
     """
     results = []
     for box, cls, score in zip(np.asarray(boxes).reshape(-1, 4), np.ravel(class_ids),
@@ -102,9 +108,9 @@ def coco_results(image_id, boxes, class_ids, scores, category_ids=None):
         if cls < 0:
             continue
         x0, y0, x1, y1 = (float(v) for v in box)
-        results.append({"image_id": int(image_id),
+        results.append({"image_id": _json_id(image_id),
                         "category_id": int(cls) if category_ids is None
-                        else int(category_ids[int(cls)]),
+                        else _json_id(category_ids[int(cls)]),
                         "bbox": [x0, y0, x1 - x0, y1 - y0], "score": float(score)})
     return results
 

@@ -9,12 +9,14 @@ thread settings of a benchmark that imports MXNet first, argparse types built on
 history and curves, and the best checkpoint exported.
 """
 import argparse
+import contextlib
 import difflib
 import json
 import logging
 import math
 import os
 import sys
+import warnings
 
 import mxnet as mx
 import numpy as np
@@ -37,7 +39,8 @@ __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule
            "save_args", "add_device_options", "add_output_options", "check_out",
            "check_output_options", "output_callbacks", "finish_init", "export_best",
            "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
-           "test_summary", "CONTINUING", "RecordArgs", "path_type", "dataset_type"]
+           "test_summary", "CONTINUING", "RecordArgs", "path_type", "dataset_type",
+           "warnings_logged"]
 
 #: Options that say how a resumed run goes on, not what it trains: the only ones ``--resume``
 #: may change (besides ``--epochs``, the epoch to reach), so that a run's args.json describes it.
@@ -668,6 +671,21 @@ def _checkpoint_fix(err):
         return f"{err.reason}; delete it, then start the run again with --overwrite."
     return (f"{err.reason}; delete it (rm {err.damaged}), and the same command goes on from the "
             f"checkpoint before it, {earlier[-1]}.")
+
+
+@contextlib.contextmanager
+def warnings_logged(leave=()):
+    """Within the block, Python warnings become the recipe's log lines (WARNING), each text
+    once, when the block ends (or fails); those of the categories ``leave`` are dropped, for
+    a recipe that reports them itself."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            texts = {str(w.message): None for w in caught if not issubclass(w.category, leave)}
+            for text in texts:
+                log.warning("%s", text)
 
 
 def run_command(module, parse_args, train, argv=None):

@@ -26,6 +26,7 @@ import argparse
 import logging
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from gluonkit.recipes.runs import RunFolder
 from gluonkit.recipes.workers import choose_num_workers
 from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_coco, \
     load_voc
-from gluonkit.data.badrecords import summary
+from gluonkit.data.badrecords import LeftOutWarning, summary
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, DetectionRecordDataset
 from gluonkit.train.checkpoint import Checkpoint
 from gluonkit.train.evaluate import evaluate
@@ -91,12 +92,13 @@ def _build_parser():
                            "images/SPLIT/ or SPLIT/ beside or in its folder, as datumaro and COCO "
                            "2017 lay them out, then the JSON file's folder, then an images/ "
                            "folder in it or beside it)")
-    data.add_argument("--exif-orientation", type=common.one_of("apply", "ignore"), default="apply",
-                      help="apply: read photos upright by their EXIF orientation, as labelling "
-                           "tools (Label Studio, CVAT) show them and draw the boxes; ignore: the "
-                           "pixels as stored, for boxes placed on those (GluonCV's habit). "
-                           "Recorded in model.json: gluonkit-predict and gluonkit-serve read "
-                           "images the same way")
+    data.add_argument("--exif-orientation", type=common.one_of("apply", "ignore"),
+                      help="voc, coco, rec: apply (the default): read photos upright by their EXIF "
+                           "orientation, as labelling tools (Label Studio, CVAT) show them and "
+                           "draw the boxes; ignore: the pixels as stored, for boxes placed on "
+                           "those (GluonCV's habit). Recorded in model.json: gluonkit-predict and "
+                           "gluonkit-serve read images the same way. Not for the shapes set, "
+                           "which holds no EXIF tag")
     data.add_argument("--skip-bad-annotations", action="store_true",
                       help="coco, voc: leave out the records that cannot be used (an empty box, a "
                            "box more than a pixel past the border, an unknown image or category, "
@@ -218,6 +220,12 @@ def parse_args(argv=None):
     if args.images and not args.dataset.startswith("coco:"):
         parser.error(f"--images applies to --dataset coco:TRAIN.json,VAL.json, not to --dataset "
                      f"{args.dataset}; leave it out.")
+    if args.dataset == "shapes" and args.exif_orientation:
+        parser.error(f"--exif-orientation {args.exif_orientation} applies to photos read from "
+                     "files (--dataset voc:, coco:, rec:); the shapes set is drawn in memory and "
+                     "holds no EXIF tag: leave it out.")
+    if args.dataset != "shapes" and not args.exif_orientation:
+        args.exif_orientation = "apply"
     if args.skip_bad_annotations and not args.dataset.startswith(("coco:", "voc:")):
         parser.error(f"--skip-bad-annotations applies to --dataset coco: and voc:, not to "
                      f"--dataset {args.dataset}; leave it out.")
@@ -300,6 +308,10 @@ def load_detection(dataset, limit=None, classes=None, *, images_dir=None, uprigh
         train, val = ShapesDetection("train"), ShapesDetection("val")
         classes = list(train.classes)
     elif kind == "voc" and where:
+        if os.path.isfile(where):
+            raise NotADirectoryError(f"--dataset {dataset}: {where} is a file, not a folder; "
+                                     "pass the VOC folder (Annotations/, JPEGImages/, "
+                                     "ImageSets/Main/).")
         lists = [os.path.join(where, "ImageSets", "Main", f"{s}.txt") for s in ("train", "val")]
         missing = [p for p in lists + [os.path.join(where, "Annotations")] if not os.path.exists(p)]
         if missing:
@@ -318,7 +330,25 @@ def load_detection(dataset, limit=None, classes=None, *, images_dir=None, uprigh
                                  "'rec:TRAIN.rec,VAL.rec' or 'coco:TRAIN.json,VAL.json'.")
     if limit:
         train, val = train.take(limit), val.take(limit)
+    _warn_shared_images(train, val)
     return train, val, classes
+
+
+def _warn_shared_images(train, val):
+    """Warn in one line when validation images (of a VOC folder or a COCO file) are also
+    training images: their figures then measure what the network saw."""
+    if not hasattr(val, "images"):
+        return
+    seen = {os.path.realpath(image) for image in train.images}
+    shared = [image for image in val.images if os.path.realpath(image) in seen]
+    if not shared:
+        return
+    which = ("the validation images are the training images" if len(shared) == len(val.images)
+             else f"{len(shared)} of the {len(val.images)} validation images are training "
+                  f"images too (the first: {shared[0]})")
+    warnings.warn(f"{which}, so the validation figures measure images the network trains on; "
+                  "validate on other images (another file, list or --images folder).",
+                  stacklevel=3)
 
 
 def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, multiscale=None,
@@ -431,12 +461,13 @@ def _train(args, folder):
     args.num_workers = choose_num_workers(args.num_workers, args.dataset)
     seed_all(args.seed)
     family = det.model_family(args.model)
-    train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes,
-                                                 images_dir=args.images,
-                                                 upright=args.exif_orientation == "apply",
-                                                 skip_bad=args.skip_bad_annotations,
-                                                 max_pixels=args.max_image_pixels,
-                                                 max_aspect=args.max_aspect_ratio)
+    with common.warnings_logged(leave=LeftOutWarning):     # the last lines say what was left out
+        train_set, val_set, classes = load_detection(args.dataset, args.limit, args.classes,
+                                                     images_dir=args.images,
+                                                     upright=args.exif_orientation != "ignore",
+                                                     skip_bad=args.skip_bad_annotations,
+                                                     max_pixels=args.max_image_pixels,
+                                                     max_aspect=args.max_aspect_ratio)
     left_out = [getattr(dataset, "left_out", None) for dataset in (train_set, val_set)]
     monitor = "val_coco_AP" if _metric(args) == "coco" else "val_mAP"
     rcnn_options = {}
@@ -508,7 +539,7 @@ def _train(args, folder):
         shape = (3, size[0], size[0]) if family == "faster_rcnn" else (3,) + tuple(size)
         cells = rcnn.proposal_cells(net) if family == "faster_rcnn" else None
         preprocessing = dict(serving.serving_preprocessing(family, size, buckets, cells),
-                             exif_orientation=args.exif_orientation)
+                             exif_orientation=args.exif_orientation or "apply")
         metadata = _export(net, family, checkpoints, os.path.join(args.out, "model"), shape,
                            preprocessing, classes, thresh, getattr(val_set, "category_ids", None))
         log.info("Drawing detections scoring %.2f or more (the best F1 on the validation set).", thresh)

@@ -19,7 +19,7 @@ Output cut short by its reader (``--json | head``) ends the command quietly.
 import json
 import os
 
-from gluonkit.data.coco import coco_image_ids
+from gluonkit.data.coco import coco_result_ids
 from gluonkit.deploy.inference import iter_predict, load_model
 from gluonkit.recipes import common
 from gluonkit.recipes.coco_metric import coco_results
@@ -71,10 +71,12 @@ def _image_id(image, ids, number, annotations):
 
 
 def _print_coco(results, model, annotations, images_dir):
-    """Print the detections of ``results`` as one JSON list in COCO's results format."""
-    ids = coco_image_ids(annotations, images_dir) if annotations else None
+    """Print the detections of ``results`` as one JSON list in COCO's results format, with
+    the ids as the file ``annotations`` writes them (pycocotools compares them so)."""
+    ids, written = coco_result_ids(annotations, images_dir) if annotations else (None, {})
     classes = model.metadata["outputs"][0].get("classes") or []
-    categories = model.metadata.get("category_ids") or list(range(len(classes)))
+    categories = [written.get(c, c) for c in
+                  model.metadata.get("category_ids") or range(len(classes))]
     detections = []
     for number, result in enumerate(results, 1):
         image_id = _image_id(result["image"], ids, number, annotations)

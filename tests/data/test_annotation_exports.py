@@ -70,8 +70,10 @@ def test_a_turned_size_is_refused_naming_the_exif_tag(tools_python, tmp_path):
     # shown 30x40 (orientation 6), stored 40x30: the converter writes the stored size
     box = [10, 26, 10, 10]
     _photo(str(tmp_path / "images" / "side.jpg"), _square(30, 40, box), 6)
+    corner = [2, 2, 5, 5]                   # a box inside both frames
     result = label_studio_coco(tools_python, tmp_path, [("images/side.jpg", (30, 40),
-                                                         [("square", box)])], {"square": None})
+                                                         [("square", box), ("square", corner)])],
+                               {"square": None})
     with pytest.raises(DataFileError, match=r"result\.json, image 0: width and height say 40x30 "
                                             r"but .*side\.jpg is stored as 40x30 pixels with the "
                                             r"EXIF tag Orientation = 6 \(0x0112\), which turns it "
@@ -79,8 +81,9 @@ def test_a_turned_size_is_refused_naming_the_exif_tag(tools_python, tmp_path):
                                             r"stored pixels, pass --exif-orientation ignore"):
         load_coco([result])
     # labelled on the stored pixels (GluonCV's habit): read as stored, where told so
-    (train,), _ = load_coco([result], upright=False, skip_bad=True)
+    (train,), _ = load_coco([result], upright=False, skip_bad=True)   # the square's box is out
     assert train[0][0].shape == (30, 40, 3) and not train.upright
+    assert_allclose(train[0][1], [[2, 2, 7, 7, 0, 0]], atol=1e-9)   # the converter rounds
     stored = {"channels": 3, "scale": 1 / 255, "exif_orientation": "ignore"}
     assert preprocess(train.images[0], stored).shape == (3, 30, 40)
     assert prepare(train.images[0], stored, 10 ** 6, 100)[1].shape == (3, 30, 40)

@@ -168,17 +168,84 @@ def test_a_missing_images_folder_and_a_folder_given_as_the_file_are_named(tmp_pa
     paths = write_coco(str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"the images folder .*nowhere does not exist"):
         load_coco(paths, images_dir=str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match=r"annotations cannot be read \(Is a directory\)"):
+    with pytest.raises(IsADirectoryError) as info:
         load_coco([str(tmp_path / "annotations")])
+    assert str(info.value) == (f"{tmp_path / 'annotations'} is a folder, not a file; pass the COCO "
+                               "JSON file itself (--dataset coco:TRAIN.json,VAL.json).")
+    with pytest.raises(NotADirectoryError) as info:
+        load_coco(paths, images_dir=paths[1])
+    assert str(info.value) == (f"the images folder {paths[1]} (--images) is a file, not a folder; "
+                               f"pass the folder that {paths[0]}'s file_name entries are relative "
+                               "to.")
+
+
+def test_the_layouts_searched_are_named_when_an_image_is_in_none(tmp_path):
+    # CVAT names its file instances_default.json: images/train/ is not one of its layouts
+    (path,) = write_coco(str(tmp_path), {"default": TRAIN})
+    os.rename(tmp_path / "images", tmp_path / "train")
+    os.makedirs(tmp_path / "images")
+    os.rename(tmp_path / "train", tmp_path / "images" / "train")
+    with pytest.raises(FileNotFoundError) as info:
+        load_coco([path])
+    here, root = tmp_path / "annotations", tmp_path
+    assert str(info.value) == (
+        f"{path}, image 1: 'a.jpg' is not in {here} or {root / 'images'} (nor in "
+        f"{root / 'images' / 'default'}, {root / 'default'}, {here / 'images' / 'default'}, "
+        f"{here / 'default'}, {here / 'images'}, which do not exist); add the file, or say where "
+        "the images are (--images DIR, or TRAIN_DIR,VAL_DIR for a folder per file).")
+
+
+def test_an_empty_categories_list_is_refused_naming_the_file(tmp_path):
+    (path,) = write_coco(str(tmp_path), {"train": TRAIN})
+    document = json.loads(open(path).read())
+    document["categories"], document["annotations"] = [], []
+    with open(path, "w") as f:
+        json.dump(document, f)
+    with pytest.raises(DataFileError) as info:
+        load_coco([path])
+    assert str(info.value) == (f"{path}: 'categories' is empty, so the file names no class; "
+                               'export it with its labels (a list of {"id": 1, "name": "cat"}, '
+                               "...).")
+
+
+def test_skipping_every_object_is_refused_naming_the_file_and_the_counts(tmp_path):
+    images = [("a.jpg", 40, 30, [(1, [3, 3, 0, 12], 0), (3, [5, 5, 10, 0], 0)]), ("c.jpg", 32, 32, [])]
+    (path,) = write_coco(str(tmp_path), {"train": images})
+    with pytest.raises(DataFileError) as info:
+        load_coco([path], skip_bad=True)
+    assert str(info.value) == (
+        f"{path}: no image is left with an object: --skip-bad-annotations left out 2 records of "
+        f"its 2 annotations and 2 images: empty box (2: {path}: image 1, annotation 1; {path}: "
+        "image 1, annotation 2); fix those records (or export the file again) rather than leave "
+        "them all out.")
+    # one object left: it trains
+    images[0][3][1] = (3, [5, 5, 10, 10], 0)
+    (path,) = write_coco(str(tmp_path), {"train": images})
+    with pytest.warns(UserWarning, match="left out 1 record"):
+        (train,), _ = load_coco([path], skip_bad=True)
+    assert train[0][1].tolist() == [[5, 5, 15, 15, 1, 0]]
 
 
 def test_image_ids_are_found_by_file_not_by_name(tmp_path):
-    from gluonkit.data import coco_image_ids
+    from gluonkit.data import coco_result_ids
     paths = write_coco(str(tmp_path))
     other = tmp_path / "other" / "images"
     os.makedirs(other)
     os.link(tmp_path / "images" / "a.jpg", other / "a.jpg")           # the same name elsewhere
-    ids = coco_image_ids(paths[0])
+    ids, categories = coco_result_ids(paths[0])
+    assert categories == {1: 1, 3: 3}
     assert ids == {os.path.realpath(str(tmp_path / "images" / name)): i
                    for name, i in (("a.jpg", 1), ("sub/b.jpg", 2), ("c.jpg", 3))}
     assert os.path.realpath(str(other / "a.jpg")) not in ids
+
+
+def test_a_repeated_category_id_is_named_in_plain_english(tmp_path):
+    (path,) = write_coco(str(tmp_path), {"train": TRAIN})
+    document = json.loads(open(path).read())
+    document["categories"].append({"id": 1, "name": "bird"})
+    with open(path, "w") as f:
+        json.dump(document, f)
+    with pytest.raises(DataFileError) as info:
+        load_coco([path])
+    assert str(info.value) == (f"{path}: category id 1 appears twice (the first and third "
+                               "categories of the list); ids must be unique.")

@@ -188,3 +188,54 @@ def test_an_exif_oriented_photo_labelled_as_stored_reads_as_stored_when_told(tmp
     assert image.shape == (24, 32, 3)
     assert (image.asnumpy() == theirs[0][0].asnumpy()).all()
     assert label.tolist() == [[2, 1, 19, 14, 0, 0], [9, 7, 31, 23, 1, 1]]
+
+
+def _tag(path, orientation):
+    """Give the JPEG ``path`` the EXIF tag Orientation = ``orientation``, pixels unchanged."""
+    from PIL import Image
+    photo = Image.open(path)
+    exif = photo.getexif()
+    exif[0x0112] = orientation
+    photo.save(path, exif=exif, quality=100)
+
+
+@pytest.mark.parametrize("orientation", [5, 6, 7, 8])
+def test_a_turned_photo_is_named_by_its_tag_before_its_boxes_are_checked(tmp_path, orientation):
+    # stored 32x24, shown 24x32; <size> the stored one, the box drawn as shown (y up to 30)
+    root = write_voc(tmp_path, {**GOOD, "0": [("cat", (3, 2, 20, 30), 0)]})
+    _tag(root / "JPEGImages" / "0.jpg", orientation)
+    with pytest.raises(DataFileError) as info:
+        load_voc(str(root))
+    assert str(info.value) == (
+        f"{root / 'Annotations' / '0.xml'}: <size> says 32x24 but {root / 'JPEGImages' / '0.jpg'} "
+        f"is stored as 32x24 pixels with the EXIF tag Orientation = {orientation} (0x0112), which "
+        "turns it to 24x32 as viewers and labelling tools show it, the frame images are read in: "
+        "if the boxes were drawn on the image as shown (Label Studio and CVAT show it so), give "
+        "it that size, 24x32; if on the stored pixels, pass --exif-orientation ignore "
+        "(exif_orientation='ignore').")
+
+
+def test_an_upright_size_read_as_stored_is_named_by_the_tag_before_the_boxes(tmp_path):
+    # <size> the upright 24x32, the box on the stored pixels (x up to 30), read as stored
+    root = write_voc(tmp_path, {**GOOD, "0": annotation([("cat", (3, 2, 30, 15), 0)], 24, 32)})
+    _tag(root / "JPEGImages" / "0.jpg", 6)
+    with pytest.raises(DataFileError) as info:
+        load_voc(str(root), upright=False)
+    assert str(info.value) == (
+        f"{root / 'Annotations' / '0.xml'}: <size> says 24x32 but {root / 'JPEGImages' / '0.jpg'} "
+        "is stored as 32x24 pixels with the EXIF tag Orientation = 6 (0x0112), which turns it to "
+        "24x32 as viewers and labelling tools show it, the size annotated, but the images are "
+        "read as stored (--exif-orientation ignore): leave that option out.")
+
+
+def test_skipping_every_object_of_a_split_is_refused_naming_its_list_and_the_counts(tmp_path):
+    root = write_voc(tmp_path, {**GOOD, "0": [("cat", (5, 2, 5, 15), 0)],
+                                "1": [("dog", (3, 3, 9, 3), 0)]})
+    with pytest.raises(DataFileError) as info:
+        load_voc(str(root), skip_bad=True)
+    xml = root / "Annotations"
+    assert str(info.value) == (
+        f"{root / 'ImageSets' / 'Main' / 'train.txt'}: no image is left with an object: "
+        "--skip-bad-annotations left out 2 objects of the 2 in its annotations: empty box (2: "
+        f"{xml / '0.xml'}, object 0; {xml / '1.xml'}, object 0); fix those records (or export "
+        "the file again) rather than leave them all out.")

@@ -171,3 +171,25 @@ def test_images_is_refused_without_coco_data_and_validation_needs_objects(data, 
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "negatives.json holds no object to score" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_loader_warnings_are_log_lines_once_and_left_out_records_are_said_once(tmp_path):
+    from coco_files import TRAIN, write_coco
+    images = [TRAIN[0], (TRAIN[1][0], 36, 48, TRAIN[1][3] + [(1, [3, 3, 0, 9], 0)])]
+    (train,) = write_coco(str(tmp_path / "data"), {"train": images})
+    proc = subprocess.run([sys.executable, "-m", "gluonkit.recipes.detect", "--dataset",
+                           f"coco:{train},{train}", "--skip-bad-annotations", "--epochs", "0",
+                           "--image-size", "64", "--no-progress", "--num-workers", "0", "--out",
+                           str(tmp_path / "out")], cwd=str(tmp_path),
+                          env=dict(CLONE_ENV, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Warning" not in proc.stderr
+    left_out = f"--skip-bad-annotations left out 1 record: empty box (1: {train}: image 2, annotation 5)."
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "left out" in line]
+    assert said == [f"training data: {left_out}", f"validation data: {left_out}"]
+    shared = [line for line in proc.stderr.splitlines() if "validation images" in line]
+    assert len(shared) == 1 and shared[0].split(" ", 1)[1] == (    # after the log line's time
+        "the validation images are the training images, so the validation figures measure "
+        "images the network trains on; validate on other images (another file, list or --images "
+        "folder).")

@@ -361,3 +361,71 @@ def test_a_phone_photo_is_predicted_upright(trained, tmp_path, orientation, turn
     assert [t["class"] for t in printed["top"]] == [t["class"] for t in expected["top"]]
     np.testing.assert_allclose([t["probability"] for t in printed["top"]],
                                [t["probability"] for t in expected["top"]], rtol=1e-5)
+
+
+def _coco_file(path, image_ids, category_ids):
+    """A COCO file of the detector fixture's drawn image (a circle and a square), under each of
+    ``image_ids``, with the shapes' classes under ``category_ids``."""
+    from gluonkit.data import ShapesDetection
+    classes = list(ShapesDetection("val", length=1).classes)
+    circle, square = (category_ids[classes.index(name)] for name in ("circle", "square"))
+    images = [{"id": ident, "file_name": "drawn.png", "width": 150, "height": 90}
+              for ident in image_ids]
+    annotations = [{"id": 1 + 2 * n + k, "image_id": ident, "category_id": category,
+                    "bbox": bbox, "area": bbox[2] * bbox[3], "iscrowd": 0}
+                   for n, ident in enumerate(image_ids)
+                   for k, (category, bbox) in enumerate(((circle, [20, 25, 40, 40]),
+                                                         (square, [90, 20, 40, 40])))]
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": [
+        {"id": ident, "name": name} for ident, name in zip(category_ids, classes)]}))
+    return path
+
+
+def _cocoeval(annotations, results):
+    """pycocotools' bbox stats of ``results`` (a JSON file) on the COCO file ``annotations``."""
+    import contextlib
+    import io
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+    with contextlib.redirect_stdout(io.StringIO()):
+        truth = COCO(str(annotations))
+        evaluation = COCOeval(truth, truth.loadRes(str(results)), "bbox")
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    return evaluation.stats
+
+
+def test_coco_results_keep_string_ids_so_pycocotools_scores_the_users_file(detector, tmp_path,
+                                                                           capsys):
+    # "id": "1", as Label Studio's converter writes ids: pycocotools keeps the string, and so must
+    # the results
+    out, _ = detector
+    written = _coco_file(tmp_path / "strings.json", ["7"], ["0", "1", "2"])
+    numbers = _coco_file(tmp_path / "numbers.json", [7], [0, 1, 2])
+    stats = []
+    for annotations in (written, numbers):
+        predict_cmd.main(["--model", str(out / "model"), str(out / "drawn.png"), "--coco",
+                          str(annotations), "--coco-images", str(out), "--score-threshold", "0.001"])
+        results = tmp_path / f"results-{annotations.stem}.json"
+        results.write_text(capsys.readouterr().out)
+        stats.append(_cocoeval(annotations, results))     # loadRes refused int ids for "7"
+        found = json.loads(results.read_text())
+        assert found and {d["image_id"] for d in found} == {"7" if annotations is written else 7}
+        kinds = {type(d["category_id"]) for d in found}
+        assert kinds == ({str} if annotations is written else {int})
+    np.testing.assert_array_equal(stats[0], stats[1])       # the same figures as integer ids
+    assert stats[0][0] >= 0                                 # objects to score: not COCO's -1
+
+
+def test_coco_results_of_a_file_under_two_ids_take_the_first(detector, tmp_path, capsys):
+    out, _ = detector
+    annotations = _coco_file(tmp_path / "twice.json", [9, 4], [0, 1, 2])
+    with pytest.warns(UserWarning) as caught:
+        predict_cmd.main(["--model", str(out / "model"), str(out / "drawn.png"), "--coco",
+                          str(annotations), "--coco-images", str(out), "--score-threshold", "0.001"])
+    found = json.loads(capsys.readouterr().out)
+    assert found and {d["image_id"] for d in found} == {9}
+    assert [str(w.message) for w in caught] == [
+        f"{annotations}: {out / 'drawn.png'} is listed under image ids 9 and 4; its results are "
+        "written under the first, 9."]

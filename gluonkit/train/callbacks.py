@@ -278,9 +278,9 @@ class ModelCheckpoint(Callback):
         if state.is_main_process:
             log.info("Resumed from %s: %d epoch(s) and %d batch(es) done.", path, *state.position)
             if resharded is not None:
-                log.info("It was saved by %d worker(s): every worker took it, after %d update(s) of epoch %d, "
-                         "with its own share of the global batches.", saved["workers"],
-                         resharded["global"]["updates"], resharded["epoch"] + 1)
+                log.info("It was saved by %d worker(s); this job's %d worker(s) continue after %d "
+                         "update(s) of epoch %d, each with its share of the global batches.",
+                         saved["workers"], workers, resharded["global"]["updates"], resharded["epoch"] + 1)
 
     def _other_workers(self, workers):
         """``(rank 0's newest checkpoint, (the number of workers that saved it, its fit snapshot))``

@@ -51,7 +51,8 @@ def global_position(sampler, updates, pending, workers):
 
 
 def _refusal(path, saved_by, workers, why):
-    return CheckpointError(f"{path} was saved by a job of {saved_by} worker(s) and this one has {workers}: {why}")
+    return CheckpointError(f"{path} was saved by a job of {saved_by} worker(s) and this one has {workers}: "
+                           f"{why}")
 
 
 def reshard(snap, saved_by, sampler, workers, path):
@@ -63,33 +64,37 @@ def reshard(snap, saved_by, sampler, workers, path):
     another number of workers; checked before anything changes.
     """
     saved = snap.get("global") if isinstance(snap, dict) else None
+    again = f"resume with {saved_by} worker(s)"
     if saved is None:
-        raise _refusal(path, saved_by, workers, "its workers trained on shards of their own, not on global batches "
-                       "(gluonkit.data.global_loader; a recipe's --per-worker-batch, --multiscale or --image-size 0 "
-                       "train on shards), so each worker's position is in its own shard; resume with the same number "
-                       "of workers, or start without resuming.")
+        raise _refusal(path, saved_by, workers,
+                       "it was not trained on global batches (gluonkit.data.global_loader; a recipe's "
+                       "--per-worker-batch, --multiscale and --image-size 0 train on batches per worker), "
+                       f"so its position is in its workers' own shards; {again}, or start without resuming.")
     if sampler is None:
-        raise _refusal(path, saved_by, workers, "it is a position in global batches, but this run's train_data is not on "
-                       "global batches (gluonkit.data.global_loader); train on the global batches of the "
-                       f"interrupted run, or resume with {saved_by} worker(s).")
+        raise _refusal(path, saved_by, workers,
+                       "its position is in global batches, but this run's train_data is not on global "
+                       "batches (gluonkit.data.global_loader); train on those of the interrupted run, "
+                       f"or {again}.")
     if saved["pending"]:
-        raise _refusal(path, saved_by, workers, f"it was saved in the middle of an update ({saved['pending']} micro-batch(es) "
-                       "accumulated but not yet applied, which only its own workers hold); resume with "
-                       f"{saved_by} worker(s), or from a checkpoint between updates (fit stops between updates on "
-                       "global batches, and saves there).")
+        raise _refusal(path, saved_by, workers,
+                       f"it was saved in the middle of an update ({saved['pending']} micro-batch(es) "
+                       "accumulated and not yet applied, which only the workers that ran them hold); "
+                       f"{again}, or from a checkpoint between updates (where fit stops and saves on "
+                       "global batches).")
     mine = _plan(sampler)
     if snap["batch"] and saved["plan"] != mine:
         differ = [key for key in _PLAN if saved["plan"].get(key) != mine[key]]
         was = ", ".join(f"{key}={saved['plan'].get(key)!r}" for key in differ)
         now = ", ".join(f"{key}={mine[key]!r}" for key in differ)
-        raise _refusal(path, saved_by, workers, f"it was saved in the middle of epoch {snap['epoch'] + 1} on global batches "
-                       f"of {was}, and this run's have {now}, so the rest of the epoch would not be the one "
-                       f"interrupted; resume on the same global batches and micro-batches (a recipe run without "
-                       f"--micro-batch cuts them by the number of workers), with {saved_by} worker(s), or from an "
+        raise _refusal(path, saved_by, workers,
+                       f"it was saved in the middle of epoch {snap['epoch'] + 1} on global batches of "
+                       f"{was}, and this run's have {now}, so the rest of the epoch would not be the one "
+                       "interrupted; resume on the same global batches and micro-batches (a recipe "
+                       f"without --micro-batch cuts them by the number of workers), {again}, or from an "
                        "epoch's end.")
     snap = {**snap, "global": {**saved, "workers": int(workers)},
             "settings": {**snap["settings"], "accumulate": sampler.accumulate}}
-    if snap["batch"]:
+    if snap["batch"]:   # this worker's micro-batches of the updates done, in its new share
         ranges = sampler.micro_batch_ranges()
         done = [ranges[i][1] - ranges[i][0] for i in sampler.own_micro_batches()
                 if ranges[i][0] // sampler.batch_size < saved["updates"]]

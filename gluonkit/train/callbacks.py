@@ -158,9 +158,12 @@ class ModelCheckpoint(Callback):
     worker that has rank ``r`` now, and so reads shard ``r``, resumes rank ``r``'s state,
     whichever order the workers started in. Each checkpoint records the number of workers
     that saved it: when none is complete (a worker lost before its first save), a job of as
-    many workers trains from the start (a warning says so); resuming a checkpoint that another
-    number of workers saved (one process included) is refused with ``CheckpointError``. The
-    directory must be one every worker sees (a shared folder); otherwise copy every worker's
+    many workers trains from the start (a warning says so). When rank 0's newest checkpoint was
+    saved by another number of workers (one process included), every worker resumes from that
+    file, taking its own share of the updates done from the global position a run on
+    ``gluonkit.data.global_loader``'s global batches records (``gluonkit.train.reshard``); a
+    checkpoint of batches per worker, or of the middle of an update, is then refused with
+    ``CheckpointError`` before anything is loaded. The directory must be one every worker sees (a shared folder); otherwise copy every worker's
     folder to every host before resuming.
 
     Parameters

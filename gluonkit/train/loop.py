@@ -381,7 +381,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     begins once over the whole run: a run resumed in mid-epoch does not call
     ``on_epoch_begin`` for it again, and calls the callbacks' ``on_resume`` instead.
 
-    SIGINT (Ctrl-C) or SIGTERM finish the current step, run ``on_train_end`` (where
+    SIGINT (Ctrl-C) or SIGTERM finish the current step (on ``gluonkit.data.global_loader``'s
+    global batches, the current update, so that any number of workers resumes the
+    checkpoint), run ``on_train_end`` (where
     ``ModelCheckpoint`` saves), then raise ``KeyboardInterrupt`` or ``SystemExit(143)``; a
     second signal aborts at once. With several workers (a distributed ``gluonkit.Trainer``)
     the signal asks the job to stop (``trainer.request_stop()``) and every worker stops after

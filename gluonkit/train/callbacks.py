@@ -163,8 +163,8 @@ class ModelCheckpoint(Callback):
     file, taking its own share of the updates done from the global position a run on
     ``gluonkit.data.global_loader``'s global batches records (``gluonkit.train.reshard``); a
     checkpoint of batches per worker, or of the middle of an update, is then refused with
-    ``CheckpointError`` before anything is loaded. The directory must be one every worker sees (a shared folder); otherwise copy every worker's
-    folder to every host before resuming.
+    ``CheckpointError`` before anything is loaded. The directory must be one every worker sees
+    (a shared folder); otherwise copy every worker's folder to every host before resuming.
 
     Parameters
     ----------

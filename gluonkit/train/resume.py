@@ -441,7 +441,7 @@ class Resumer:
         if sampler is not None:
             snap["sampler"] = self.epoch_sampler if batch else sampler.state_dict()
         global_batches = global_sampler(state.train_data)
-        if global_batches is not None:   # the position in the global order, which another number of workers takes
+        if global_batches is not None:   # the place in the global order: another number of workers takes it
             pending = state.trainer.pending[0] if hasattr(state.trainer, "pending") else 0
             snap["global"] = global_position(global_batches, state.step - self.steps_at_start if batch else 0,
                                              pending, getattr(state.trainer, "num_workers", 1))

@@ -13,6 +13,7 @@ Which module holds what:
   resume skips;
 - ``checkpoint`` (with ``_archive``, the file format): atomic checkpoints that run no code
   when opened;
+- ``reshard``: a snapshot on global batches taken by another number of workers;
 - ``callbacks`` (public as :mod:`gluonkit.callbacks`) and ``metrics``.
 
 This wing never imports the trainer wing (:mod:`gluonkit.trainer`): it drives any Trainer

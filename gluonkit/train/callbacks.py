@@ -14,6 +14,7 @@ import os
 from ..atomic import atomic_text, atomic_write
 from ..validate import finite_real, non_negative_int, positive_int
 from .checkpoint import Checkpoint, CheckpointError
+from .reshard import global_sampler, reshard
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
            "PlotCurves"]
@@ -157,10 +158,13 @@ class ModelCheckpoint(Callback):
     worker that has rank ``r`` now, and so reads shard ``r``, resumes rank ``r``'s state,
     whichever order the workers started in. Each checkpoint records the number of workers
     that saved it: when none is complete (a worker lost before its first save), a job of as
-    many workers trains from the start (a warning says so); resuming a checkpoint that another
-    number of workers saved (one process included) is refused with ``CheckpointError``. The
-    directory must be one every worker sees (a shared folder); otherwise copy every worker's
-    folder to every host before resuming.
+    many workers trains from the start (a warning says so). When rank 0's newest checkpoint was
+    saved by another number of workers (one process included), every worker resumes from that
+    file, taking its own share of the updates done from the global position a run on
+    ``gluonkit.data.global_loader``'s global batches records (``gluonkit.train.reshard``); a
+    checkpoint of batches per worker, or of the middle of an update, is then refused with
+    ``CheckpointError`` before anything is loaded. The directory must be one every worker sees
+    (a shared folder); otherwise copy every worker's folder to every host before resuming.
 
     Parameters
     ----------
@@ -260,21 +264,39 @@ class ModelCheckpoint(Callback):
             self._monitor.best = None
         if not self.resume:
             return
-        path = self._newest_complete(rank, workers) if workers > 1 else self.checkpoint.latest
+        path, resharded = self._other_workers(workers)
+        if path is None:
+            path = self._newest_complete(rank, workers) if workers > 1 else self.checkpoint.latest
         if path is None:
             if state.is_main_process:
                 log.info("No checkpoint in %s: training from the start.", self.checkpoint.directory)
             return
-        saved_by = Checkpoint.saved_state(path).get("workers")
-        if saved_by is not None and saved_by != workers:
-            raise CheckpointError(f"{path} was saved by a job of {saved_by} worker(s) and this one has "
-                                  f"{workers}: each worker resumes its own shard's position; resume with "
-                                  f"{saved_by} worker(s), or start without resuming.")
+        if resharded is not None:   # checked before anything changes
+            resharded = reshard(resharded[1], resharded[0], global_sampler(state.train_data), workers, path)
         saved = self._own.load(state.net, state.trainer, path=path)
+        if resharded is not None:
+            saved["fit"] = resharded
         state.restore(saved)
         self._saved_at = state.position
         if state.is_main_process:
             log.info("Resumed from %s: %d epoch(s) and %d batch(es) done.", path, *state.position)
+            if resharded is not None:
+                log.info("It was saved by %d worker(s); this job's %d worker(s) continue after %d "
+                         "update(s) of epoch %d, each with its share of the global batches.",
+                         saved["workers"], workers, resharded["global"]["updates"], resharded["epoch"] + 1)
+
+    def _other_workers(self, workers):
+        """``(rank 0's newest checkpoint, (the number of workers that saved it, its fit snapshot))``
+        if a job of another number of workers than ``workers`` saved it, else ``(None, None)``."""
+        newest = self.checkpoint.latest
+        try:
+            saved = Checkpoint.saved_state(newest) if newest else {}
+        except CheckpointError:   # damaged: the same number of workers' rules say what follows
+            return None, None
+        saved_by = saved.get("workers")
+        if saved_by is None or saved_by == workers:
+            return None, None
+        return newest, (saved_by, saved.get("fit"))
 
     def _save(self, state, best=False):
         position = state.position

@@ -24,6 +24,7 @@ from .callbacks import Callback
 from .evaluate import evaluate_batches
 from .heads import HeadTally, counted_windows, unpack_heads
 from .metrics import make_metrics
+from .reshard import global_sampler
 from .resume import batch_length
 from .state import FitState, Run
 
@@ -219,8 +220,8 @@ def _stop_on_signals(run):
             log.warning("%s received: every worker stops after the next update and writes its checkpoint "
                         "(send it again to abort now).", run.interrupted.name)
         else:
-            log.warning("%s received: stopping after the current step (send it again to abort now).",
-                        run.interrupted.name)
+            log.warning("%s received: stopping after the current %s (send it again to abort now).",
+                        run.interrupted.name, "update" if run.stops_between_updates else "step")
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -233,8 +234,8 @@ def _stop_on_signals(run):
 def _stopping(run):
     """Whether to stop now: on a signal; distributed, once every worker agreed to (the workers
     that got no signal stop as if they had got SIGTERM)."""
-    if run.workers == 1:
-        return run.interrupted is not None
+    if run.workers == 1:   # on global batches, between updates: a checkpoint any number of workers resumes
+        return run.interrupted is not None and not (run.stops_between_updates and run.trainer.pending[0])
     if run.trainer.stopping and run.interrupted is None:
         run.interrupted = signal.SIGTERM
     return run.trainer.stopping
@@ -380,7 +381,9 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     begins once over the whole run: a run resumed in mid-epoch does not call
     ``on_epoch_begin`` for it again, and calls the callbacks' ``on_resume`` instead.
 
-    SIGINT (Ctrl-C) or SIGTERM finish the current step, run ``on_train_end`` (where
+    SIGINT (Ctrl-C) or SIGTERM finish the current step (on ``gluonkit.data.global_loader``'s
+    global batches, the current update, so that any number of workers resumes the
+    checkpoint), run ``on_train_end`` (where
     ``ModelCheckpoint`` saves), then raise ``KeyboardInterrupt`` or ``SystemExit(143)``; a
     second signal aborts at once. With several workers (a distributed ``gluonkit.Trainer``)
     the signal asks the job to stop (``trainer.request_stop()``) and every worker stops after
@@ -473,6 +476,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
     run = Run(net, loss, trainer, contexts(ctx, net), epochs, _check_callbacks(callbacks),
               make_metrics(metrics, names), outputs_optional=val_data is not None)
     run.train_data = train_data
+    run.stops_between_updates = global_sampler(train_data) is not None and hasattr(trainer, "pending")
     run.batch_fn, run.eval_fn, run.dtype = batch_fn, eval_fn, input_dtype(net)
     run.head_counts = head_counts
     run.batch_fn_keywords = {"state": run.view} if batch_fn is not None and _takes_state(batch_fn) else {}

@@ -18,6 +18,7 @@ from mxnet import gluon
 
 from ..validate import is_int, non_negative_int
 from ._archive import CheckpointError
+from .reshard import global_position, global_sampler
 
 __all__ = ["seed_all", "get_rng_state", "set_rng_state", "check_rng_state", "reseed_mxnet", "batch_length", "check_sampler_kind", "sampler_of",
            "BatchSizeError", "RolloverState", "Epochs", "Resumer", "convert_legacy_snapshot"]
@@ -416,6 +417,7 @@ class Resumer:
         self.largest = 0             # samples of the epoch's largest batch so far (the batch size)
         self.sizes = []              # samples of each batch taken from the loader this epoch, in order
         self.skips_at_start = 0      # the trainer's nonfinite_skips when the epoch began
+        self.steps_at_start = 0      # the updates applied when the epoch began
 
     @staticmethod
     def settings(state):
@@ -438,6 +440,11 @@ class Resumer:
         sampler = sampler_of(state.train_data)
         if sampler is not None:
             snap["sampler"] = self.epoch_sampler if batch else sampler.state_dict()
+        global_batches = global_sampler(state.train_data)
+        if global_batches is not None:   # the place in the global order: another number of workers takes it
+            pending = state.trainer.pending[0] if hasattr(state.trainer, "pending") else 0
+            snap["global"] = global_position(global_batches, state.step - self.steps_at_start if batch else 0,
+                                             pending, getattr(state.trainer, "num_workers", 1))
         if batch:
             tally.settle()
             rng = get_rng_state()
@@ -515,6 +522,7 @@ class Resumer:
             self.epoch_rng = get_rng_state()
             self.epoch_rng["mxnet_seed"] = reseed_mxnet(salt=state.epoch) if state.epoch else None
             self.skips_at_start = self._skips(state)
+            self.steps_at_start = state.step
             return self._batches(state.train_data, 0, None, None)
         tally.loss_sum, tally.samples = snap["loss_sum"], snap["samples"]
         if getattr(state, "head_tally", None) is not None:
@@ -527,6 +535,7 @@ class Resumer:
             except ValueError as err:
                 raise CheckpointError(f"The checkpoint's metric sums do not fit the run's metrics: {err}") from None
         self.skips_at_start = self._skips(state) - snap.get("nonfinite_skips", 0)
+        self.steps_at_start = state.step - (snap.get("global") or {}).get("updates", 0)
         self.epoch_rng = snap["epoch_rng"]
         set_rng_state(self.epoch_rng)   # replay the epoch's data order from its start
         return self._batches(state.train_data, snap["batch"], snap.get("batch_samples"), snap["rng"],

@@ -17,6 +17,7 @@ class Run:
         self.loss_graph = loss        # fit runs a built-in gluon loss as a cached graph instead
         self.every_device = False     # SyncBatchNorm layers: every batch must reach every device
         self.train_data = None        # snapshots carry its sampler's state
+        self.stops_between_updates = False   # one process on global batches: a signal stops after the update
         self.batch_fn = self.eval_fn = self.dtype = None
         self.batch_fn_keywords = {}   # {'state': view} for a batch_fn that takes it
         self.epoch = self.batch = self.step = 0

@@ -131,7 +131,7 @@ class MergeRunningStatistics(Callback):
         if not self._active(state):
             return
         self._epoch_structure()
-        done = state.batch
+        done = state.position[1]   # batches done in the epoch resumed (state.batch is set once it resumes)
         self._last_batch = done
         self._in_epoch = done > 0
         # a checkpoint holds merged statistics, taken at the end of the last update

@@ -1,0 +1,102 @@
+"""A checkpoint of N workers resumed on M: the position of a run on global batches, cut anew.
+
+On :func:`gluonkit.data.global_loader`'s global batches, a checkpoint taken between two
+updates holds the same state on every worker (parameters, optimizer states, merged BatchNorm
+statistics, the learning-rate position), except where each worker is in its own stream of
+micro-batches. That position is also recorded globally: ``(epoch, updates done in it)``. A
+job of another number of workers reads rank 0's file on every worker and derives, from the
+global position, how many of its own micro-batches (and which samples) the updates done
+hold in its new share; the rest of the epoch is then the one interrupted.
+
+What cannot continue on another number of workers is refused by :func:`reshard`, in one
+line: a checkpoint taken in the middle of an update (its accumulated gradients are the
+saving workers' own), a run on shards of each worker's own (not global batches), and, in
+mid-epoch, global batches cut otherwise than the interrupted run's.
+"""
+from ..data.global_batches import GlobalBatchSampler
+from ._archive import CheckpointError
+
+__all__ = ["global_sampler", "global_position", "reshard"]
+
+_PLAN = ("length", "batch_size", "micro_batch", "seed", "shuffle", "last_batch")
+
+
+def global_sampler(loader):
+    """The :class:`~gluonkit.data.GlobalBatchSampler` of ``loader`` (``global_loader``'s, or a
+    ``SeededSamples`` over one), or None for a loader of any other order."""
+    sampler = getattr(loader, "batch_sampler", None)
+    inner = getattr(sampler, "sampler", sampler)
+    return inner if isinstance(inner, GlobalBatchSampler) else None
+
+
+def _plan(sampler):
+    return {key: getattr(sampler, key) for key in _PLAN}
+
+
+def global_position(sampler, updates, pending, workers):
+    """What a snapshot records of the run's place in the global order (JSON values).
+
+    Parameters
+    ----------
+    sampler : GlobalBatchSampler
+        This worker's.
+    updates : int
+        Updates (global batches) applied in the current epoch.
+    pending : int
+        Micro-batches of this worker accumulated and not yet applied (0 between updates).
+    workers : int
+        The job's workers.
+    """
+    return {"workers": int(workers), "updates": int(updates), "pending": int(pending), "plan": _plan(sampler)}
+
+
+def _refusal(path, saved_by, workers, why):
+    return CheckpointError(f"{path} was saved by a job of {saved_by} worker(s) and this one has {workers}: "
+                           f"{why}")
+
+
+def reshard(snap, saved_by, sampler, workers, path):
+    """This worker's snapshot of ``snap`` (``fit``'s, from rank 0's file ``path``, saved by a job
+    of ``saved_by`` workers) for a job of ``workers`` workers, whose loader's sampler is
+    ``sampler`` (``global_sampler``, or None).
+
+    ``CheckpointError`` (one line: why, and what to do) if the position cannot continue on
+    another number of workers; checked before anything changes.
+    """
+    saved = snap.get("global") if isinstance(snap, dict) else None
+    again = f"resume with {saved_by} worker(s)"
+    if saved is None:
+        raise _refusal(path, saved_by, workers,
+                       "it was not trained on global batches (gluonkit.data.global_loader; a recipe's "
+                       "--per-worker-batch, --multiscale and --image-size 0 train on batches per worker), "
+                       f"so its position is in its workers' own shards; {again}, or start without resuming.")
+    if sampler is None:
+        raise _refusal(path, saved_by, workers,
+                       "its position is in global batches, but this run's train_data is not on global "
+                       "batches (gluonkit.data.global_loader); train on those of the interrupted run, "
+                       f"or {again}.")
+    if saved["pending"]:
+        raise _refusal(path, saved_by, workers,
+                       f"it was saved in the middle of an update ({saved['pending']} micro-batch(es) "
+                       "accumulated and not yet applied, which only the workers that ran them hold); "
+                       f"{again}, or from a checkpoint between updates (where fit stops and saves on "
+                       "global batches).")
+    mine = _plan(sampler)
+    if snap["batch"] and saved["plan"] != mine:
+        differ = [key for key in _PLAN if saved["plan"].get(key) != mine[key]]
+        was = ", ".join(f"{key}={saved['plan'].get(key)!r}" for key in differ)
+        now = ", ".join(f"{key}={mine[key]!r}" for key in differ)
+        raise _refusal(path, saved_by, workers,
+                       f"it was saved in the middle of epoch {snap['epoch'] + 1} on global batches of "
+                       f"{was}, and this run's have {now}, so the rest of the epoch would not be the one "
+                       "interrupted; resume on the same global batches and micro-batches (a recipe "
+                       f"without --micro-batch cuts them by the number of workers), {again}, or from an "
+                       "epoch's end.")
+    snap = {**snap, "global": {**saved, "workers": int(workers)},
+            "settings": {**snap["settings"], "accumulate": sampler.accumulate}}
+    if snap["batch"]:   # this worker's micro-batches of the updates done, in its new share
+        ranges = sampler.micro_batch_ranges()
+        done = [ranges[i][1] - ranges[i][0] for i in sampler.own_micro_batches()
+                if ranges[i][0] // sampler.batch_size < saved["updates"]]
+        snap.update(batch=len(done), batch_samples=sum(done), batch_size=max(done, default=0))
+    return snap

@@ -8,11 +8,15 @@ HOROVOD_STAMP := $(VENV)/.horovod
 
 .PHONY: run test bench horovod serve-env annotation-tools-env clean
 
-# editable installs of a pyproject.toml project need pip >= 21.3 (Python 3.8/3.9 bring older ones)
+# editable installs of a pyproject.toml project with options for the build need pip >= 23.1
+# (Python 3.8/3.9 bring older ones). The compat mode puts the checkout on sys.path, so that
+# `import gluonkit` finds the package even from the folder that holds the clone (a clone
+# named gluonkit is otherwise taken for an empty namespace package of that name).
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=21.3'
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cpu,test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade 'pip>=23.1'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cpu,test]' \
+	    --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # Horovod for MXNet, built from source against the installed mxnet (1 to 18 minutes on 2 cores, idle to busy):

@@ -48,14 +48,16 @@ def non_negative_int(value, name, meaning=None):
     return _int(value, name, meaning, 0, "an integer >= 0")
 
 
-def finite_real(value, name, meaning=None, *, minimum=None):
-    """``value`` as a finite float (``>= minimum`` if given); ``TypeError`` if it is no real
-    number, ``ValueError`` if it is NaN, infinite or below ``minimum``."""
+def finite_real(value, name, meaning=None, *, minimum=None, above=None, hint=""):
+    """``value`` as a finite float (``>= minimum``, ``> above`` if given); ``TypeError`` if it is
+    no real number, ``ValueError`` if it is NaN, infinite or out of bounds (``hint`` ends the
+    message, e.g. "; use 1.0 for none")."""
     real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not real or not math.isfinite(value) or (minimum is not None and value < minimum):
-        bound = f" >= {minimum}" if minimum is not None else ""
+    if not real or not math.isfinite(value) or (minimum is not None and value < minimum) \
+            or (above is not None and value <= above):
+        bound = f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
         raise (ValueError if real else TypeError)(
-            f"{_what(name, meaning)} must be a finite number{bound}, got {value!r}.")
+            f"{_what(name, meaning)} must be a finite number{bound}, got {value!r}{hint}.")
     return float(value)
 
 

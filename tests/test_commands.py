@@ -48,6 +48,21 @@ def test_a_command_runs_from_the_folder_that_holds_a_clone_named_gluonkit(tmp_pa
     assert done.stdout.startswith(f"usage: gluonkit-{name}")
 
 
+def test_python_m_and_a_script_beside_a_clone_named_gluonkit_import_the_package(tmp_path):
+    # `make` installs the checkout on sys.path (editable_mode=compat): a clone folder named
+    # gluonkit in the working folder is not taken for an empty namespace package of that name
+    where = folder_with_a_clone(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.classify", "--help"], cwd=str(where),
+                          env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: gluonkit-classify")
+    (where / "train.py").write_text("import gluonkit\nprint(gluonkit.Trainer.__module__)\n")
+    done = subprocess.run([sys.executable, "train.py"], cwd=str(where), env=clean_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "gluonkit.trainer.trainer"
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_command_imports_mxnet_once_with_the_thread_settings_already_set(tmp_path, name):
     """The console script itself, run with a watch on imports: MXNet is imported once, after

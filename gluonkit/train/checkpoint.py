@@ -276,6 +276,25 @@ class Checkpoint:
         dict
             The ``**state`` given to ``save``, plus 'epoch' and 'step'.
         """
+        distributed = trainer is not None and getattr(trainer, "num_workers", 1) > 1
+        try:
+            path, meta, trainer_state, user, rng, plan = self._check_load(net, trainer, best, path, trusted)
+        except Exception:
+            if distributed:   # the other workers wait in the comparison of positions: tell them
+                _check_same_position(None, trainer, None)
+            raise
+        if distributed:
+            _check_same_position(path, trainer, meta)
+        self._apply(net, plan)
+        if trainer is not None:
+            trainer.name_params(net)
+            trainer.load_state_dict(trainer_state)   # keeps each device's values, as set just now
+        set_rng_state(rng)
+        return {**user, "epoch": meta["epoch"], "step": meta["step"]}
+
+    def _check_load(self, net, trainer, best, path, trusted):
+        """Everything ``load`` reads and checks before it changes anything: ``(path, meta,
+        trainer_state, user, rng, plan)``."""
         if path is None:
             path = self.best if best else self.latest
             if path is None:
@@ -296,15 +315,7 @@ class Checkpoint:
                 trainer.check_state_dict(trainer_state, names=net)
             except ValueError as err:
                 raise CheckpointError(f"Checkpoint {path!r} does not fit the trainer: {err}") from None
-            if getattr(trainer, "num_workers", 1) > 1:
-                _check_same_position(path, trainer, meta)
-
-        self._apply(net, plan)
-        if trainer is not None:
-            trainer.name_params(net)
-            trainer.load_state_dict(trainer_state)   # keeps each device's values, as set just now
-        set_rng_state(rng)
-        return {**user, "epoch": meta["epoch"], "step": meta["step"]}
+        return path, meta, trainer_state, user, rng, plan
 
     @staticmethod
     def _read(path, trusted):
@@ -407,11 +418,20 @@ class Checkpoint:
 
 def _check_same_position(path, trainer, meta):
     """Refuse, on every worker at once, checkpoints of different positions (epoch, update):
-    each worker sends its own and gets every worker's back (a collective)."""
+    each worker sends its own and gets every worker's back (a collective). A worker that could
+    not read or check its checkpoint sends ``meta=None`` (then raises its own error), and the
+    others refuse too, naming it."""
     rank, workers = trainer.rank, trainer.num_workers
     positions = np.zeros((workers, 2))
-    positions[rank] = meta["epoch"], meta["step"]
+    positions[rank] = (-1, -1) if meta is None else (meta["epoch"], meta["step"])
     positions = trainer.sum_over_workers(positions).reshape(workers, 2)
+    if meta is None:
+        return
+    failed = [r for r in range(workers) if positions[r][0] < 0]
+    if failed:
+        raise CheckpointError(f"Rank(s) {', '.join(map(str, failed))} could not load their checkpoint (their "
+                              f"own error says why), so rank {rank} does not resume from {path!r} either: "
+                              "fix those ranks' checkpoints, or start every worker without resuming.")
     other = next((r for r in range(workers) if (positions[r] != positions[rank]).any()), None)
     if other is None:   # this worker's position is every worker's
         return

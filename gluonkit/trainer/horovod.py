@@ -81,9 +81,8 @@ class Horovod(mx.kv.KVStoreBase):
             raise TypeError(f"compression must be hvd.Compression.none or hvd.Compression.fp16, got "
                             f"{compression!r}.")
         self._predivide = finite_real(gradient_predivide_factor, "gradient_predivide_factor",
-                                      "what gradients are divided by before the sum", minimum=0)
-        if self._predivide == 0:
-            raise ValueError("gradient_predivide_factor must be > 0, got 0; use 1.0 for none.")
+                                      "what gradients are divided by before the sum", above=0,
+                                      hint="; use 1.0 for none")
         if not any(name in os.environ for name in _LAUNCHED_BY):
             raise RuntimeError("kvstore='horovod' needs a job started by horovodrun (HOROVOD_RANK is not "
                                "set), e.g. `horovodrun --gloo -np 2 -H localhost:2 python train.py`; use "

@@ -24,6 +24,14 @@ __all__ = ["Trainer"]
 _NO_GRADIENT = ("step() found no fresh gradient: no backward() ran since the last update, and "
                 "nothing was counted or applied. Call loss.backward() inside autograd.record() "
                 "before trainer.step().")
+
+
+class _KvstoreUpdates(RuntimeError, AssertionError):
+    """``allreduce_grads`` or ``update`` where the kvstore updates the parameters: a
+    ``RuntimeError``, and the ``AssertionError`` gluon.Trainer raises there, for code that
+    catches that one."""
+
+
 # MXNet 1.9.1's multi-tensor SGD kernels take at most 60 weights per call (61 crash the process)
 MULTI_TENSOR_WEIGHTS = 60
 
@@ -204,6 +212,7 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         self._selected = None
         self._skipped = ()
         self._warned_unused = False
+        self._reduced = False         # allreduce_grads() ran, update() has not yet
         if self._accumulate > 1:
             if self._contains_sparse_grad:
                 raise ValueError("accumulate > 1 needs dense gradients; a parameter has a sparse "
@@ -362,6 +371,10 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             True if this call applied an update (False while the window fills, or when
             ``on_nonfinite='skip'`` or a zero count dropped it).
         """
+        if self._reduced:
+            raise RuntimeError("step() was called after allreduce_grads(): step sums the gradients "
+                               "itself, so they would be added twice. Call update(count) after "
+                               "allreduce_grads(), or step(count) alone.")
         if isinstance(batch_size, dict) or self._heads.totals is not None:
             by_head, count = self._count_heads(batch_size)
         else:
@@ -385,7 +398,8 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         With a distributed kvstore this worker is out of data: it takes part in the updates of
         the workers that still have some with a count of 0 and zero gradients, until every
         worker flushed (so shards that make different numbers of updates never leave a worker
-        waiting), or until the job agreed to stop (``stopping``).
+        waiting), or until the job agreed to stop (``stopping``). It returns once this worker's
+        last all-reduce is done: the worker may leave, or read and save its weights, at once.
 
         Parameters
         ----------
@@ -404,10 +418,11 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             return bool(self._window.steps) and self._apply_window(ignore_stale_grad)
         applied = False
         while True:
-            self._wait_for_collectives()   # so that none is in flight when the last round lets a worker go
+            self._wait_for_collectives()   # none in flight when a round begins
             self._heads.join(self.sum_over_workers)
             applied = self._apply_window(ignore_stale_grad, active=False) or applied
             if not wait_for_workers or not self.workers_busy:
+                self._wait_for_collectives()   # nor when this worker may leave, or read its weights
                 return applied
 
     def allreduce_grads(self):
@@ -417,24 +432,33 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         reads or scales the summed gradients (``gluon.utils.clip_global_norm``), then
         ``update(count)``. With a distributed kvstore (or Horovod) every worker calls both (they
         are collectives): the workers first agree which parameters got a gradient on some
-        worker, and a worker that got none for one sends zeros, so all send the same.
+        worker, and a worker that got none for one sends zeros, so all send the same. Once per
+        update: a second call before ``update`` (which would add the sums again) is a
+        ``RuntimeError``, as is ``step`` after it.
         """
         if not self._kv_initialized:
             self._init_kvstore()
         if self._params_to_init:
             self._init_params()
         if self._kvstore and self._update_on_kvstore:
-            raise RuntimeError("allreduce_grads() cannot be used with update_on_kvstore=True: the kvstore "
-                               "updates the parameters as it sums. Create the Trainer with "
-                               "update_on_kvstore=False, or call step() alone.")
+            raise _KvstoreUpdates("allreduce_grads() cannot be used with update_on_kvstore=True: the kvstore "
+                                  "updates the parameters as it sums. Create the Trainer with "
+                                  "update_on_kvstore=False, or call step() alone.")
+        if self._reduced:
+            raise RuntimeError("allreduce_grads() was called twice before update(): the second call "
+                               "would add the summed gradients again. Call update(count) after each "
+                               "allreduce_grads().")
         if self._distributed:
             self._select(elsewhere=self._agree(0, 0, True).fresh)
         self._allreduce_grads()
+        self._reduced = True
 
     def update(self, batch_size, ignore_stale_grad=False):
         """Apply the gradients ``allreduce_grads`` summed, normalized by ``batch_size`` summed over
         the workers: each worker passes its own count, as to ``step``, so that
         ``allreduce_grads(); update(n)`` equals ``step(n)``. A collective with a distributed kvstore.
+        On several devices or workers, ``update`` without ``allreduce_grads()`` before it (each
+        would apply its own gradient) is a ``RuntimeError`` that changes nothing.
 
         Parameters
         ----------
@@ -447,6 +471,15 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
         ignore_stale_grad : bool, default False
             As for ``step``.
         """
+        if self._kvstore and self._update_on_kvstore:
+            raise _KvstoreUpdates("update() cannot be used with update_on_kvstore=True: the kvstore updates "
+                                  "the parameters as it sums. Create the Trainer with update_on_kvstore=False, "
+                                  "or call step() alone.")
+        if not self._reduced and (self._distributed or len(self._contexts) > 1):
+            raise RuntimeError("update() was called without allreduce_grads(): each device and worker "
+                               "would apply its own gradient, and their weights would part. Call "
+                               "trainer.allreduce_grads() first (then update(count)), or step(count) "
+                               "alone, which does both.")
         if isinstance(batch_size, dict) or self._heads.totals is not None:
             by_head, _ = self._count_heads(batch_size)   # the losses were weighed by the window's counts
             self._heads.add(by_head)
@@ -458,10 +491,6 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
                 count = whole(read(count)[0])
             if self._distributed:
                 count = whole(float(self.sum_over_workers([count])[0]))
-        if self._kvstore and self._update_on_kvstore:
-            raise RuntimeError("update() cannot be used with update_on_kvstore=True: the kvstore updates "
-                               "the parameters as it sums. Create the Trainer with update_on_kvstore=False, "
-                               "or call step() alone.")
         selected = self._select(ignore_stale_grad) if self._selected is None else self._selected
         if not 0 < count < math.inf:
             self._drop_empty(selected, count)
@@ -497,9 +526,15 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
             if not agreed.steps:   # every worker was out of data: nothing to update
                 self._selected = None
                 return False
+            if agreed.count == 0 and not any(agreed.fresh):   # micro-batches of no sample everywhere
+                self._drop_empty([], 0)
+                return False
             selected, count, lone = self._select(ignore_stale_grad, agreed.fresh), agreed.count, False
         else:
             local_count, arrays = self._window.take()
+            if local_count == 0 and not arrays and not self._has_fresh_gradient():   # no sample at all
+                self._drop_empty([], 0)
+                return False
             selected = self._select(ignore_stale_grad)
             # one NDArray count, nothing else to read: read as given, it waits only for what made it
             lone = not decides and len(arrays) == 1
@@ -736,6 +771,7 @@ class Trainer(TrainerState, LossScaling, Workers, HeadCounting, gluon.Trainer):
 
     def _finish(self, params):
         """Mark the parameters' gradients as consumed; zero the accumulating ones."""
+        self._reduced = False
         for param in params:
             for arr in replicas(param):
                 arr._fresh_grad = False

@@ -1,8 +1,9 @@
 """A loop of one's own on Horovod ranks: ``python horovod_loop_job.py OUT_DIR``.
 
-``gluonkit.Trainer(kvstore='horovod', accumulate=2)``, 8 steps of uneven micro-batches (rank 1
-gets no sample in every third one and calls ``step(0)`` without a backward), ``flush()``, then
-rank 0 reads its parameters and saves them while the other ranks leave at once.
+``gluonkit.Trainer(kvstore='horovod', accumulate=2)``, 9 steps of uneven micro-batches (rank 1
+gets no sample in every third one and calls ``step(0)`` without a backward), ``flush()``, which
+applies the last, partial window, then rank 0 reads its parameters and saves them while the
+other ranks leave at once.
 """
 import os
 import sys
@@ -14,7 +15,7 @@ from mxnet import autograd, gluon, nd
 import gluonkit
 
 ACCUMULATE = 2
-STEPS = 8
+STEPS = 9
 OPTIMIZER = ("sgd", {"learning_rate": 0.05, "momentum": 0.9})
 
 

@@ -10,8 +10,9 @@ On every rank, from the same initial weights, with uneven local data (rank 1 get
   ``compression=hvd.Compression.fp16, gradient_predivide_factor=2``;
 - ``zero-array.params`` / ``zero-number.params``: ``accumulate=2``, rank 1 gets no sample in
   one micro-batch and steps ``mx.nd.array([0])`` (or ``0``) without a backward;
-- ``report-RANK.json``: the warning of a Trainer without kvstore, and the refusal of
-  checkpoints saved at different updates (rank 0 after 2 updates, the others after 1).
+- ``report-RANK.json``: the warning of a Trainer without kvstore, the refusal of checkpoints
+  saved at different updates (rank 0 after 2 updates, the others after 1), and what each rank
+  says when rank 1 has no checkpoint to resume from.
 """
 import json
 import os
@@ -142,6 +143,20 @@ def resume_from_different_updates(out_dir, rank):
     return None, None
 
 
+def resume_with_none_on_rank_1(out_dir, rank):
+    """Rank 0 saves a checkpoint, rank 1 none; both load: what each raises."""
+    net = make_net()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore="horovod")
+    checkpoint = gluonkit.Checkpoint(os.path.join(out_dir, f"only-rank-0-{rank}"))
+    if rank == 0:
+        checkpoint.save(net, trainer, epoch=1)
+    try:
+        checkpoint.load(net, trainer)
+    except (FileNotFoundError, gluonkit.CheckpointError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
 def main(out_dir):
     hvd.init()
     rank, ranks = hvd.rank(), hvd.size()
@@ -153,8 +168,10 @@ def main(out_dir):
                       gradient_predivide_factor=2.0)
     zero_counts(out_dir, rank, ranks)
     refusal, unchanged = resume_from_different_updates(out_dir, rank)
+    missing = resume_with_none_on_rank_1(out_dir, rank)
     with open(os.path.join(out_dir, f"report-{rank}.json"), "w") as f:
-        json.dump({"warnings": forgotten_kvstore(), "refusal": refusal, "unchanged": unchanged}, f)
+        json.dump({"warnings": forgotten_kvstore(), "refusal": refusal, "unchanged": unchanged,
+                   "missing": missing}, f)
 
 
 if __name__ == "__main__":

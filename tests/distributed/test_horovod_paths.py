@@ -4,6 +4,7 @@ of 0 without a backward, a Trainer without kvstore, checkpoints of different upd
 loop of one's own whose rank 0 reads its weights after flush() while the other rank leaves."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -88,6 +89,14 @@ def test_a_trainer_without_kvstore_under_horovodrun_warns_and_checkpoints_of_dif
         assert f"is at epoch 1, {mine} on rank {rank}, but rank {1 - rank} resumes from epoch 1, {other}" \
             in report["refusal"]
         assert "\n" not in report["refusal"] and report["unchanged"]
+    # rank 1 has no checkpoint: each rank says so in its own words, and neither meets MXNet's shutdown
+    reports = [json.loads((job_dir / f"report-{rank}.json").read_text())["missing"] for rank in range(RANKS)]
+    assert reports[1] == (f"FileNotFoundError: No checkpoint in {str(job_dir / 'only-rank-0-1')!r}; save one "
+                          "first, or start without resuming.")
+    assert re.fullmatch(r"CheckpointError: Rank\(s\) 1 could not load their checkpoint \(their own error says "
+                        rf"why\), so rank 0 does not resume from '{re.escape(str(job_dir / 'only-rank-0-0'))}/"
+                        r"\d{6}-epoch0001\.ckpt' either: fix those ranks' checkpoints, or start every worker without "
+                        r"resuming\.", reports[0]), reports[0]
 
 
 def test_horovods_own_options_are_refused_on_another_kvstore_and_compression_params_names_the_fix():
@@ -103,12 +112,24 @@ def test_horovods_own_options_are_refused_on_another_kvstore_and_compression_par
         gluonkit.Trainer(net.collect_params(), "sgd", kvstore="horovod", compression_params={"type": "fp16"})
 
 
+@pytest.mark.parametrize("factor, error", [(0, ValueError), (-2, ValueError), (float("nan"), ValueError),
+                                           ("2", TypeError)])
+def test_a_gradient_predivide_factor_out_of_range_gets_one_message_whatever_the_value(factor, error):
+    require_horovod()
+    from gluonkit.trainer import Horovod
+    with pytest.raises(error, match=r"^gradient_predivide_factor \(what gradients are divided by before the "
+                                    rf"sum\) must be a finite number > 0, got {re.escape(repr(factor))}; use 1.0 "
+                                    r"for none\.$"):
+        Horovod(gradient_predivide_factor=factor)
+
+
 def _loop_reference(job):
     """One process, plain Gluon: each update one step on both ranks' micro-batches of it."""
     net = job.make_net()
     trainer = gluon.Trainer(net.collect_params(), job.OPTIMIZER[0], dict(job.OPTIMIZER[1]))
     for first in range(0, job.STEPS, job.ACCUMULATE):
-        parts = [job.batch(rank, step) for rank in range(RANKS) for step in range(first, first + job.ACCUMULATE)]
+        parts = [job.batch(rank, step) for rank in range(RANKS)
+                 for step in range(first, min(first + job.ACCUMULATE, job.STEPS))]
         x, y = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
         with autograd.record():
             loss = job.loss_fn(net(nd.array(x)), nd.array(y))

@@ -240,3 +240,112 @@ def test_update_counts_that_sum_to_zero_skip_the_update_with_a_warning():
         trainer.update(nd.array([0]))
     for name, value in params_of(net).items():
         assert_array_equal(value, before[name], err_msg=name)
+
+
+def _two_device_twins():
+    """Two nets of the same weights on cpu(0) and cpu(1)."""
+    ctx = [mx.cpu(0), mx.cpu(1)]
+    nets = []
+    for _ in range(2):
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(6, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=6))
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+        nets.append(net)
+    for mine, theirs in zip(nets[1].collect_params().values(), nets[0].collect_params().values()):
+        mine.set_data(theirs.data(ctx[0]))
+    return ctx, nets
+
+
+def _backward_on(net, ctx, lo, hi):
+    xs = gluonkit.split_and_load(nd.array(X[lo:hi]), ctx)
+    ys = gluonkit.split_and_load(nd.array(Y[lo:hi]), ctx)
+    with autograd.record():
+        losses = [((net(a) - b) ** 2).sum() for a, b in zip(xs, ys)]
+    autograd.backward(losses)
+
+
+def test_update_without_allreduce_grads_on_two_devices_is_refused_and_changes_nothing():
+    # each device would apply its own gradient (gluon.Trainer lets their weights part)
+    ctx, (net, ref) = _two_device_twins()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT), update_on_kvstore=False)
+    before = params_of(net)
+    _backward_on(net, ctx, 0, 6)
+    with pytest.raises(RuntimeError, match=r"^update\(\) was called without allreduce_grads\(\): each device and "
+                                           r"worker would apply its own gradient"):
+        trainer.update(6)
+    for name, value in params_of(net).items():
+        assert_array_equal(value, before[name], err_msg=name)
+    trainer.allreduce_grads()     # the gradients are kept: the right calls then give gluon's update
+    trainer.update(6)
+    plain = gluon.Trainer(ref.collect_params(), "sgd", dict(OPT), update_on_kvstore=False)
+    _backward_on(ref, ctx, 0, 6)
+    plain.step(6)
+    for c in ctx:
+        for a, b in zip(net.collect_params().values(), ref.collect_params().values()):
+            assert_allclose(a.data(c).asnumpy(), b.data(c).asnumpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+
+
+def test_allreduce_grads_twice_or_then_step_is_refused_so_no_gradient_is_summed_twice():
+    ctx, (net, ref) = _two_device_twins()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT), update_on_kvstore=False)
+    _backward_on(net, ctx, 0, 6)
+    trainer.allreduce_grads()
+    summed = [p.grad(c).asnumpy() for p in net.collect_params().values() for c in ctx]
+    with pytest.raises(RuntimeError, match=r"^allreduce_grads\(\) was called twice before update\(\)"):
+        trainer.allreduce_grads()
+    with pytest.raises(RuntimeError, match=r"^step\(\) was called after allreduce_grads\(\): step sums the "
+                                           r"gradients itself"):
+        trainer.step(6)
+    assert trainer.pending == (0, 0)
+    for got, expected in zip((p.grad(c).asnumpy() for p in net.collect_params().values() for c in ctx), summed):
+        assert_array_equal(got, expected)
+    trainer.update(6)
+    _backward_on(ref, ctx, 0, 6)
+    gluon.Trainer(ref.collect_params(), "sgd", dict(OPT), update_on_kvstore=False).step(6)
+    for a, b in zip(net.collect_params().values(), ref.collect_params().values()):
+        assert_allclose(a.data(ctx[1]).asnumpy(), b.data(ctx[1]).asnumpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+
+
+@pytest.mark.parametrize("zero", [0, nd.array([0])], ids=["number", "ndarray"])
+def test_a_window_of_micro_batches_that_all_got_no_sample_is_dropped_with_a_warning(zero):
+    # the loop's last micro-batches were empty: no backward ran in the window at all
+    net = _net()
+    ref = _twin(net)
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT), accumulate=2)
+    _backward(net, 0, 5)
+    trainer.step(5)
+    _backward(net, 5, 12)
+    assert trainer.step(7)
+    after_first = params_of(net)
+    assert not trainer.step(zero)
+    with pytest.warns(UserWarning, match="sum to 0"):
+        assert not trainer.step(zero)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not trainer.flush()               # nothing pending: no second warning
+    for name, value in params_of(net).items():
+        assert_array_equal(value, after_first[name], err_msg=name)
+    plain = gluon.Trainer(ref.collect_params(), "sgd", dict(OPT))
+    _backward(ref, 0, 12)
+    plain.step(12)
+    for name, value in params_of(ref).items():
+        assert_allclose(after_first[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_allreduce_grads_and_update_where_the_kvstore_updates_are_refused_as_gluon_refuses_them():
+    # gluon.Trainer raises AssertionError there; gluonkit's RuntimeError is one too
+    ctx, (net, ref) = _two_device_twins()
+    trainer = gluonkit.Trainer(net.collect_params(), "sgd", dict(OPT), update_on_kvstore=True)
+    plain = gluon.Trainer(ref.collect_params(), "sgd", dict(OPT), update_on_kvstore=True)
+    for t, model in ((trainer, net), (plain, ref)):
+        _backward_on(model, ctx, 0, 6)
+        t.step(6)
+    before = params_of(net)
+    for call in (trainer.allreduce_grads, lambda: trainer.update(6)):
+        with pytest.raises(AssertionError):
+            call()
+        with pytest.raises(RuntimeError, match=r"cannot be used with update_on_kvstore=True: the kvstore updates"):
+            call()
+    for name, value in params_of(net).items():
+        assert_array_equal(value, before[name], err_msg=name)
+        assert_allclose(value, params_of(ref)[name], rtol=1e-6, atol=1e-7, err_msg=name)

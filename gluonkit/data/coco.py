@@ -383,17 +383,17 @@ def _repeated_files(path, ids, files, bad):
     warned about (it trains twice), or with ``bad.skip`` its later records left out."""
     first, keep = {}, []
     for number, (ident, image) in enumerate(zip(ids, files)):
-        real = os.path.realpath(image)
-        if real in first:
+        file = os.path.abspath(image)
+        if file in first:
             if bad.skip:
                 bad.left_out.setdefault("repeated image file", []).append(
-                    f"{path}: image {ident}, {image} (also image {first[real]})")
+                    f"{path}: image {ident}, {image} (also image {first[file]})")
                 continue
-            warnings.warn(f"{path}: {image} is listed under image ids {first[real]} and "
+            warnings.warn(f"{path}: {image} is listed under image ids {first[file]} and "
                           f"{ident}, so it trains (or counts) twice; remove one record "
                           "(--skip-bad-annotations keeps the first).", stacklevel=4)
         else:
-            first[real] = ident
+            first[file] = ident
         keep.append(number)
     return keep
 

@@ -339,8 +339,8 @@ def _warn_shared_images(train, val):
     training images: their figures then measure what the network saw."""
     if not hasattr(val, "images"):
         return
-    seen = {os.path.realpath(image) for image in train.images}
-    shared = [image for image in val.images if os.path.realpath(image) in seen]
+    seen = {os.path.abspath(image) for image in train.images}
+    shared = [image for image in val.images if os.path.abspath(image) in seen]
     if not shared:
         return
     which = ("the validation images are the training images" if len(shared) == len(val.images)

@@ -75,6 +75,30 @@ def test_a_worker_killed_mid_epoch_continues_on_the_two_that_remain_like_the_job
     _assert_like_never(tmp_path, "lost", ranks=[1])
 
 
+def test_an_error_in_the_program_does_not_shrink_the_job_and_the_worker_left_out_comes_back(tmp_path):
+    never = Watched(_launch(3, job=_classify(tmp_path / "never")), timeout=300, cwd=tmp_path)
+    # attempt 0: rank 2 is SIGKILLed, attempt 1 (2 workers): rank 0 raises, attempt 2: 3 workers again
+    run = Watched(_launch(3, "--max-restarts", "2", "--min-workers", "2",
+                          job=_classify(tmp_path / "back", "kill:2:3:0", "raise:0:5:1")), timeout=300, cwd=tmp_path)
+    output = _finish(run)
+    lost = re.search(r"(worker \d) was killed by SIGKILL; ending every role, then starting them again on 2 of 3 "
+                     r"worker\(s\) \(2 restart\(s\) left\)\.", output)
+    assert lost, output[-3000:]
+    assert f"(restart 1 of 2) on 2 of 3 worker(s): {lost.group(1)} lost" in output
+    raised = re.search(r"(worker \d) exited with code 1; ending every role, then starting them again on 3 of 3 "
+                       r"worker\(s\) \(1 restart\(s\) left\)\.", output)
+    assert raised, output[-3000:]
+    assert "RuntimeError: rank 0 gives up after micro-batch 5 of epoch 2" in output
+    assert (f"(restart 2 of 2) on 3 of 3 worker(s): {raised.group(1)} failed, no worker lost; 1 worker(s) left out "
+            "before are back") in output
+    assert output.count("It was saved by 3 worker(s); this job's 2 worker(s) continue") == 1
+    assert output.count("Resumed from") == 2      # attempt 2 on the 3 workers' own checkpoints of epoch 1
+    three = "in micro-batches: 2 (100 samples an epoch), 1 (52 samples an epoch), 1 (48 samples an epoch)"
+    assert output.count(three) == 2 and output.count("worker 2 started") == 2
+    _finish(never)
+    _assert_like_never(tmp_path, "back", ranks=[1, 2])
+
+
 def test_fewer_workers_than_min_workers_end_the_job_in_one_line(tmp_path):
     run = Watched(_launch(2, "-s", "1", "--max-restarts", "1", "--min-workers", "2", timeout=90,
                           job=[sys.executable, JOB, str(tmp_path), "slow"]), timeout=150)

@@ -9,7 +9,8 @@ its process and exit status back (over the ssh connection itself) and ends every
 role started when the launcher asks, or when the connection breaks. The launcher ends the
 job when every worker finished, when one role fails (naming it, with its last lines on
 stderr), when the timeout runs out and on SIGINT/SIGTERM, and says when it could not
-confirm that a role's processes are gone.
+confirm that a role's processes are gone. After a failure, :mod:`gluonkit.launch.restarts`
+says whether the job starts again, and on how many workers.
 """
 import collections
 import inspect
@@ -176,7 +177,7 @@ def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workd
         raise ValueError(f"No command to launch, or not a list of strings: {command!r}; put it after '--', "
                          "e.g. -- python train.py.")
     num_workers = positive_int(num_workers, "num_workers")
-    num_servers = positive_int(num_servers, "num_servers")
+    num_servers = None if num_servers is None else positive_int(num_servers, "num_servers")
     if not (is_int(max_restarts) and max_restarts >= 0):
         raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}.")
     if min_workers is not None:
@@ -224,7 +225,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         The program every process runs (workers train; in servers and the scheduler,
         ``import mxnet`` serves and exits). Arguments reach it exactly, on every host.
     num_workers, num_servers : int
-        Number of workers and of servers (default: as many servers as workers).
+        Number of workers and of servers (default: as many servers as workers, on every attempt).
     launcher : {'local', 'ssh'}
         ``ssh`` runs servers and workers in turn on the hosts of ``hostfile``.
     hostfile : str, optional
@@ -280,9 +281,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
 
         code = launch(["python", "train.py"], num_workers=2, num_servers=1, timeout=300)
     """
-    num_workers, servers = _check(command, num_workers, num_workers if num_servers is None else num_servers,
-                                  launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config, port, max_restarts,
-                                  min_workers)
+    num_workers, num_servers = _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir,
+                                      sync_dst_dir, ssh_config, port, max_restarts, min_workers)
     extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
              for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
     hosts = read_hostfile(hostfile) if launcher == "ssh" else None
@@ -300,8 +300,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     try:
         if sync_dst_dir:
             _sync(hosts, sync_dst_dir, ssh_config, timeout)
-        restarts = Restarts(max_restarts, num_workers, None if num_servers is None else servers, hosts,
-                            min_workers, ssh_config)
+        restarts = Restarts(max_restarts, num_workers, num_servers, hosts, min_workers, ssh_config)
         while True:
             if restarts.attempt:   # a new port: the last scheduler's may linger
                 port_lock.close()

@@ -6,8 +6,8 @@ a preemption; or it exited with 128 + the signal's number after handling it, as 
 on SIGTERM), or when its host stopped answering: the ssh connection could not be made, or
 broke, before the role reported its exit (ssh's own exit code, 255); every worker on that
 host is then lost. A role that exits with a code of its own (a Python error, a refusal) is
-not lost: the same program on fewer workers would fail the same way, so the restart runs on
-the workers the attempt had, as without ``min_workers``.
+not lost: the same program on fewer workers would fail the same way, so it does not shrink
+the job, and the restart is the one ``max_restarts`` makes anyway.
 
 With ``min_workers``, a restart leaves out the workers lost in the attempt that just failed,
 and the hosts that stopped answering (the servers are placed on the others). The workers

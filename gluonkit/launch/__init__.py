@@ -11,6 +11,8 @@ Which module holds what:
   ends them all (the job's rules: what fails it, the timeout, the clean-up).
 - :mod:`~gluonkit.launch.wrapper`: the small standard-library program each role runs under,
   on whichever host; it gets the role's specification on its stdin.
+- :mod:`~gluonkit.launch.restarts`: what follows a failed attempt, and on which workers and
+  hosts the next one runs (``--min-workers``).
 - :mod:`~gluonkit.launch.hosts`: the host file (checked when read) and the ssh and rsync
   commands that reach a host.
 - :mod:`~gluonkit.launch.ports`: the scheduler's port, reserved through lock files in a

@@ -23,6 +23,11 @@ def parse_args(argv):
                      help="when a role fails, end every role and start the job again, at most N times; the "
                           "roles find the attempt in GLUONKIT_LAUNCH_ATTEMPT and the recipes resume by themselves "
                           "(default 0)")
+    job.add_argument("--min-workers", type=int, metavar="M",
+                     help="with --max-restarts: when a worker is lost (ended by a signal, or its host stops "
+                          "answering ssh), restart on the workers that remain, at least M (fewer ends the job); "
+                          "the workers left out return at a later restart if their host answers (default: "
+                          "every restart runs -n workers)")
     job.add_argument("--stop-timeout", type=float, default=STOP_SECONDS, metavar="SECONDS",
                      help="on SIGINT/SIGTERM, seconds the workers get to finish their step and write their "
                           "checkpoints before the servers and the scheduler are ended (default %(default)g)")
@@ -47,6 +52,11 @@ def parse_args(argv):
             parser.error(f"{flag} must be at least 1, got {value}.")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts must be at least 0, got {args.max_restarts}.")
+    if args.min_workers is not None and not 1 <= args.min_workers <= args.num_workers:
+        parser.error(f"--min-workers must be from 1 to -n/--num-workers ({args.num_workers}), got {args.min_workers}.")
+    if args.min_workers is not None and not args.max_restarts:
+        parser.error(f"--min-workers {args.min_workers} needs --max-restarts 1 or more: the job continues on fewer "
+                     "workers only at a restart.")
     if not args.stop_timeout >= 0:
         parser.error(f"--stop-timeout must be a number of seconds >= 0, got {args.stop_timeout:g}.")
     if args.command[:1] == ["--"]:
@@ -62,7 +72,7 @@ def main(argv=None):
     try:
         return launch(args.command, args.num_workers, args.num_servers, args.launcher, args.hostfile, args.timeout,
                       args.host_ip, args.env, args.env_worker, args.env_server, args.workdir, args.sync_dst_dir,
-                      args.ssh_config, args.stop_timeout, args.port, args.max_restarts)
+                      args.ssh_config, args.stop_timeout, args.port, args.max_restarts, args.min_workers)
     except ValueError as err:
         say(str(err))
         return 2

@@ -12,7 +12,7 @@ import re
 import shlex
 import subprocess
 
-__all__ = ["Host", "read_hostfile", "ssh_command", "remote_env", "sync_dir"]
+__all__ = ["Host", "read_hostfile", "ssh_command", "remote_env", "sync_dir", "answers"]
 
 Host = collections.namedtuple("Host", "user address port")
 Host.__doc__ = "One line of a host file: ``user`` (or None), ``address``, ``port`` (int)."
@@ -90,6 +90,16 @@ def _ssh_options(host, ssh_config):
 def ssh_command(host, remote_argv, ssh_config=None):
     """The ssh client's argv that runs ``remote_argv`` on ``host``, every argument quoted."""
     return _ssh_options(host, ssh_config) + [host.address, "exec " + shlex.join(remote_argv)]
+
+
+def answers(host, ssh_config=None):
+    """Whether ``host`` runs a command over ssh now (``true``, within the connection timeout)."""
+    try:
+        result = subprocess.run(ssh_command(host, ["true"], ssh_config), stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return False
+    return result.returncode == 0
 
 
 def remote_env(environ):

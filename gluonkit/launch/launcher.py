@@ -9,7 +9,8 @@ its process and exit status back (over the ssh connection itself) and ends every
 role started when the launcher asks, or when the connection breaks. The launcher ends the
 job when every worker finished, when one role fails (naming it, with its last lines on
 stderr), when the timeout runs out and on SIGINT/SIGTERM, and says when it could not
-confirm that a role's processes are gone.
+confirm that a role's processes are gone. After a failure, :mod:`gluonkit.launch.restarts`
+says whether the job starts again, and on how many workers.
 """
 import collections
 import inspect
@@ -30,6 +31,7 @@ from . import wrapper
 from .hosts import read_hostfile, remote_env, ssh_command, sync_dir
 from .output import forward, forward_stdout, say
 from .ports import PORTS, reserve_port
+from .restarts import Restarts
 
 __all__ = ["launch", "TIMEOUT_EXIT_CODE", "STOP_SECONDS"]
 
@@ -170,14 +172,21 @@ def _parse_env(items, what):
 
 
 def _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir, sync_dst_dir, ssh_config, port,
-           max_restarts):
+           max_restarts, min_workers):
     if not command or not isinstance(command, (list, tuple)) or not all(isinstance(a, str) for a in command):
         raise ValueError(f"No command to launch, or not a list of strings: {command!r}; put it after '--', "
                          "e.g. -- python train.py.")
     num_workers = positive_int(num_workers, "num_workers")
-    num_servers = positive_int(num_servers, "num_servers")
+    num_servers = None if num_servers is None else positive_int(num_servers, "num_servers")
     if not (is_int(max_restarts) and max_restarts >= 0):
         raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}.")
+    if min_workers is not None:
+        if not (is_int(min_workers) and 1 <= min_workers <= num_workers):
+            raise ValueError(f"min_workers must be an integer from 1 to num_workers ({num_workers}), got "
+                             f"{min_workers!r}.")
+        if not max_restarts:
+            raise ValueError(f"min_workers={min_workers} needs max_restarts of 1 or more: the job continues on "
+                             "fewer workers only at a restart.")
     if port is not None and not (is_int(port) and 0 < port < 65536):
         raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}.")
     choice(launcher, ("local", "ssh"), "launcher")
@@ -207,7 +216,7 @@ def _plan(num_workers, num_servers, hosts):
 
 def launch(command, num_workers, num_servers=None, launcher="local", hostfile=None, timeout=None, host_ip=None,
            env=(), env_worker=(), env_server=(), workdir=None, sync_dst_dir=None, ssh_config=None,
-           stop_seconds=STOP_SECONDS, port=None, max_restarts=0):
+           stop_seconds=STOP_SECONDS, port=None, max_restarts=0, min_workers=None):
     """Run ``command`` as every role of a parameter-server job and wait for it.
 
     Parameters
@@ -216,7 +225,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         The program every process runs (workers train; in servers and the scheduler,
         ``import mxnet`` serves and exits). Arguments reach it exactly, on every host.
     num_workers, num_servers : int
-        Number of workers and of servers (default: as many servers as workers).
+        Number of workers and of servers (default: as many servers as workers, on every attempt).
     launcher : {'local', 'ssh'}
         ``ssh`` runs servers and workers in turn on the hosts of ``hostfile``.
     hostfile : str, optional
@@ -249,6 +258,12 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         1, 2, ...): the recipes then resume from the newest checkpoint every worker saved, as
         ``fit`` does with ``ModelCheckpoint(resume=True)``. A timeout or an interruption ends
         the job.
+    min_workers : int, optional
+        With ``max_restarts``: a restart after a worker was lost (ended by a signal, or its
+        host stopped answering ssh) runs on the workers that remain, at least this many
+        (:mod:`~gluonkit.launch.restarts`); the servers and every ``DMLC_*`` count follow, and
+        the workers left out come back at a later restart if their host answers. Fewer ends
+        the job. Without it, every restart runs ``num_workers``.
 
     Returns
     -------
@@ -266,9 +281,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
 
         code = launch(["python", "train.py"], num_workers=2, num_servers=1, timeout=300)
     """
-    num_servers = num_workers if num_servers is None else num_servers
     num_workers, num_servers = _check(command, num_workers, num_servers, launcher, hostfile, timeout, workdir,
-                                      sync_dst_dir, ssh_config, port, max_restarts)
+                                      sync_dst_dir, ssh_config, port, max_restarts, min_workers)
     extra = {kind: {**_parse_env(env, "--env"), **_parse_env(own, f"--env-{kind}")}
              for kind, own in (("scheduler", ()), ("server", env_server), ("worker", env_worker))}
     hosts = read_hostfile(hostfile) if launcher == "ssh" else None
@@ -286,22 +300,22 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     try:
         if sync_dst_dir:
             _sync(hosts, sync_dst_dir, ssh_config, timeout)
-        plan = [("scheduler", "scheduler", None, None)] + _plan(num_workers, num_servers, hosts)
-        job = {"DMLC_NUM_WORKER": str(num_workers), "DMLC_NUM_SERVER": str(num_servers),
-               "DMLC_JOB_CLUSTER": launcher, **({"DMLC_INTERFACE": "lo"} if launcher == "local" else {})}
-        for attempt in range(max_restarts + 1):
-            if attempt:   # a new port: the last scheduler's may linger
+        restarts = Restarts(max_restarts, num_workers, num_servers, hosts, min_workers, ssh_config)
+        while True:
+            if restarts.attempt:   # a new port: the last scheduler's may linger
                 port_lock.close()
                 port, port_lock = reserve_port(ports)
-            say(f"scheduler at {host_ip}:{port}" + (f" (restart {attempt} of {max_restarts})" if attempt else ""))
-            common = dict(job, DMLC_PS_ROOT_URI=host_ip, DMLC_PS_ROOT_PORT=str(port),
-                          GLUONKIT_LAUNCH_ATTEMPT=str(attempt))
+            say(f"scheduler at {host_ip}:{port}{restarts.heading()}")
+            plan = [("scheduler", "scheduler", None, None)] + _plan(restarts.workers, restarts.servers, restarts.hosts)
+            common = {"DMLC_NUM_WORKER": str(restarts.workers), "DMLC_NUM_SERVER": str(restarts.servers),
+                      "DMLC_JOB_CLUSTER": launcher, **({"DMLC_INTERFACE": "lo"} if launcher == "local" else {}),
+                      "DMLC_PS_ROOT_URI": host_ip, "DMLC_PS_ROOT_PORT": str(port),
+                      "GLUONKIT_LAUNCH_ATTEMPT": str(restarts.attempt)}
             specs = [(name, kind, host, {"env": _role_env(common, kind, task_id, host, host_ip, extra[kind]),
                                          "workdir": workdir, "command": list(command)})
                      for name, kind, task_id, host in plan]
-            code = _attempt(specs, ssh_config, num_workers, started, timeout, stop_seconds,
-                            restarts_left=max_restarts - attempt)
-            if code != 1 or attempt == max_restarts:
+            code = _attempt(specs, ssh_config, started, timeout, stop_seconds, restarts.after_failure)
+            if code != 1 or restarts.ended:
                 return code
     finally:
         port_lock.close()
@@ -313,9 +327,9 @@ def _role_env(common, kind, task_id, host, host_ip, extra):
                 **({"DMLC_TASK_ID": str(task_id)} if task_id is not None else {}), **extra)
 
 
-def _attempt(specs, ssh_config, num_workers, started, timeout, stop_seconds, restarts_left):
+def _attempt(specs, ssh_config, started, timeout, stop_seconds, after_failure):
     """Start every role of ``specs`` (name, kind, host, specification), supervise them, end them all;
-    return the exit code."""
+    return the exit code. ``after_failure(failed, roles)`` says what follows a failure."""
     wake, roles, grace = queue.Queue(), [], None
     try:
         source = inspect.getsource(wrapper)
@@ -326,7 +340,7 @@ def _attempt(specs, ssh_config, num_workers, started, timeout, stop_seconds, res
             else:
                 argv = [sys.executable, "-I", wrapper.__file__]
             roles.append(_Role(name, kind, host, argv, spec, wake))
-        return _supervise(roles, wake, num_workers, started, timeout, restarts_left)
+        return _supervise(roles, wake, started, timeout, after_failure)
     except (KeyboardInterrupt, SystemExit):
         grace = stop_seconds
         raise
@@ -348,7 +362,7 @@ def _sync(hosts, remote_dir, ssh_config, timeout):
             future.result()
 
 
-def _supervise(roles, wake, num_workers, started, timeout, restarts_left=0):
+def _supervise(roles, wake, started, timeout, after_failure):
     workers = [r for r in roles if r.kind == "worker"]
     finished_at = None
     while True:
@@ -361,8 +375,7 @@ def _supervise(roles, wake, num_workers, started, timeout, restarts_left=0):
         if failed:
             role = failed[0]
             tail = "".join(f"\n    {line}" for line in role.tail)
-            then = (f"ending every role, then starting them all again ({restarts_left} restart(s) left)"
-                    if restarts_left else "ending the job")
+            then = after_failure(failed, roles)
             say(f"{role.failure(workers_done)}; {then}."
                 + (" Its last lines on stderr:" + tail if tail else ""))   # one message: its lines stay together
             return 1

@@ -130,12 +130,13 @@ class MergeRunningStatistics(Callback):
     def on_resume(self, state):
         if not self._active(state):
             return
-        self._epoch_structure()
         done = state.position[1]   # batches done in the epoch resumed (state.batch is set once it resumes)
-        self._last_batch = done
-        self._in_epoch = done > 0
+        if not done:
+            return   # at an epoch's end: the next epoch's on_epoch_begin starts from the statistics loaded
+        self._epoch_structure()
+        self._last_batch, self._in_epoch = done, True
         # a checkpoint holds merged statistics, taken at the end of the last update
-        position = self._global_batch_end(self._own[done - 1]) if 0 < done <= len(self._own) else 0
+        position = self._global_batch_end(self._own[done - 1]) if done <= len(self._own) else 0
         self._take_base(position)
         if done < len(self._own):
             self._decay_to(self._own[done])

@@ -3,7 +3,9 @@
 Host A (10.77.0.1, sshd on port 22) is also where the launcher runs; host B (10.77.0.2) has
 its sshd on port 2222. Host and user keys are made for the occasion; the ssh client gets its
 own configuration file (key, known hosts), so nothing outside ``root`` is read or written.
-Needs root, ``ip`` (iproute2) and ``sshd`` (openssh-server).
+``cut('B')`` makes host B stop answering (its link down: the launcher's ssh connections to it
+break, and its sshd ends their sessions, and so their roles, within 8 s); ``restore('B')``
+brings it back. Needs root, ``ip`` (iproute2) and ``sshd`` (openssh-server).
 """
 import os
 import shutil
@@ -26,6 +28,8 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 LogLevel ERROR
+ClientAliveInterval 2
+ClientAliveCountMax 3
 """
 _SSH_CONFIG = """\
 Host *
@@ -121,6 +125,17 @@ class SimulatedHosts:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"sshd on host {name} does not answer: {result.stderr}")
             time.sleep(0.2)
+
+    def cut(self, name):
+        """Host ``name`` stops answering: its end of the link goes down."""
+        ns = self.hosts[name][0]
+        _run("ip", "-n", ns, "link", "set", f"{ns}v", "down")
+
+    def restore(self, name):
+        """Host ``name`` answers again (its link up)."""
+        ns, address, _ = self.hosts[name]
+        _run("ip", "-n", ns, "link", "set", f"{ns}v", "up")
+        self._wait_for_sshd(name)
 
     def on_a(self, argv):
         """``argv`` made to run on host A (the process keeps its pid: ``ip netns exec`` execs it)."""

@@ -55,7 +55,7 @@ def _assert_like(expected, folder):
 def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_never_stopped(tmp_path):
     never = Watched(_launch(2, CLASSIFY, *OPTIONS, "--out", str(tmp_path / "never")), timeout=300, cwd=tmp_path)
     # rank 0 gets SIGTERM after its 5th micro-batch of epoch 2, inside its 3rd window: both stop after update 3
-    stopped = Watched(_launch(2, sys.executable, STOP_JOB, "5", *OPTIONS, "--out", str(tmp_path / "two")),
+    stopped = Watched(_launch(2, sys.executable, STOP_JOB, "term:0:5", *OPTIONS, "--out", str(tmp_path / "two")),
                       timeout=300, cwd=tmp_path)
     output = _finish(stopped, code=1)     # the launcher did not get the signal: a worker's 143 ends the job
     assert "training stopped by SIGTERM after 1 epoch(s) and 6 batch(es)" in output, output[-3000:]
@@ -87,8 +87,8 @@ def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_n
 def test_one_process_stops_between_updates_and_resumes_on_two_workers(tmp_path):
     never = Watched(_launch(2, CLASSIFY, *OPTIONS, "--out", str(tmp_path / "never")), timeout=300, cwd=tmp_path)
     # SIGTERM after micro-batch 5 of epoch 2, inside the second update's window of 4: it stops after 8
-    output = _finish(Watched(_one_process(sys.executable, STOP_JOB, "5", *OPTIONS, "--out", str(tmp_path / "one")),
-                             timeout=300, cwd=tmp_path), code=143)
+    output = _finish(Watched(_one_process(sys.executable, STOP_JOB, "term:0:5", *OPTIONS, "--out",
+                                          str(tmp_path / "one")), timeout=300, cwd=tmp_path), code=143)
     assert "SIGTERM received: stopping after the current update" in output
     assert "training stopped by SIGTERM after 1 epoch(s) and 8 batch(es)" in output
     output = _finish(Watched(_launch(2, CLASSIFY, *OPTIONS, "--resume", "--out", str(tmp_path / "one")),

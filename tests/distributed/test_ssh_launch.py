@@ -13,8 +13,12 @@ import sys
 import uuid
 
 import pytest
+from numpy.testing import assert_allclose
 
 from command_lines import WAITING_ROLE, leaks, role_files, wait_for_files
+from gluonkit import Checkpoint
+from gluonkit.params import select
+from gluonkit.recipes.models import build_model
 from job_check import JOB, assert_trained_like_one_process
 from simulated_hosts import SimulatedHosts, missing
 from watch import Watched
@@ -170,3 +174,59 @@ def test_a_refused_connection_and_a_refused_key_name_the_host(hosts, tmp_path):
     assert re.search(r"could not be started on \S+ \(ssh exited with code 255\)", output)
     assert "Permission denied (publickey)" in output
     assert hosts.wait_for_no_strays() == []
+
+
+
+CLASSIFY_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "classify_stop_job.py")
+
+
+def _classify_jobs(hosts, tmp_path, faults, *options):
+    """2 workers of ``gluonkit-classify`` on the two hosts (``faults``: classify_stop_job.py's) and 2
+    on this machine never interrupted, both started; (run, never)."""
+    classify = ["--epochs", "2", "--limit", "200", "--batch-size", "16", "--micro-batch", "4", "--no-progress",
+                "--kvstore", "dist_sync"]
+    never = Watched([sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "200", "--",
+                     sys.executable, CLASSIFY_JOB, *classify, "--out", str(tmp_path / "never")],
+                    timeout=300, cwd=tmp_path)
+    run = _launch(hosts, tmp_path, [sys.executable, CLASSIFY_JOB, *faults, *classify, "--out", str(tmp_path / "run")],
+                  240, *options)
+    return run, never
+
+
+def _latest(folder):
+    net = build_model("cnn", 10)
+    state = Checkpoint(folder).load(net)
+    return state["epoch"], {name: p.data().asnumpy() for name, p in select(net).items()}
+
+
+def _assert_like_never(tmp_path, never):
+    code, output = never.finish()
+    assert code == 0, output[-3000:]
+    epoch, expected = _latest(tmp_path / "never" / "checkpoints")
+    got_epoch, got = _latest(tmp_path / "run" / "checkpoints")
+    assert epoch == got_epoch == 2
+    for name, value in expected.items():   # one worker adds the micro-batches in another order than two
+        tolerance = dict(rtol=1e-4, atol=1e-5) if "running" in name else dict(rtol=1e-5, atol=1e-6)
+        assert_allclose(got[name], value, err_msg=name, **tolerance)
+
+
+def test_a_host_that_stops_answering_is_left_out_and_the_job_ends_on_the_other_like_one_never_interrupted(
+        hosts, tmp_path):
+    run, never = _classify_jobs(hosts, tmp_path, [], "--max-restarts", "1", "--min-workers", "1")
+    run.wait_for(r"Saved checkpoint")    # the first epoch's; host B (worker 0) stops answering in the second
+    hosts.cut("B")
+    try:
+        code, output = run.finish()
+    finally:
+        hosts.restore("B")
+    assert code == 0, output[-3000:]
+    host_b = f"root@{hosts.hosts['B'][1]}:2222"
+    assert (f"worker 0 on {host_b}: the ssh connection ended with code 255 before the role finished; ending every "
+            "role, then starting them again on 1 of 2 worker(s) (1 restart(s) left).") in output
+    assert f"(restart 1 of 1) on 1 of 2 worker(s): {host_b} stopped answering; worker 0 lost" in output
+    restart = output.split("(restart")[1]
+    assert re.search(rf"worker 0 started \(pid \d+\) on {re.escape(hosts.hosts['A'][1])}:22", restart)
+    assert "It was saved by 2 worker(s); this job's 1 worker(s) continue after 0 update(s) of epoch 2" in output
+    _assert_like_never(tmp_path, never)
+    assert hosts.wait_for_no_strays() == []
+

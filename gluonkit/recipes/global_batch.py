@@ -98,10 +98,10 @@ def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed
         return global_loader(dataset, batch_size, step, rank, workers, seed=seed, num_workers=num_workers)
     except ValueError as err:
         most = batch_size // (workers * devices)
-        raise common.OptionError(f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per "
-                         f"worker makes {math.ceil(batch_size / step)} micro-batch(es) per update, fewer than the "
-                                 f"{workers} workers; pass --micro-batch {max(most, 1)} or less, or a larger "
-                                 "--batch-size.") from err
+        raise common.OptionError(
+            f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per worker makes "
+            f"{math.ceil(batch_size / step)} micro-batch(es) per update, fewer than the {workers} workers; pass "
+            f"--micro-batch {max(most, 1)} or less, or a larger --batch-size.") from err
 
 
 def initialize_without_forward(net, input_shape, ctx, init):

@@ -371,7 +371,8 @@ def _train(args, callbacks, folder):
                  "by the samples that carry its label")
         log.info("Batches: %s", global_batch.describe_per_worker(args.batch_size, accumulate, updates)
                  if per_worker else global_batch.describe(train_loader, len(ctx_list)))
-        shards = f" split over {trainer.num_workers} workers" if trainer.num_workers > 1 and per_worker else ""
+        split = trainer.num_workers > 1 and per_worker
+        shards = f" split over {trainer.num_workers} workers" if split else ""
         log.info("Training on %d images%s; %s; %s", job_images, shards, heads,
                  common.splits_note(None if val_set is None else len(val_set), len(test_set),
                                     monitor, exported=bool(args.out)))

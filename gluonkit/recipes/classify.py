@@ -138,8 +138,7 @@ def parse_args(argv=None):
     if _variable_sizes(args) and args.micro_batch is not None:
         parser.error("--micro-batch cuts batches of one image size; --multiscale and --image-size 0 train on "
                      "batches of each worker's own (--batch-size per worker and step): drop --micro-batch.")
-    if (args.resume or args.export) and args.out and global_batch.trained_per_worker(args.out):
-        args.per_worker_batch = True    # a run of an earlier version goes on as it was trained
+    global_batch.keep_earlier_meaning(args)    # a run of an earlier version goes on as it was trained
     if not _variable_sizes(args):
         global_batch.check_global_batch(parser, args)
     if not 0 <= args.label_smoothing < 1:
@@ -289,11 +288,8 @@ def _train(args, callbacks, folder):
         args.num_workers)
     accumulate = args.accumulate
     if not per_worker:      # every worker reads every sample, and runs its micro-batches of each update
-        try:
-            train_loader = global_batch.global_train_loader(train_set, args.batch_size, args.micro_batch,
-                                                            len(ctx), kvstore, args.seed, args.num_workers)
-        except ValueError as err:
-            raise common.OptionError(str(err)) from None
+        train_loader = global_batch.global_train_loader(train_set, args.batch_size, args.micro_batch,
+                                                        len(ctx), kvstore, args.seed, args.num_workers)
         accumulate = train_loader.batch_sampler.sampler.accumulate
     input_shape = _input_shape(test_loader)
     model_prefix = os.path.join(args.out, "model") if args.out else None
@@ -321,8 +317,7 @@ def _train(args, callbacks, folder):
                       common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
                       kvstore=kvstore, accumulate=accumulate)
     main_process = trainer.rank == 0
-    updates = (common.updates_per_epoch(trainer, train_loader, accumulate) if per_worker
-               else train_loader.batch_sampler.sampler.updates_per_epoch)
+    updates = global_batch.updates_per_epoch(trainer, train_loader, accumulate, per_worker)
     schedule = common.lr_schedule(args.lr_schedule, args.lr, args.epochs, args.warmup_epochs, updates)
     callbacks = ([schedule] if schedule else []) + list(callbacks)
     if not per_worker:      # before the checkpoints, which then hold the statistics of one process
@@ -334,8 +329,8 @@ def _train(args, callbacks, folder):
         callbacks += common.output_callbacks(args.out, monitor, args.resume, held_out="validation",
                                              args=args)
     if main_process:
-        log.info("Batches: %s", f"per worker: {args.batch_size} per step, {accumulate} step(s) per update, "
-                 f"{updates} updates per epoch." if per_worker else global_batch.describe(train_loader, len(ctx)))
+        log.info("Batches: %s", global_batch.describe_per_worker(args.batch_size, accumulate, updates)
+                 if per_worker else global_batch.describe(train_loader, len(ctx)))
         shards = f" split over {trainer.num_workers} workers" if trainer.num_workers > 1 and per_worker else ""
         log.info("Training %s on %s (%d images%s, %d classes) on %s; %s", args.model, args.dataset,
                  job_images, shards, classes, ctx,

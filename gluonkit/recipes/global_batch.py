@@ -22,8 +22,9 @@ from gluonkit.callbacks import MergeRunningStatistics
 from gluonkit.data import GlobalBatchSampler, global_loader
 from gluonkit.recipes import common, runs
 
-__all__ = ["add_global_batch_options", "check_global_batch", "trained_per_worker", "workers_of",
-           "global_train_loader", "initialize_without_forward", "merge_callbacks", "describe"]
+__all__ = ["add_global_batch_options", "check_global_batch", "keep_earlier_meaning", "trained_per_worker",
+           "workers_of", "global_train_loader", "initialize_without_forward", "merge_callbacks",
+           "updates_per_epoch", "describe", "describe_per_worker"]
 
 
 def add_global_batch_options(group):
@@ -56,6 +57,13 @@ def check_global_batch(parser, args):
                      "pass a micro-batch of at most the global batch.")
 
 
+def keep_earlier_meaning(args):
+    """Set ``args.per_worker_batch`` when ``args`` resume or export a run that trained on batches
+    per worker (:func:`trained_per_worker`): it goes on as it was trained."""
+    if (args.resume or args.export) and args.out and trained_per_worker(args.out):
+        args.per_worker_batch = True
+
+
 def trained_per_worker(out):
     """Whether the run in ``out`` recorded its options (``args.json``) before ``--batch-size``
     meant the global batch: it trained on batches per worker, and resumes or exports on them."""
@@ -82,18 +90,18 @@ def _step_samples(batch_size, micro_batch, devices, workers):
 def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed, num_workers):
     """This worker's loader of the global batches of ``dataset`` (every worker reads all of it):
     steps of ``micro_batch`` samples per device on ``devices`` devices. A ``GlobalBatchSampler``
-    error (fewer micro-batches in a global batch than workers) becomes a ``ValueError`` that
-    names the options."""
+    error (fewer micro-batches in a global batch than workers) becomes a ``common.OptionError``
+    (a ``ValueError``) that names the options."""
     rank, workers = workers_of(kvstore)
     step = _step_samples(batch_size, micro_batch, devices, workers)
     try:
         return global_loader(dataset, batch_size, step, rank, workers, seed=seed, num_workers=num_workers)
     except ValueError as err:
         most = batch_size // (workers * devices)
-        raise ValueError(f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per "
-                         f"worker makes {math.ceil(batch_size / step)} micro-batch(es) per update, fewer than the "
-                         f"{workers} workers; pass --micro-batch {max(most, 1)} or less, or a larger --batch-size."
-                         ) from err
+        raise common.OptionError(
+            f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per worker makes "
+            f"{math.ceil(batch_size / step)} micro-batch(es) per update, fewer than the {workers} workers; pass "
+            f"--micro-batch {max(most, 1)} or less, or a larger --batch-size.") from err
 
 
 def initialize_without_forward(net, input_shape, ctx, init):
@@ -118,6 +126,19 @@ def merge_callbacks(loader):
     before the checkpoints): nothing on one worker."""
     sampler = loader.batch_sampler.sampler
     return [MergeRunningStatistics(sampler)] if sampler.workers > 1 else []
+
+
+def updates_per_epoch(trainer, loader, accumulate, per_worker):
+    """The updates of an epoch: the global batches of ``loader``, or per worker
+    (``common.updates_per_epoch``) those of the worker with the most batches."""
+    if per_worker:
+        return common.updates_per_epoch(trainer, loader, accumulate)
+    return loader.batch_sampler.sampler.updates_per_epoch
+
+
+def describe_per_worker(batch_size, accumulate, updates):
+    """The start-up line of a run on batches per worker (``--per-worker-batch``)."""
+    return f"per worker: {batch_size} per step, {accumulate} step(s) per update, {updates} updates per epoch."
 
 
 def describe(loader, devices):

@@ -2,12 +2,13 @@
 
 The heads read the embedded UCI digits (8x8): ``digit`` (which of 10), ``parity`` (odd or
 even) and ``aux``, an auxiliary head (is the digit 5 or more?) trained only on every
-``--aux-every``-th batch of an epoch. The other batches go through
+``--aux-every``-th update of an epoch. The other batches go through
 ``net.route('digit', 'parity')``: the auxiliary head does not run, gets no gradient, and
 ``gluonkit.Trainer`` leaves it untouched (no weight decay, no momentum). The first batch skips
 it too, and Branches still initializes it, so it is saved and trained like the others.
 
     gluonkit-multitask --epochs 10 --ctx cpu:0,cpu:1 --out runs/multitask
+    gluonkit-launch -n 2 -s 1 -- gluonkit-multitask --kvstore dist_sync --micro-batch 16   # the same model
     gluonkit-multitask --out runs/multitask --resume         # continue after a stop
     gluonkit-multitask --out runs/multitask --export         # export its best checkpoint again
 
@@ -42,7 +43,7 @@ from gluonkit.train.loop import fit
 from gluonkit.train.resume import seed_all
 from gluonkit.trainer import Trainer
 from gluonkit.split import split_and_load, split_sizes
-from gluonkit.recipes import common
+from gluonkit.recipes import common, global_batch
 from gluonkit.recipes.datasets import VAL_FRACTION, load_dataset, split_off
 from gluonkit.recipes.runs import RunFolder
 
@@ -106,27 +107,30 @@ def _forward(route, names, data, label, ctx_list):
 
 
 class HeadSchedule:
-    """``fit``'s ``batch_fn`` that trains the auxiliary head on every ``every``-th batch only.
+    """``fit``'s ``batch_fn`` that trains the auxiliary head on every ``every``-th update only.
 
-    Batch ``i`` of an epoch (counted from 0) trains every head when ``i % every == every - 1``,
-    else the route ``'digit', 'parity'``. ``fit`` hands it the run's ``state``, so a run
-    resumed in mid-epoch picks the same heads as one never stopped.
+    Update ``i`` of an epoch (counted from 0) trains every head when ``i % every == every - 1``,
+    else the route ``'digit', 'parity'``; its batches are this worker's steps ``i * accumulate``
+    to ``(i + 1) * accumulate - 1`` (the Trainer's ``accumulate``; on global batches, the
+    sampler's: every worker then picks the same heads for an update). ``fit`` hands it the
+    run's ``state``, so a run resumed in mid-epoch picks the same heads as one never stopped.
 
     Example::
 
         fit(net, None, trainer, loader, epochs=5, batch_fn=HeadSchedule(every=3))
     """
 
-    def __init__(self, every):
-        self.every = common.check_positive_int(every, "every", "the auxiliary head's batch interval")
+    def __init__(self, every, accumulate=1):
+        self.every = common.check_positive_int(every, "every", "the auxiliary head's update interval")
+        self.accumulate = common.check_positive_int(accumulate, "accumulate", "the steps of an update")
         self._loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
     def heads(self, index):
-        """The heads that batch ``index`` of an epoch trains."""
+        """The heads that update ``index`` of an epoch trains."""
         return tuple(HEADS) if index % self.every == self.every - 1 else _EVERY_BATCH
 
     def __call__(self, net, batch, ctx_list, *, state):
-        names = self.heads(state.batch)
+        names = self.heads(state.batch // self.accumulate)
         data, label = batch
         losses, outputs, labels = [], [], []
         for out, target in _forward(net.route(*names), names, data, label, ctx_list):
@@ -228,7 +232,6 @@ def eval_batch(net, batch, ctx_list):
 def _build_parser():
     parser = common.build_parser(__doc__.split("\n\n")[0], prog="gluonkit-multitask")
     data = parser.add_argument_group("data")
-    data.add_argument("--batch-size", type=common.positive_int, default=64)
     data.add_argument("--val-fraction", type=common.fraction, default=VAL_FRACTION, metavar="F",
                       help="the share of every digit of the 1,438 training images carved "
                            "(seeded by --seed) as the validation split, which chooses the "
@@ -239,20 +242,25 @@ def _build_parser():
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=common.non_negative_int, default=10,
                        help="epochs to train (to reach, with --resume); 0 evaluates and exports")
+    train.add_argument("--batch-size", type=common.positive_int, default=64,
+                       help="samples per update over every worker (the global batch; with "
+                            "--per-worker-batch: per worker and step), split over --ctx")
+    global_batch.add_global_batch_options(train)
+    train.add_argument("--accumulate", type=common.positive_int, default=1,
+                       help="with --per-worker-batch: batches per update")
     train.add_argument("--lr", type=common.non_negative_float, default=0.1)
     train.add_argument("--momentum", type=common.non_negative_float, default=0.9)
     train.add_argument("--wd", type=common.non_negative_float, default=1e-4)
     train.add_argument("--aux-every", type=common.positive_int, default=3,
-                       help="train the auxiliary head on every N-th batch only")
+                       help="train the auxiliary head on every N-th update only")
     train.add_argument("--missing-labels", type=common.fraction, default=None, metavar="F",
                        help="a fraction F of the training samples (seeded by --seed) lack the parity "
                             "or the aux label; every head then trains on every batch, each normalized "
                             "by the samples that carry its label (counts by head; --aux-every unused)")
-    train.add_argument("--ctx", type=common.ctx_type, default="cpu:0",
-                       help="devices, e.g. cpu:0,cpu:1 or gpu:0,1")
     train.add_argument("--hybridize", dest="hybridize", action="store_true", default=True)
     train.add_argument("--no-hybridize", dest="hybridize", action="store_false")
     train.add_argument("--seed", type=int, default=0)
+    common.add_device_options(parser)
     common.add_output_options(parser, os.path.join("runs", "multitask"))
     return parser
 
@@ -263,6 +271,8 @@ def parse_args(argv=None):
     parser = _build_parser()
     args = common.parse_with_config(parser, argv, fixed=_FIXED)
     common.check_output_options(parser, args)
+    global_batch.keep_earlier_meaning(args)    # a run of an earlier version goes on as it was trained
+    global_batch.check_global_batch(parser, args)
     return args
 
 
@@ -313,7 +323,16 @@ def _train(args, callbacks, folder):
         train_set = train_set.take(args.train_size)
     if args.missing_labels is not None:
         train_set = MissingLabels(train_set, args.missing_labels, args.seed)
-    train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+    kvstore = common.create_kvstore(args.kvstore)
+    job_images, per_worker, accumulate = len(train_set), args.per_worker_batch, args.accumulate
+    if per_worker:
+        if not isinstance(kvstore, str):
+            train_set = common.worker_shard(train_set, kvstore)
+        train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+    else:       # every worker reads every sample, and runs its micro-batches of each update
+        train_loader = global_batch.global_train_loader(train_set, args.batch_size, args.micro_batch,
+                                                        len(ctx_list), kvstore, args.seed, 0)
+        accumulate = train_loader.batch_sampler.sampler.accumulate
     val_loader = None if val_set is None else gluon.data.DataLoader(val_set,
                                                                     batch_size=args.batch_size)
     test_set = digits(train=False)
@@ -323,15 +342,20 @@ def _train(args, callbacks, folder):
     net.initialize(mx.init.Xavier(), ctx=ctx_list)
     if args.hybridize:
         net.hybridize()
+    if not per_worker:      # values before the Trainer, which broadcasts them then (not at the first update)
+        global_batch.initialize_without_forward(net, _INPUT_SHAPE, ctx_list[0], mx.init.Xavier())
     if args.epochs == 0:        # no batch will give the layers their shapes before the save
         common.finish_init(net, _INPUT_SHAPE, ctx_list[0])
     trainer = Trainer(net, "sgd", {"learning_rate": args.lr, "momentum": args.momentum,
-                                   "wd": args.wd})
+                                   "wd": args.wd}, kvstore=kvstore, accumulate=accumulate)
     if args.missing_labels is None:
-        steps = {"batch_fn": HeadSchedule(args.aux_every)}
+        steps = {"batch_fn": HeadSchedule(args.aux_every, accumulate)}
     else:
         steps = {"batch_fn": LabelledHeads(), "head_counts": LabelledHeads.head_counts}
+    updates = global_batch.updates_per_epoch(trainer, train_loader, accumulate, per_worker)
     callbacks = list(callbacks)
+    if not per_worker:      # before the checkpoints, which then hold the statistics of one process
+        callbacks += global_batch.merge_callbacks(train_loader)
     main_process = trainer.rank == 0
     monitor = _MONITOR if val_set is not None else None
     if args.out:
@@ -341,11 +365,15 @@ def _train(args, callbacks, folder):
                                              args=args)
     metrics = {head: "acc" for head in HEADS}   # per head (dicts by name): digit_accuracy, ...
     if main_process:
-        heads = (f"the aux head trains on one batch in {args.aux_every}, the Trainer leaves it unchanged "
+        heads = (f"the aux head trains on one update in {args.aux_every}, the Trainer leaves it unchanged "
                  "on the others" if args.missing_labels is None else
                  f"{args.missing_labels:.0%} of them lack the parity or aux label, each head is normalized "
                  "by the samples that carry its label")
-        log.info("Training on %d images; %s; %s", len(train_set), heads,
+        log.info("Batches: %s", global_batch.describe_per_worker(args.batch_size, accumulate, updates)
+                 if per_worker else global_batch.describe(train_loader, len(ctx_list)))
+        split = trainer.num_workers > 1 and per_worker
+        shards = f" split over {trainer.num_workers} workers" if split else ""
+        log.info("Training on %d images%s; %s; %s", job_images, shards, heads,
                  common.splits_note(None if val_set is None else len(val_set), len(test_set),
                                     monitor, exported=bool(args.out)))
     tic = time.perf_counter()

@@ -1,5 +1,6 @@
-"""``gluonkit-classify`` on global batches: one process, 2 dist_sync workers and 3 Horovod ranks
-end with the same exported model (BatchNorm's running statistics included)."""
+"""``gluonkit-classify`` and ``gluonkit-multitask`` on global batches: one process, 2 dist_sync
+workers and 3 Horovod ranks end with the same exported model (BatchNorm's running statistics
+included) and the same test accuracies."""
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ from numpy.testing import assert_allclose
 from horovod_run import horovodrun, require_horovod
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
+MULTITASK = os.path.join(os.path.dirname(sys.executable), "gluonkit-multitask")
 # shuffled digits with flips off (the default CNN has BatchNorm); 4 micro-batches of 8 per update.
 # The sums of the workers' gradients round otherwise than one process's (1e-7); on some data
 # orders a max-pooling tie then turns, and the runs part by 1e-3 in an update (measured on
@@ -24,7 +26,7 @@ def _exported(out):
 
 
 def _test_accuracy(output):
-    found = re.findall(r"test accuracy: ([0-9.]+) on", output)
+    found = re.findall(r"test accuracy: ([a-z0-9., ]+) on \d+ images", output)
     assert len(found) == 1, output[-3000:]
     return found[0]
 
@@ -62,3 +64,64 @@ def test_one_process_two_workers_and_three_horovod_ranks_export_the_same_model(t
     assert _test_accuracy(output) == accuracy
     variances = [value for name, value in expected.items() if "running_var" in name]
     assert not any(np.allclose(value, 1.0) for value in variances)   # the statistics moved from their start
+
+
+def _one_process(command, out, cwd):
+    one = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=cwd,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert one.returncode == 0, one.stderr[-3000:]
+    return one
+
+
+def _two_workers(command, out, cwd):
+    two = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "240", "--",
+                          *command, "--kvstore", "dist_sync", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert two.returncode == 0, two.stderr[-3000:]
+    return two.stdout + two.stderr
+
+
+def _three_ranks(command, out, cwd):
+    require_horovod()
+    code, output = horovodrun(3, [*command, "--kvstore", "horovod", "--out", str(out)], timeout=300, cwd=cwd)
+    assert code == 0, output[-3000:]
+    return output
+
+
+# 240 images in global batches of 32 (micro-batches of 8): 8 updates an epoch, the last of 16
+# samples, whose 2 micro-batches leave the third Horovod rank without any
+MULTITASK_OPTIONS = [MULTITASK, "--epochs", "2", "--train-size", "240", "--batch-size", "32", "--micro-batch", "8",
+                     "--no-progress"]
+
+
+def test_multitask_on_one_process_two_workers_and_three_horovod_ranks_exports_the_same_model(tmp_path):
+    # the aux head trains on every 3rd update: on 1 process steps 8-11 of an epoch, on 2 workers
+    # each worker's steps 4-5, on 3 ranks steps 4-5 of rank 0 and step 2 of the others
+    one = _one_process(MULTITASK_OPTIONS, tmp_path / "one", tmp_path)
+    assert ("global batch 32 (samples per update over 1 worker(s)), micro-batches of 8 (8 per device on 1), "
+            "4 per global batch; each worker's share of a global batch, in micro-batches: 4 (240 samples an "
+            "epoch); 8 updates per epoch.") in one.stderr
+    expected, accuracy = _exported(tmp_path / "one"), _test_accuracy(one.stdout)
+    assert accuracy.startswith("digit ") and ", aux " in accuracy
+
+    two = _two_workers(MULTITASK_OPTIONS, tmp_path / "two", tmp_path)
+    assert ("over 2 worker(s)), micro-batches of 8 (8 per device on 1), 4 per global batch; each worker's share "
+            "of a global batch, in micro-batches: 2 (120 samples an epoch), 2 (120 samples an epoch); 8 updates "
+            "per epoch.") in two
+    _assert_same_model(expected, tmp_path / "two")
+    assert _test_accuracy(two) == accuracy
+
+    three = _three_ranks(MULTITASK_OPTIONS, tmp_path / "three", tmp_path)
+    assert "in micro-batches: 2 (120 samples an epoch), 1 (64 samples an epoch), 1 (56 samples an epoch)" in three
+    _assert_same_model(expected, tmp_path / "three")
+    assert _test_accuracy(three) == accuracy
+
+
+def test_multitask_with_missing_labels_on_three_horovod_ranks_exports_the_model_of_one_process(tmp_path):
+    # every head on every micro-batch, each normalized by its labelled samples over the whole
+    # global batch: the counts by head are summed over the ranks once per update
+    command = [*MULTITASK_OPTIONS, "--missing-labels", "0.5"]
+    one = _one_process(command, tmp_path / "one", tmp_path)
+    three = _three_ranks(command, tmp_path / "three", tmp_path)
+    _assert_same_model(_exported(tmp_path / "one"), tmp_path / "three")
+    assert _test_accuracy(three) == _test_accuracy(one.stdout)

@@ -56,11 +56,23 @@ def test_a_restart_attempt_continues_the_run_with_the_same_command_line(monkeypa
 
 
 def test_a_recipe_that_does_not_train_across_workers_is_refused_in_a_launched_worker(monkeypatch, tmp_path, capsys):
+    from gluonkit.recipes import common
+    parser = common.build_parser("A recipe of one process.", prog="one-process")   # no --kvstore
+    common.add_output_options(parser, "run")
+    monkeypatch.setenv("DMLC_ROLE", "worker")
+    with pytest.raises(SystemExit):
+        common.check_output_options(parser, parser.parse_args(["--out", str(tmp_path / "run")]))
+    assert "one-process does not train across workers, but runs in a worker of gluonkit-launch" in (
+        capsys.readouterr().err)
+
+
+def test_multitask_in_a_launched_worker_needs_a_distributed_kvstore(monkeypatch, tmp_path, capsys):
     from gluonkit.recipes import multitask
     monkeypatch.setenv("DMLC_ROLE", "worker")
     with pytest.raises(SystemExit):
         multitask.parse_args(["--out", str(tmp_path / "run")])
-    assert "does not train across workers, but runs in a worker of gluonkit-launch" in capsys.readouterr().err
+    assert "--kvstore device in a worker of gluonkit-launch (DMLC_ROLE=worker)" in capsys.readouterr().err
+    assert multitask.parse_args(["--kvstore", "dist_sync", "--out", str(tmp_path / "run")]).kvstore == "dist_sync"
 
 
 @pytest.mark.parametrize("environment, kvstore, message", [

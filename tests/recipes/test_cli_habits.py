@@ -58,7 +58,7 @@ def test_the_multitask_recipe_says_once_that_the_aux_head_is_skipped(tmp_path, c
         multitask.train(args)
     assert [str(w.message) for w in caught if "aux" in str(w.message)] == []
     said = [r.getMessage() for r in caplog.records if "aux head" in r.getMessage()]
-    assert said == ["Training on 64 images; the aux head trains on one batch in 3, the Trainer "
+    assert said == ["Training on 64 images; the aux head trains on one update in 3, the Trainer "
                     "leaves it unchanged on the others; val_* in the history and the epoch lines "
                     "are on the validation split (143 images), whose val_digit_accuracy chooses "
                     "the checkpoint to export; the test split (359 images) is evaluated once, at "

@@ -5,37 +5,45 @@ import numpy as np
 import pytest
 
 from gluonkit.data import digits
-from gluonkit.recipes import classify, global_batch
+from gluonkit.recipes import classify, global_batch, multitask
+from gluonkit.recipes.common import OptionError
+
+RECIPES = [classify, multitask]
 
 
-def _error(capsys, argv):
+def _error(capsys, argv, recipe=classify):
     with pytest.raises(SystemExit) as exit_:
-        classify.parse_args(argv)
+        recipe.parse_args(argv)
     assert exit_.value.code == 2
     return capsys.readouterr().err
 
 
-def test_accumulate_without_per_worker_batch_is_refused_with_the_options_that_do_the_same(capsys):
-    err = _error(capsys, ["--batch-size", "16", "--accumulate", "4", "--out", ""])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_accumulate_without_per_worker_batch_is_refused_with_the_options_that_do_the_same(capsys, recipe):
+    err = _error(capsys, ["--batch-size", "16", "--accumulate", "4", "--out", ""], recipe)
     assert "--accumulate 4: --batch-size is the samples of an update over every worker" in err
     assert "pass --batch-size 64 --micro-batch 16 (the same updates on one device), or --per-worker-batch" in err
-    args = classify.parse_args(["--batch-size", "16", "--accumulate", "4", "--per-worker-batch", "--out", ""])
+    args = recipe.parse_args(["--batch-size", "16", "--accumulate", "4", "--per-worker-batch", "--out", ""])
     assert (args.batch_size, args.accumulate, args.per_worker_batch) == (16, 4, True)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--micro-batch", "8", "--per-worker-batch"], "--micro-batch cuts a global batch; with --per-worker-batch"),
-    (["--micro-batch", "80"], "--micro-batch 80 is larger than the global --batch-size 64"),
-    (["--micro-batch", "8", "--multiscale", "8,12"], "--micro-batch cuts batches of one image size"),
+@pytest.mark.parametrize("recipe, argv, message", [
+    (recipe, argv, message) for recipe in RECIPES for argv, message in [
+        (["--micro-batch", "8", "--per-worker-batch"],
+         "--micro-batch cuts a global batch; with --per-worker-batch"),
+        (["--micro-batch", "80"], "--micro-batch 80 is larger than the global --batch-size 64"),
+        (["--micro-batch", "0"], "argument --micro-batch: the value must be a positive integer, got 0."),
+    ]] + [
+    (classify, ["--micro-batch", "8", "--multiscale", "8,12"], "--micro-batch cuts batches of one image size"),
 ])
-def test_options_that_do_not_go_together_are_named(capsys, argv, message):
-    assert message in _error(capsys, [*argv, "--out", ""])
+def test_options_that_do_not_go_together_are_named(capsys, recipe, argv, message):
+    assert message in _error(capsys, [*argv, "--out", ""], recipe)
 
 
 def test_too_many_workers_for_the_micro_batches_of_a_global_batch_names_the_micro_batch_that_fits():
     class FourWorkers:   # the rank and count of a distributed kvstore, as the loader reads them
         rank, num_workers = 0, 4
-    with pytest.raises(ValueError, match=r"makes 2 micro-batch\(es\) per update, fewer than the 4 workers; pass "
+    with pytest.raises(OptionError, match=r"makes 2 micro-batch\(es\) per update, fewer than the 4 workers; pass "
                                          r"--micro-batch 16 or less"):
         global_batch.global_train_loader(digits(), 64, 32, 1, FourWorkers(), 0, 0)
 
@@ -50,13 +58,37 @@ def test_one_process_runs_every_micro_batch_of_the_global_batch_in_order_and_say
     assert np.isfinite(result["history"]["loss"][0])
 
 
-def test_a_run_recorded_before_global_batches_resumes_on_batches_per_worker(tmp_path):
+def test_multitask_on_one_process_says_its_batches_and_accumulates_micro_batches_into_the_update(caplog):
+    # no BatchNorm in its network: 4 micro-batches of 8 accumulated are one batch of 32, and
+    # the aux head trains on the same updates (every 3rd), so the weights are the same
+    caplog.set_level("INFO", logger="gluonkit")
+    options = ["--epochs", "2", "--train-size", "160", "--batch-size", "32", "--out", "", "--no-progress"]
+    micro = multitask.train(multitask.parse_args([*options, "--micro-batch", "8"]))
+    assert ("Batches: global batch 32 (samples per update over 1 worker(s)), micro-batches of 8 (8 per device "
+            "on 1), 4 per global batch; each worker's share of a global batch, in micro-batches: 4 (160 samples "
+            "an epoch); 5 updates per epoch.") in caplog.text
+    whole = multitask.train(multitask.parse_args(options))
+    assert "micro-batches of 32 (32 per device on 1), 1 per global batch" in caplog.text
+    ours, theirs = micro["net"].collect_params(), whole["net"].collect_params()
+    for (name, param), other in zip(ours.items(), theirs.values(), strict=True):
+        np.testing.assert_allclose(param.data().asnumpy(), other.data().asnumpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+    per_worker = multitask.train(multitask.parse_args([*options, "--batch-size", "8", "--accumulate", "4",
+                                                        "--per-worker-batch"]))
+    assert "Batches: per worker: 8 per step, 4 step(s) per update, 5 updates per epoch." in caplog.text
+    assert np.isfinite(per_worker["history"]["loss"]).all()
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_run_recorded_before_global_batches_resumes_on_batches_per_worker(tmp_path, recipe):
     out = tmp_path / "old"
-    argv = ["--limit", "60", "--epochs", "1", "--batch-size", "8", "--per-worker-batch", "--accumulate", "2",
+    size = ["--limit", "60"] if recipe is classify else ["--train-size", "60"]
+    argv = [*size, "--epochs", "1", "--batch-size", "8", "--per-worker-batch", "--accumulate", "2",
             "--no-progress", "--out", str(out)]
-    classify.train(classify.parse_args(argv))
+    recipe.train(recipe.parse_args(argv))
     recorded = json.loads((out / "args.json").read_text())
     del recorded["per_worker_batch"], recorded["micro_batch"]     # as an earlier version wrote it
     (out / "args.json").write_text(json.dumps(recorded))
-    args = classify.parse_args(["--out", str(out), "--resume", "--epochs", "2"])
+    args = recipe.parse_args(["--out", str(out), "--resume", "--epochs", "2"])
     assert (args.per_worker_batch, args.batch_size, args.accumulate) == (True, 8, 2)
+    assert len(recipe.train(args)["history"]["epoch"]) == 2   # the resumed epoch on the recorded batches

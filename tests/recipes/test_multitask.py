@@ -161,13 +161,16 @@ def test_resume_after_a_stop_in_mid_epoch_equals_an_uninterrupted_run(tmp_path):
         assert [int(row["epoch"]) for row in csv.DictReader(f)] == [1, 2, 3]
 
 
-def test_head_schedule_trains_aux_on_every_nth_batch_only():
+def test_head_schedule_trains_aux_on_every_nth_update_only():
     schedule = recipe.HeadSchedule(every=3)
     assert [len(schedule.heads(i)) for i in range(7)] == [2, 2, 3, 2, 2, 3, 2]
     with pytest.raises(TypeError, match="state"):   # fit passes the run's state; a bare call cannot
         schedule(recipe.MultiTaskNet(), (mx.nd.zeros((2, 1, 8, 8)), mx.nd.zeros(2)), [mx.cpu()])
     with pytest.raises(ValueError, match=r"every \(.*\) must be a positive integer, got 0"):
         recipe.HeadSchedule(every=0)
+    with pytest.raises(ValueError, match=r"accumulate \(the steps of an update\) must be a positive integer, "
+                                         r"got 0"):
+        recipe.HeadSchedule(every=3, accumulate=0)
 
 
 def test_command_line_entry_point(tmp_path):

@@ -132,9 +132,8 @@ def test_an_ndarray_count_that_is_no_count_is_refused_at_the_update_and_nothing_
         assert_array_equal(value, before[name], err_msg=name)
 
 
-def test_gluonnlps_allreduce_clip_update_pattern_equals_gluon_trainer():
-    """GluonNLP's scripts: ``allreduce_grads()``, ``gluon.utils.clip_global_norm`` on the
-    gradients, then ``update(float)``; on two devices, with a real normalizer."""
+def _two_device_twins():
+    """Two nets of the same weights on cpu(0) and cpu(1)."""
     ctx = [mx.cpu(0), mx.cpu(1)]
     nets = []
     for _ in range(2):
@@ -144,6 +143,13 @@ def test_gluonnlps_allreduce_clip_update_pattern_equals_gluon_trainer():
         nets.append(net)
     for mine, theirs in zip(nets[1].collect_params().values(), nets[0].collect_params().values()):
         mine.set_data(theirs.data(ctx[0]))
+    return ctx, nets
+
+
+def test_gluonnlps_allreduce_clip_update_pattern_equals_gluon_trainer():
+    """GluonNLP's scripts: ``allreduce_grads()``, ``gluon.utils.clip_global_norm`` on the
+    gradients, then ``update(float)``; on two devices, with a real normalizer."""
+    ctx, nets = _two_device_twins()
     kit = gluonkit.Trainer(nets[0].collect_params(), "sgd", dict(OPT), update_on_kvstore=False)
     plain = gluon.Trainer(nets[1].collect_params(), "sgd", dict(OPT), update_on_kvstore=False)
     for lo, hi in ((0, 6), (6, 12), (1, 11)):
@@ -240,20 +246,6 @@ def test_update_counts_that_sum_to_zero_skip_the_update_with_a_warning():
         trainer.update(nd.array([0]))
     for name, value in params_of(net).items():
         assert_array_equal(value, before[name], err_msg=name)
-
-
-def _two_device_twins():
-    """Two nets of the same weights on cpu(0) and cpu(1)."""
-    ctx = [mx.cpu(0), mx.cpu(1)]
-    nets = []
-    for _ in range(2):
-        net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Dense(6, in_units=4, activation="tanh"), gluon.nn.Dense(3, in_units=6))
-        net.initialize(mx.init.Xavier(), ctx=ctx)
-        nets.append(net)
-    for mine, theirs in zip(nets[1].collect_params().values(), nets[0].collect_params().values()):
-        mine.set_data(theirs.data(ctx[0]))
-    return ctx, nets
 
 
 def _backward_on(net, ctx, lo, hi):

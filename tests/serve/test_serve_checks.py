@@ -23,7 +23,7 @@ onnx = pytest.importorskip("onnx")
 PREPROCESSING = {"channels": 3, "resize": [8, 8], "mean": [0.5] * 3, "std": [0.25] * 3}
 
 
-def _export(folder, weight=None, classes=list("abc")):
+def _export(folder, weight=None, classes=list("abc"), onnx=None):
     """A small classifier exported to ``folder/model`` (its last weights set to ``weight``)."""
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(4, 3, activation="relu"), gluon.nn.Dense(3))
@@ -31,10 +31,16 @@ def _export(folder, weight=None, classes=list("abc")):
     net(mx.nd.zeros((1, 3, 8, 8)))
     if weight is not None:
         net[1].weight.set_data(mx.nd.full(net[1].weight.shape, weight))
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     gluonkit.export_model(net, folder / "model", (3, 8, 8), outputs=classes,
-                          preprocessing=PREPROCESSING)
+                          preprocessing=PREPROCESSING, onnx=onnx)
     return folder / "model"
+
+
+def _assert_refused(result, message):
+    """The command ended with status 1 and printed ``message`` alone."""
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.strip() == message
 
 
 def _image(folder, width=13, height=9):
@@ -74,21 +80,15 @@ def test_a_model_onnx_that_is_not_its_export_s_is_refused(serve_python, tmp_path
     prefix, other = _export(tmp_path / "one"), _export(tmp_path / "two", weight=0.5)
     (tmp_path / "one" / "model.onnx").write_bytes((tmp_path / "two" / "model.onnx").read_bytes())
     result = run_serve(serve_python, f"{prefix}.onnx", _image(tmp_path))
-    assert result.returncode == 1
-    assert result.stderr.strip() == (
+    _assert_refused(result,
         f"gluonkit-serve: {prefix}.onnx is not the file {prefix}.json was exported with (its "
         "SHA-256 differs): it is damaged, cut short, or from another export; copy the files of "
         "one export together, or export the model again with gluonkit "
         "(gluonkit.export_onnx(prefix)).")
     # an export without an ONNX file under the prefix of one with: the old model.onnx is refused
-    folder = tmp_path / "one"
-    net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(3))
-    net.initialize()
-    gluonkit.export_model(net, folder / "model", (3, 8, 8), outputs=list("abc"), onnx=False)
+    _export(tmp_path / "one", onnx=False)
     result = run_serve(serve_python, f"{prefix}.onnx", _image(tmp_path))
-    assert result.returncode == 1
-    assert result.stderr.strip() == (
+    _assert_refused(result,
         f"gluonkit-serve: {prefix}.onnx is not from the export {prefix}.json describes: that export "
         "wrote no ONNX file (it was exported with onnx=False, or its ONNX conversion was refused), "
         "so this one is left from an earlier export; delete it, or export the model again with "
@@ -108,8 +108,7 @@ def test_class_names_that_do_not_fit_the_graph_are_refused_on_load(serve_python,
     model.metadata_props[0].value = json.dumps(description)
     onnx.save(model, str(tmp_path / "five.onnx"))
     result = run_serve(serve_python, tmp_path / "five.onnx", _image(tmp_path))
-    assert result.returncode == 1
-    assert result.stderr.strip() == (
+    _assert_refused(result,
         f"gluonkit-serve: {tmp_path / 'five.onnx'} names 5 classes for its output 'class', whose "
         "graph gives 3 scores; export the model again with gluonkit (gluonkit.export_onnx(prefix)).")
 
@@ -199,8 +198,7 @@ except ValueError as err:
 def test_a_run_folder_given_for_the_model_file_is_named(serve_python, tmp_path):
     prefix, image = _export(tmp_path / "run"), _image(tmp_path)
     result = run_serve(serve_python, prefix.parent, image)
-    assert result.returncode == 1
-    assert result.stderr.strip() == (
+    _assert_refused(result,
         f"gluonkit-serve: {prefix.parent} is a directory, not a model file; pass the model "
         f"file inside it, {prefix.parent / 'model.onnx'}.")
 

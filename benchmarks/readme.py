@@ -2,13 +2,16 @@
 
     python -m benchmarks.readme --update-committed    # classify + detect, rewriting the README's figures
     python -m benchmarks.readme --runs classify,multitask
+    python -m benchmarks.readme --runs classify,classify2,classify3,multitask,detect   # the README's rows
     python -m benchmarks.readme --runs classify,detect,tests   # also time the test suite
     python -m benchmarks.readme --quick --out quick.json --readme quick.md
 
 Each run is the recipe's command with its default options (``make run`` is the classify one),
 started as ``python -m gluonkit.recipes.<name>`` in a fresh process with its outputs in a
 temporary directory, and timed from the launch to the exit. What the command printed gives
-its result (the exported model's test accuracy, the validation VOC07 mAP). The ``tests`` run is ``make test``'s pytest run of the
+its result (the exported model's test accuracy, the validation VOC07 mAP); ``classify2`` and
+``classify3`` are ``make run``'s command on 2 and 3 ``dist_sync`` workers (``gluonkit-launch -n N
+-s 1``, one global batch: the same model as one process). The ``tests`` run is ``make test``'s pytest run of the
 whole suite (``--quick``: one small test file), timed the same way. The machine (CPU model, cores) and the load average
 before and after each run are recorded beside it. Results go to ``--out`` and ``--readme``; with ``--update-committed``, to ``benchmarks/results/readme.json``
 and, as a Markdown snippet, to the README's ``figures`` section (between
@@ -39,6 +42,9 @@ RUNS = {
                  r"(?P<parity_accuracy>[0-9.]+), aux (?P<aux_accuracy>[0-9.]+)",
     "tests": r"(?P<passed>\d+) passed",
 }
+#: ``make run``'s command on N workers: name -> N, under ``gluonkit-launch -n N -s 1`` (dist_sync)
+LAUNCHED = {"classify2": 2, "classify3": 3}
+RUNS.update({name: RUNS["classify"] for name in LAUNCHED})
 #: The tiny budgets of ``--quick``.
 QUICK = {
     "classify": ["--epochs", "1", "--limit", "64", "--batch-size", "32"],
@@ -46,17 +52,21 @@ QUICK = {
     "multitask": ["--epochs", "1", "--train-size", "64"],
     "tests": [os.path.join("tests", "test_check.py")],
 }
+QUICK.update({name: QUICK["classify"] for name in LAUNCHED})
 _WHAT = {"classify": "`make run` (`gluonkit-classify`, digits, built-in CNN)",
          "detect": "`gluonkit-detect` (shapes, YOLOv3 mobilenet0.25)",
          "multitask": "`gluonkit-multitask` (digits, three heads)",
-         "tests": "`make test` (the whole test suite)"}
+         "tests": "`make test` (the whole test suite)",
+         **{name: f"`make run`'s command on {workers} workers (`gluonkit-launch -n {workers} -s 1 -- "
+                  "gluonkit-classify --kvstore dist_sync`)" for name, workers in LAUNCHED.items()}}
 
 
 def run_recipe(name, extra=(), timeout=3600):
     """Run ``name`` (a recipe, or ``tests``) as a command; a dict of its results, the wall
     time from launch to exit and the 1-minute load average before and after."""
-    module = "pytest" if name == "tests" else f"gluonkit.recipes.{name}"
-    shown = " ".join(["python -m", module, *extra])
+    module = "pytest" if name == "tests" else f"gluonkit.recipes.{'classify' if name in LAUNCHED else name}"
+    launcher = ["python -m gluonkit.launch", "-n", str(LAUNCHED[name]), "-s", "1", "--"] if name in LAUNCHED else []
+    shown = " ".join([*launcher, "python -m", module, *extra] + (["--kvstore", "dist_sync"] if launcher else []))
     with tempfile.TemporaryDirectory(prefix=f"readme-{name}-") as work:
         if name == "tests":       # make test: pytest from the clone's root
             command, cwd = [sys.executable, "-m", module, "-q", "-p", "no:cacheprovider",
@@ -64,6 +74,9 @@ def run_recipe(name, extra=(), timeout=3600):
         else:
             command, cwd = [sys.executable, "-m", module, "--no-progress",
                             "--out", os.path.join(work, name), *extra], work
+        if launcher:
+            command = [sys.executable, "-m", "gluonkit.launch", "-n", str(LAUNCHED[name]), "-s", "1", "--timeout",
+                       str(timeout), "--", *command, "--kvstore", "dist_sync"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [_common.ROOT, os.environ.get("PYTHONPATH")])))
         load_before = os.getloadavg()[0]
@@ -84,7 +97,7 @@ def run_recipe(name, extra=(), timeout=3600):
 
 
 def _result_text(name, row):
-    if name == "classify":
+    if name == "classify" or name in LAUNCHED:
         return (f"test accuracy {row['test_accuracy']:.4f} on {row['images']:.0f} images, by the "
                 f"model exported from epoch {row['exported_epoch']:.0f} (chosen on the validation "
                 "split)")
@@ -117,8 +130,8 @@ def parse_args(argv=None):
     """The command line (``argv``, default ``sys.argv[1:]``)."""
     parser = _common.benchmark_parser(__doc__)
     parser.add_argument("--runs", default="classify,detect",
-                        help="comma-separated runs among classify, detect, multitask, tests "
-                             "(default classify,detect)")
+                        help="comma-separated runs among classify, classify2, classify3 (make run's command "
+                             "on 2 and 3 workers), detect, multitask, tests (default classify,detect)")
     _common.add_output_options(parser, "readme")
     args = _common.parse_with_config(parser, argv)
     args.runs = [r for r in args.runs.split(",") if r]

@@ -1,25 +1,38 @@
-"""The same command on 1, 2 and 3 workers: does it train the same model?
+"""The same command on 1, 2 and 3 workers: does it train the same model, how fast, and what does losing a worker cost?
 
-    python -m benchmarks.workers            # 1 process, 2 and 3 dist_sync workers, 2 and 3 Horovod ranks
+    python -m benchmarks.workers            # 1 process, 2 and 3 dist_sync workers, 2 and 3 Horovod ranks, a lost worker
     python -m benchmarks.workers --quick    # seconds, for the test suite; figures not meaningful
 
 Runs ``gluonkit-classify`` (digits, the built-in CNN with BatchNorm, shuffled) with one command
 line on global batches (``--batch-size 64 --micro-batch 16``): in one process, under
 ``gluonkit-launch -n N -s 1`` (kvstore 'dist_sync', 127.0.0.1) and, where Horovod is installed,
-under ``horovodrun --gloo -np N`` (kvstore 'horovod', loopback). For each run: the exported
-model's test accuracy, the largest difference of its exported arrays (weights and BatchNorm's
-running statistics) from the single process's, and the wall time from launch to exit (a
-shared machine: not a speed figure). Results go to a JSON file and to the "workers" section of
-a Markdown file: by default benchmarks/results/workers.json and docs/distributed.md of this
-clone (``--out FILE --readme FILE`` to write elsewhere).
+under ``horovodrun --gloo -np N`` (kvstore 'horovod', loopback). Every job is started in a
+session of its own (the launchers' roles are in sessions of their own too, so the kernel's
+autogroup scheduler treats all alike) with ``OMP_NUM_THREADS=1`` in every process. For each
+run: the exported model's test accuracy, the largest difference of its exported arrays
+(weights and BatchNorm's running statistics) from the single process's, the training
+samples/s (the median over the epochs of ``history.csv``, every worker's samples) and the wall
+time from launch to exit: the time to that accuracy.
+
+The run ``lost3`` is ``dist3`` under ``--max-restarts 1 --min-workers 2`` with worker 2
+SIGKILLed halfway through epoch 2: it says the seconds from the kill to the launcher's notice
+(detection), from there to the workers' resume line (ending every role, starting them again,
+reading the checkpoint: restart), and the training since the last checkpoint that was done
+again (redone). Results go to a JSON file and to the "workers" section of a Markdown file: by
+default benchmarks/results/workers.json and docs/distributed.md of this clone (``--out FILE
+--readme FILE`` to write elsewhere).
 """
+import csv
 import importlib.util
 import os
+import queue
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -31,18 +44,19 @@ __all__ = ["RUNS", "run", "snippet", "parse_args", "main"]
 
 #: name -> (engine, workers)
 RUNS = {"one": ("process", 1), "dist2": ("dist_sync", 2), "dist3": ("dist_sync", 3),
-        "horovod2": ("horovod", 2), "horovod3": ("horovod", 3)}
+        "horovod2": ("horovod", 2), "horovod3": ("horovod", 3), "lost3": ("dist_sync", 3)}
+_LOST = ["--max-restarts", "1", "--min-workers", "2"]   # the launcher's options of the run that loses a worker
 _OPTIONS = ["--batch-size", "64", "--micro-batch", "16", "--no-progress"]
 _BIN = os.path.dirname(sys.executable)
 
 
-def _command(engine, workers, options, out):
+def _command(engine, workers, options, out, launcher=()):
     classify = [os.path.join(_BIN, "gluonkit-classify"), *options, "--out", out]
     if engine == "process":
         return classify
     if engine == "dist_sync":
-        return [sys.executable, "-m", "gluonkit.launch", "-n", str(workers), "-s", "1", "--timeout", "1800", "--",
-                *classify, "--kvstore", "dist_sync"]
+        return [sys.executable, "-m", "gluonkit.launch", "-n", str(workers), "-s", "1", "--timeout", "1800",
+                *launcher, "--", *classify, "--kvstore", "dist_sync"]
     # through sh -c 'exec ...': horovodrun would read the command's options as its own
     return [os.path.join(_BIN, "horovodrun"), "--gloo", "-np", str(workers), "-H", f"localhost:{workers}",
             "--network-interface", "lo", "sh", "-c", "exec " + shlex.join([*classify, "--kvstore", "horovod"])]
@@ -53,35 +67,116 @@ def _exported(out):
     return {name: array.asnumpy() for name, array in mx.nd.load(os.path.join(out, "model-0000.params")).items()}
 
 
+def _samples_per_second(out):
+    """The median over the epochs of ``history.csv``'s samples/s (every worker's samples)."""
+    with open(os.path.join(out, "history.csv"), newline="") as f:
+        return round(float(np.median([float(row["samples_per_sec"]) for row in csv.DictReader(f)])), 1)
+
+
+class _Lines:
+    """A command's merged output, line by line with the time each arrived."""
+
+    def __init__(self, command, cwd):
+        self.process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                        start_new_session=True)
+        self._queue, self.text = queue.Queue(), []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self._queue.put((time.perf_counter(), line))
+        self._queue.put((time.perf_counter(), None))
+
+    def next(self, until=None):
+        """``(time, line)``, None at the end; ``(None, None)`` once ``until`` (perf_counter) passed."""
+        try:
+            arrived, line = self._queue.get(timeout=None if until is None else max(0.0, until - time.perf_counter()))
+        except queue.Empty:
+            return None, None
+        if line is not None:
+            self.text.append(line)
+        return arrived, line
+
+
+def _lose_a_worker(command, work):
+    """Run ``command`` (3 workers under ``_LOST``), SIGKILL worker 2 halfway through epoch 2;
+    the output and the times (perf_counter) of what happened."""
+    job, marks, pid, kill_at = _Lines(command, work), {}, None, None
+    patterns = {"began": r"Batches: global batch", "epoch1": r"epoch 1/", "noticed": r"was killed by SIGKILL",
+                "resumed": r"It was saved by 3 worker\(s\); this job's 2 worker\(s\) continue"}
+    while True:
+        arrived, line = job.next(kill_at)
+        if arrived is None and line is None and kill_at is not None:
+            os.kill(pid, signal.SIGKILL)
+            marks["killed"], kill_at = time.perf_counter(), None
+            continue
+        if line is None:
+            break
+        found = re.search(r"worker 2 started \(pid (\d+)\)", line)
+        if found and pid is None:
+            pid = int(found.group(1))
+        for mark, pattern in patterns.items():
+            if mark not in marks and re.search(pattern, line):
+                marks[mark] = arrived
+        if "epoch1" in marks and "killed" not in marks and kill_at is None:
+            kill_at = marks["epoch1"] + (marks["epoch1"] - marks["began"]) / 2
+    job.process.wait()
+    return job.process.returncode, "".join(job.text), marks
+
+
 def run(name, options, work):
     """Run ``name`` of :data:`RUNS` with the recipe's ``options``; its results and exported arrays."""
     engine, workers = RUNS[name]
     out = os.path.join(work, name)
-    command = _command(engine, workers, options, out)
+    command = _command(engine, workers, options, out, _LOST if name == "lost3" else ())
     tic = time.perf_counter()
-    done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=3600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if name == "lost3":
+        code, output, marks = _lose_a_worker(command, work)
+    else:
+        done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=3600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+        code, output, marks = done.returncode, done.stdout + done.stderr, {}
     wall = time.perf_counter() - tic
     found = re.search(r"test accuracy: ([0-9.]+) on \d+ images of the test split, by the model exported from "
-                      r"epoch (\d+)", done.stdout)
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"{name} exited with {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
-    return ({"engine": engine, "workers": workers, "test_accuracy": float(found.group(1)),
-             "exported_epoch": int(found.group(2)), "wall_seconds": round(wall, 1)}, _exported(out))
+                      r"epoch (\d+)", output)
+    if code != 0 or found is None:
+        raise RuntimeError(f"{name} exited with {code}:\n{output[-3000:]}")
+    row = {"engine": engine, "workers": workers, "test_accuracy": float(found.group(1)),
+           "exported_epoch": int(found.group(2)), "wall_seconds": round(wall, 1)}
+    if name == "lost3":
+        missing = [m for m in ("killed", "noticed", "resumed") if m not in marks]
+        if missing:
+            raise RuntimeError(f"lost3: no {', '.join(missing)} in its output:\n{output[-3000:]}")
+        row.update(detection_seconds=round(marks["noticed"] - marks["killed"], 2),
+                   restart_seconds=round(marks["resumed"] - marks["noticed"], 2),
+                   redone_seconds=round(marks["killed"] - marks["epoch1"], 2))
+    else:
+        row["samples_per_s"] = _samples_per_second(out)
+    return row, _exported(out)
 
 
 def snippet(results):
     """The Markdown table of the runs, then how and where they were measured."""
-    rows = [{"engine": row["engine"], "workers": row["workers"], "test accuracy": f"{row['test_accuracy']:.4f}",
-             "exported epoch": row["exported_epoch"],
+    rows = [{"run": name, "engine": row["engine"], "workers": row["workers"],
+             "test accuracy": f"{row['test_accuracy']:.4f}", "exported epoch": row["exported_epoch"],
              "largest difference from 1 process": f"{row['largest_difference']:.1e}",
-             "wall time (s)": row["wall_seconds"]} for row in results["runs"].values()]
+             "training samples/s": row.get("samples_per_s", ""),
+             "launch to exit, s": row["wall_seconds"]} for name, row in results["runs"].items()]
     info = results["machine"]
     table = markdown_table(rows, [(header, header) for header in rows[0]])
-    return (f"{table}\n\n`gluonkit-classify {' '.join(results['options'])}`; the difference is the largest over "
-            f"every exported array (weights and BatchNorm's running statistics). Measured {info['date']} on "
-            f"{info['cpu']} ({info['cores']} cores, load average {info['load_average'][0]}), MXNet {info['mxnet']}, "
-            f"by `{results['command']}`" + (" (tiny budgets: these figures mean nothing)." if results["quick"] else "."))
+    lost = results["runs"].get("lost3")
+    lost_text = "" if lost is None else (
+        f" `lost3`: `dist3` under `gluonkit-launch {' '.join(_LOST)}`, worker 2 SIGKILLed halfway through epoch 2; "
+        f"the launcher noticed {lost['detection_seconds']:.2f} s after the kill, the 2 remaining workers resumed "
+        f"{lost['restart_seconds']:.1f} s later (every role ended and started again, the checkpoint read), and "
+        f"the {lost['redone_seconds']:.1f} s of training since epoch 1's checkpoint were done again.")
+    return (f"{table}\n\n`gluonkit-classify {' '.join(results['options'])}`, every job in a session of its own "
+            f"with `OMP_NUM_THREADS=1` in every process; the difference is the largest over every exported array "
+            f"(weights and BatchNorm's running statistics); samples/s is the median over the epochs of "
+            f"`history.csv` (every worker's samples).{lost_text} Measured {info['date']} on {info['cpu']} "
+            f"({info['cores']} cores, load average {info['load_average'][0]}), MXNet {info['mxnet']}, by "
+            f"`{results['command']}`" + (" (tiny budgets: these figures mean nothing)." if results["quick"] else "."))
 
 
 def parse_args(argv=None):

@@ -8,6 +8,10 @@ the epoch's order. So micro-batch ``j`` of global batch ``b`` holds the same sam
 augmented the same way, on 1, 2 or 3 workers; with ``gluonkit.Trainer(accumulate=
 sampler.accumulate)``, which sums the workers' counts, N workers running their micro-batches
 side by side make the updates of one process accumulating them all.
+
+For inputs of several sizes (multi-scale detection), ``sizes`` gives every global batch one
+size, drawn from ``(seed, epoch)`` too: each item is then an ``(index, size)`` pair, as
+:class:`~gluonkit.data.MultiScaleDataset` takes it.
 """
 import math
 
@@ -16,6 +20,7 @@ from mxnet import gluon
 
 from ..validate import non_negative_int, positive_int
 from ._sampling import DataLoader, seed_or_draw
+from .multiscale import check_sizes
 from .seeding import SeededDataset, SeededSamples
 
 __all__ = ["GlobalBatchSampler", "global_loader"]
@@ -41,6 +46,12 @@ class GlobalBatchSampler(gluon.data.Sampler):
         The same on every worker; drawn from NumPy's global generator if None.
     last_batch : {'keep', 'discard'}, default 'keep'
         What becomes of the samples that do not fill a last global batch.
+    sizes : list of int or (int, int), optional
+        Input sizes (an int is a square, a pair is (height, width)): every ``interval``
+        global batches share one, drawn uniformly from ``(seed, epoch)``, and every item
+        yielded is an ``(index, size)`` pair. None (the default) yields plain indices.
+    interval : int, default 1
+        Global batches per drawn size.
 
     Example::
 
@@ -49,7 +60,7 @@ class GlobalBatchSampler(gluon.data.Sampler):
     """
 
     def __init__(self, length, batch_size, micro_batch, rank=0, workers=1, shuffle=True, seed=None,
-                 last_batch="keep"):
+                 last_batch="keep", sizes=None, interval=1):
         self.length = positive_int(length, "length", "the samples of the dataset")
         self.batch_size = positive_int(batch_size, "batch_size", "samples per global batch")
         self.micro_batch = positive_int(micro_batch, "micro_batch", "samples per micro-batch")
@@ -69,6 +80,8 @@ class GlobalBatchSampler(gluon.data.Sampler):
         if last_batch == "discard" and self.length < self.batch_size:
             raise ValueError(f"last_batch='discard' with {length} samples and global batches of {batch_size} "
                              "leaves no batch; pass last_batch='keep' or a smaller batch_size.")
+        self.sizes = None if sizes is None else check_sizes(sizes)
+        self.interval = positive_int(interval, "interval", "global batches per drawn size")
         self.shuffle, self.last_batch = bool(shuffle), last_batch
         self._seed = seed_or_draw(seed)
         self._epoch = 0
@@ -143,13 +156,24 @@ class GlobalBatchSampler(gluon.data.Sampler):
             return np.arange(self.length)
         return np.random.default_rng([self._seed, epoch]).permutation(self.length)
 
+    def batch_sizes(self, epoch):
+        """The input size of every global batch of epoch ``epoch`` (the same on every worker),
+        or None without ``sizes``."""
+        if self.sizes is None:
+            return None
+        picks = np.random.default_rng([self._seed, epoch, 1]).integers(
+            len(self.sizes), size=math.ceil(self.updates_per_epoch / self.interval))
+        return [self.sizes[picks[b // self.interval]] for b in range(self.updates_per_epoch)]
+
     def __iter__(self):
-        order, self._epoch = self.order(self._epoch), self._epoch + 1
+        epoch, self._epoch = self._epoch, self._epoch + 1
+        order, sizes = self.order(epoch), self.batch_sizes(epoch)
         ranges = self.micro_batch_ranges()
         for index in self.own_micro_batches():
             begin, end = ranges[index]
             self.batch_position = begin   # SeededSamples seeds its samples from here
-            yield [int(i) for i in order[begin:end]]
+            indices = [int(i) for i in order[begin:end]]
+            yield indices if sizes is None else [(i, sizes[begin // self.batch_size]) for i in indices]
 
     def __len__(self):
         return len(self.own_micro_batches())
@@ -168,15 +192,17 @@ class GlobalBatchSampler(gluon.data.Sampler):
 
 
 def global_loader(dataset, batch_size, micro_batch, rank=0, workers=1, shuffle=True, seed=None,
-                  last_batch="keep", **loader_kwargs):
+                  last_batch="keep", sizes=None, interval=1, **loader_kwargs):
     """A gluonkit ``DataLoader`` of this worker's micro-batches of ``dataset`` (the whole
     dataset, on every worker), each sample augmented from the seed of its position in the
     epoch's global order (as :func:`seeded_loader`): the same micro-batches on any number of
     workers and data-loading processes.
 
     ``loader.batch_sampler`` is the :class:`~gluonkit.data.SeededSamples`; its ``sampler`` is
-    the :class:`GlobalBatchSampler`, whose ``accumulate`` the Trainer takes. ``loader_kwargs``
-    go to the DataLoader (``batchify_fn``, ``num_workers`` for data-loading processes, ...).
+    the :class:`GlobalBatchSampler`, whose ``accumulate`` the Trainer takes; with ``sizes``
+    (and ``interval``) it yields ``(index, size)`` items, for a dataset that takes them (a
+    :class:`~gluonkit.data.MultiScaleDataset`). ``loader_kwargs`` go to the DataLoader
+    (``batchify_fn``, ``num_workers`` for data-loading processes, ...).
 
     Example::
 
@@ -188,6 +214,6 @@ def global_loader(dataset, batch_size, micro_batch, rank=0, workers=1, shuffle=T
         raise ValueError("global_loader(thread_pool=True): threads share the process's generators, so the "
                          "samples' seeds would mix; use worker processes (thread_pool=False, the default).")
     sampler = GlobalBatchSampler(len(dataset), batch_size, micro_batch, rank, workers, shuffle, seed,
-                                 last_batch)
+                                 last_batch, sizes, interval)
     return DataLoader(SeededDataset(dataset), batch_sampler=SeededSamples(sampler, sampler.seed),
                       **loader_kwargs)

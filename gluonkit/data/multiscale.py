@@ -51,8 +51,9 @@ def resize_image(image, size):
     return out.astype(array.dtype, copy=False)
 
 
-def _check_sizes(sizes):
-    """Sizes as (height, width) tuples from ints (squares) or pairs."""
+def check_sizes(sizes):
+    """Input sizes as (height, width) tuples from ints (squares) or pairs; ``TypeError`` or
+    ``ValueError`` naming the bad one."""
     if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
         raise TypeError(f"sizes must be a list of ints or (height, width) pairs, got {sizes!r}.")
     checked = []
@@ -100,7 +101,7 @@ class MultiScaleSampler(SeededEpochs):
     def __init__(self, length, batch_size, sizes, interval=1, shuffle=True, last_batch="keep",
                  seed=None):
         self._length = positive_int(length, "length")
-        self.sizes = _check_sizes(sizes)
+        self.sizes = check_sizes(sizes)
         self._interval = positive_int(interval, "interval")
         self._order = Order(range(self._length))
         self._batch_size = positive_int(batch_size, "batch_size")

@@ -3,10 +3,12 @@ the embedded shapes.
 
     gluonkit-detect                                  # shapes set, YOLOv3, CPU
     python -m gluonkit.recipes.detect                # the same
-    gluonkit-detect --model faster_rcnn_mobilenet0.25_custom --accumulate 4   # 1 image per step
+    gluonkit-detect --model faster_rcnn_mobilenet0.25_custom --batch-size 4   # 1 image per step
     gluonkit-detect --multiscale 128,160,192 --multiscale-interval 2
     gluonkit-detect --image-size 0 --buckets 3       # the images' own sizes, 3 padded shapes
-    gluonkit-detect --ctx cpu:0,cpu:1 --per-device 1 --accumulate 4 --clip-global-norm 10
+    gluonkit-detect --ctx cpu:0,cpu:1 --batch-size 8 --per-device 1 --clip-global-norm 10
+    gluonkit-launch -n 2 -s 1 -- gluonkit-detect --kvstore dist_sync --micro-batch 4   # 2 workers, the
+                                                     # model of gluonkit-detect --micro-batch 4
     gluonkit-detect --model ssd_300_mobilenet0.25_custom --dataset voc:DIR --image-size 300
     gluonkit-detect --dataset rec:train.rec,val.rec --classes cat,dog   # GluonCV's im2rec files
     gluonkit-detect --dataset coco:annotations/train.json,annotations/val.json   # COCO JSON
@@ -28,9 +30,10 @@ import os
 import time
 import warnings
 
+import mxnet as mx
 import numpy as np
 
-from gluonkit.recipes import common
+from gluonkit.recipes import common, global_batch
 from gluonkit.recipes import detection as det
 from gluonkit.recipes import detection_serving as serving
 from gluonkit.recipes import rcnn
@@ -39,8 +42,8 @@ from gluonkit.recipes.detection_plots import (DetectionCurves, best_f1_threshold
                                               draw_predictions)
 from gluonkit.recipes.runs import RunFolder
 from gluonkit.recipes.workers import choose_num_workers
-from gluonkit.data import Buckets, MultiScaleSampler, ShapesDetection, detection_labels, load_coco, \
-    load_voc
+from gluonkit.data import Buckets, MultiScaleDataset, MultiScaleSampler, ShapesDetection, detection_labels, \
+    load_coco, load_voc
 from gluonkit.data.badrecords import LeftOutWarning, summary
 from gluonkit.data.images import MAX_ASPECT, MAX_PIXELS, DetectionRecordDataset
 from gluonkit.train.checkpoint import Checkpoint
@@ -144,14 +147,19 @@ def _build_parser():
     train.add_argument("--epochs", type=common.non_negative_int, default=24,
                        help="epochs to train (to reach, with --resume)")
     train.add_argument("--batch-size", type=common.positive_int,
-                       help="images per batch, split over --ctx (default 8; Faster R-CNN: "
-                            "--per-device x devices)")
+                       help="images per update over every worker, the global batch, split over "
+                            "--ctx (default 8; Faster R-CNN: --per-device x devices); with "
+                            "--per-worker-batch or --image-size 0: images per worker and step")
     train.add_argument("--per-device", type=common.positive_int, metavar="N",
-                       help="images per device per batch (sets --batch-size to N x devices; "
-                            "Faster R-CNN: default 1, each image a forward pass of its own)")
+                       help="images per device in one forward: the --micro-batch, and --batch-size "
+                            "N x devices unless given (Faster R-CNN: default 1, each image a forward "
+                            "pass of its own); with --per-worker-batch or --image-size 0 it sets "
+                            "--batch-size to N x devices")
+    global_batch.add_global_batch_options(train)
     train.add_argument("--accumulate", type=common.positive_int, default=1,
-                       help="batches per update (the update equals one batch of them all, "
-                            "except that BatchNorm normalizes each batch by its own statistics)")
+                       help="with --per-worker-batch or --image-size 0: steps per update (the "
+                            "update equals one batch of them all, except that BatchNorm normalizes "
+                            "each batch by its own statistics)")
     train.add_argument("--optimizer", default="sgd", help="any mx.optimizer name: sgd, nag, adam, ...")
     train.add_argument("--lr", type=common.non_negative_float, default=0.01, help="learning rate")
     train.add_argument("--momentum", type=common.non_negative_float, default=0.9, help="for sgd and nag")
@@ -177,6 +185,7 @@ def parse_args(argv=None):
     parser = _build_parser()
     args = common.parse_with_config(parser, argv, fixed=_FIXED)
     common.check_output_options(parser, args)
+    global_batch.keep_earlier_meaning(args)    # a run of an earlier version goes on as it was trained
     if args.multiscale and args.image_size == 0:
         parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")
     if args.clip_global_norm is not None and not args.clip_global_norm > 0:
@@ -192,8 +201,9 @@ def parse_args(argv=None):
         if args.batchnorm == "sync":
             parser.error("--batchnorm sync: Faster R-CNN sees one image per device; use frozen "
                          "(a pretrained backbone) or plain.")
-        if args.per_device is None and args.batch_size is None:
-            args.per_device = 1
+        if args.per_device is None and args.micro_batch is None and \
+                (args.batch_size is None or not args.per_worker_batch):
+            args.per_device = 1      # one image per device in a forward
         if args.max_size is None:
             args.max_size = round(1.5 * args.image_size)
         if args.max_size < args.image_size:
@@ -213,10 +223,23 @@ def parse_args(argv=None):
     if args.batchnorm == "sync" and len(ctx) > 1 and any(c.device_type == "cpu" for c in ctx):
         parser.error(f"--batchnorm sync: MXNet 1.9.1's SyncBatchNorm hangs on several CPU devices "
                      f"(--ctx {args.ctx}); use it with GPUs, or --batchnorm frozen / plain on CPUs.")
-    if args.per_device:
-        args.batch_size = args.per_device * len(ctx)
-    elif args.batch_size is None:
+    if args.image_size == 0 and args.micro_batch is not None:
+        parser.error("--micro-batch cuts batches of one image size; --image-size 0 trains on batches of each "
+                     "worker's own (--batch-size per worker and step): drop --micro-batch.")
+    if _per_worker(args):
+        if args.per_device:
+            args.batch_size = args.per_device * len(ctx)
+    elif args.per_device:
+        if args.micro_batch is not None and args.micro_batch != args.per_device:
+            parser.error(f"--per-device {args.per_device} and --micro-batch {args.micro_batch} both set the "
+                         "images per device in one forward; pass one.")
+        args.micro_batch = args.per_device
+        if args.batch_size is None:
+            args.batch_size = args.per_device * len(ctx)
+    if args.batch_size is None:
         args.batch_size = 8
+    if args.image_size != 0:
+        global_batch.check_global_batch(parser, args)
     if args.images and not args.dataset.startswith("coco:"):
         parser.error(f"--images applies to --dataset coco:TRAIN.json,VAL.json, not to --dataset "
                      f"{args.dataset}; leave it out.")
@@ -231,6 +254,12 @@ def parse_args(argv=None):
                      f"--dataset {args.dataset}; leave it out.")
     args.metric = _metric(args)        # recorded resolved, so a resume compares like with like
     return args
+
+
+def _per_worker(args):
+    """Whether the run trains on batches per worker (``--per-worker-batch``, or the images'
+    own sizes in buckets) rather than cut from global batches."""
+    return args.per_worker_batch or args.image_size == 0
 
 
 def _with_difficult(image, label):
@@ -352,7 +381,8 @@ def _warn_shared_images(train, val):
 
 
 def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, multiscale=None,
-                 interval=1, buckets=3, seed=0, num_workers=0, augment="full", max_size=None):
+                 interval=1, buckets=3, seed=0, num_workers=0, augment="full", max_size=None,
+                 global_batches=None):
     """Training and validation loaders at one size per batch, with GluonCV's transforms.
 
     The size is ``image_size``, or drawn from ``multiscale`` every ``interval`` batches (the
@@ -361,17 +391,26 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     valid, and validated the same way. Faster R-CNN (``family`` 'faster_rcnn') resizes each
     image's shorter side to ``image_size`` (the longer within ``max_size``) and batches are
     lists of images at their own sizes.
+
+    ``global_batches`` (not for ``image_size`` 0): ``{'micro_batch', 'devices', 'kvstore'}``
+    for a training loader of this worker's micro-batches of global batches of ``batch_size``
+    (``global_batch.global_train_loader``), one size per global batch.
     """
     if family == "faster_rcnn":
         sizes = [(image_size, max_size)]      # the one resize rule, as the sampler's "size"
-        loaders = []
-        for dataset, transform, batchify, train in [
-                (train_set, rcnn.train_transform(net, image_size, max_size), rcnn.train_batchify, True),
-                (val_set, rcnn.val_transform(image_size, max_size), rcnn.val_batchify, False)]:
-            sampler = MultiScaleSampler(len(dataset), batch_size, sizes, shuffle=train, seed=seed)
-            loaders.append(det.detection_loader(dataset, sampler, det.SizedTransform({sizes[0]: transform}),
-                                                batchify, num_workers, seed if train else None))
-        return tuple(loaders)
+        train_transform = det.SizedTransform({sizes[0]: rcnn.train_transform(net, image_size, max_size)})
+        if global_batches:
+            train_loader = _global_loader(train_set, train_transform, rcnn.train_batchify, batch_size, sizes, 1,
+                                          seed, num_workers, global_batches)
+        else:
+            train_sampler = MultiScaleSampler(len(train_set), batch_size, sizes, seed=seed)
+            train_loader = det.detection_loader(train_set, train_sampler, train_transform, rcnn.train_batchify,
+                                                num_workers, seed)
+        val_sampler = MultiScaleSampler(len(val_set), batch_size, sizes, shuffle=False, seed=seed)
+        val_loader = det.detection_loader(val_set, val_sampler,
+                                          det.SizedTransform({sizes[0]: rcnn.val_transform(image_size, max_size)}),
+                                          rcnn.val_batchify, num_workers)
+        return train_loader, val_loader
     if image_size == 0:
         train_shapes, val_shapes = det.sample_shapes(train_set), det.sample_shapes(val_set)
         shapes = Buckets.from_data(train_shapes + val_shapes, buckets, mode="pad", multiple=32)
@@ -381,17 +420,28 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     else:
         train_sizes = [(s, s) for s in (multiscale or [image_size])]
         val_sizes = [max(train_sizes)]
-        train_sampler = MultiScaleSampler(len(train_set), batch_size, train_sizes, interval, seed=seed)
+        train_sampler = None if global_batches else MultiScaleSampler(len(train_set), batch_size, train_sizes,
+                                                                      interval, seed=seed)
         val_sampler = MultiScaleSampler(len(val_set), batch_size, val_sizes, shuffle=False, seed=seed)
     pad = image_size == 0
-    train_loader = det.detection_loader(
-        train_set, train_sampler,
-        det.SizedTransform(det.train_transforms(net, family, train_sizes, augment), pad),
-        det.train_batchify(family), num_workers, seed)
+    train_transform = det.SizedTransform(det.train_transforms(net, family, train_sizes, augment), pad)
+    if global_batches:
+        train_loader = _global_loader(train_set, train_transform, det.train_batchify(family), batch_size,
+                                      train_sizes, interval, seed, num_workers, global_batches)
+    else:
+        train_loader = det.detection_loader(train_set, train_sampler, train_transform, det.train_batchify(family),
+                                            num_workers, seed)
     val_loader = det.detection_loader(
         val_set, val_sampler, det.SizedTransform(det.val_transforms(family, val_sizes), pad),
         det.val_batchify(), num_workers)
     return train_loader, val_loader
+
+
+def _global_loader(train_set, transform, batchify, batch_size, sizes, interval, seed, num_workers, plan):
+    """This worker's micro-batches of the global batches of ``train_set`` (see ``make_loaders``)."""
+    return global_batch.global_train_loader(MultiScaleDataset(train_set, transform), batch_size, plan["micro_batch"],
+                                            plan["devices"], plan["kvstore"], seed, num_workers, sizes=sizes,
+                                            interval=interval, batchify_fn=batchify)
 
 
 def _load_best(net, trainer, checkpoints):
@@ -476,27 +526,37 @@ def _train(args, folder):
                         "short": args.image_size, "max_size": args.max_size,
                         "pretrained_file": args.pretrained_file}
     kvstore = common.create_kvstore(args.kvstore)
-    if not isinstance(kvstore, str):
+    job_images, per_worker = len(train_set), _per_worker(args)
+    if not isinstance(kvstore, str) and per_worker:
         train_set = common.worker_shard(train_set, kvstore)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,
                              batchnorm=args.batchnorm, num_devices=len(ctx), **rcnn_options)
     det.initialize(net, ctx)
     if family == "faster_rcnn":
         rcnn.place_target_generator(net, ctx)
+    plan = None if per_worker else {"micro_batch": args.micro_batch, "devices": len(ctx), "kvstore": kvstore}
     train_loader, val_loader = make_loaders(
         det.one_image_network(net, args.model, classes, args.batchnorm), family, train_set, val_set,
         args.batch_size, image_size=args.image_size,
         multiscale=args.multiscale, interval=args.multiscale_interval, buckets=args.buckets,
-        seed=common.worker_seed(args.seed, kvstore), num_workers=args.num_workers, augment=args.augment,
-        max_size=args.max_size)
+        seed=common.worker_seed(args.seed, kvstore) if per_worker else args.seed, num_workers=args.num_workers,
+        augment=args.augment, max_size=args.max_size, global_batches=plan)
+    accumulate = args.accumulate if per_worker else train_loader.batch_sampler.sampler.accumulate
+    if not per_worker:      # values before the Trainer, which broadcasts them then (not at the first update)
+        size = max(val_loader.batch_sampler.sizes)[0]
+        inputs = [(3, size, size), (1, 4), (1, 1)] if family == "faster_rcnn" else (3, size, size)   # boxes, labels
+        global_batch.initialize_without_forward(net, inputs, ctx[0], mx.init.Uniform(),
+                                                train_mode=family == "faster_rcnn")
     det.nms_for_eval(net, family)
     trainer = Trainer(net.collect_params(), args.optimizer,
                       common.optimizer_params(args.optimizer, args.lr, args.momentum, args.wd),
-                      kvstore=kvstore, accumulate=args.accumulate,
+                      kvstore=kvstore, accumulate=accumulate,
                       **({} if args.clip_global_norm is None else {"clip_global_norm": args.clip_global_norm}))
     main_process = trainer.rank == 0
-    callbacks = [common.lr_schedule("cosine", args.lr, args.epochs, args.warmup_epochs,
-                                    common.updates_per_epoch(trainer, train_loader, args.accumulate))]
+    updates = global_batch.updates_per_epoch(trainer, train_loader, accumulate, per_worker)
+    callbacks = [common.lr_schedule("cosine", args.lr, args.epochs, args.warmup_epochs, updates)]
+    if not per_worker:      # before the checkpoints, which then hold the statistics of one process
+        callbacks += global_batch.merge_callbacks(train_loader)
     checkpoints = os.path.join(args.out, "checkpoints") if args.out else None
     if args.out:
         if main_process:
@@ -504,9 +564,12 @@ def _train(args, folder):
         callbacks += common.output_callbacks(args.out, monitor, args.resume, args=args,
                                              curves=lambda path: DetectionCurves(path, classes))
     if main_process:
-        log.info("Training %s on %s (%d images, classes %s) on %s; val_* in the history and the "
+        log.info("Batches: %s", global_batch.describe_per_worker(args.batch_size, accumulate, updates)
+                 if per_worker else global_batch.describe(train_loader, len(ctx)))
+        shards = f" split over {trainer.num_workers} workers" if trainer.num_workers > 1 and per_worker else ""
+        log.info("Training %s on %s (%d images%s, classes %s) on %s; val_* in the history and the "
                  "epoch lines are on the validation split (%d images), whose %s chooses the "
-                 "checkpoint to export.", args.model, args.dataset, len(train_set),
+                 "checkpoint to export.", args.model, args.dataset, job_images, shards,
                  ", ".join(classes), ctx, len(val_set), monitor)
     batch_fn = {"yolo3": det.yolo3_batch_fn, "ssd": det.SSDBatch,
                 "faster_rcnn": rcnn.FasterRCNNBatch}[family]

@@ -12,6 +12,7 @@ same updates with the same learning rate, but BatchNorm normalizes smaller micro
 themselves: ``--batch-size`` per worker and step, ``--accumulate`` steps per update, each
 worker on its own shard.
 """
+import contextlib
 import json
 import math
 import os
@@ -40,18 +41,21 @@ def add_global_batch_options(group):
 
 def check_global_batch(parser, args):
     """``parser.error`` for options that do not go together: ``--accumulate`` without
-    ``--per-worker-batch`` (the global batch sets the accumulation), ``--micro-batch`` with it,
-    a micro-batch larger than the global batch."""
+    ``--per-worker-batch`` (the global batch sets the accumulation; the message gives the
+    options of the same updates on ``args.ctx``), ``--micro-batch`` with it, a micro-batch
+    larger than the global batch."""
     if args.per_worker_batch:
         if args.micro_batch is not None:
             parser.error("--micro-batch cuts a global batch; with --per-worker-batch, --batch-size is per worker "
                          "and step and --accumulate steps per update: drop one of them.")
         return
     if args.accumulate != 1:
+        devices = len(common.parse_ctx(args.ctx))
+        where = "one device" if devices == 1 else f"the {devices} devices of --ctx"
         parser.error(f"--accumulate {args.accumulate}: --batch-size is the samples of an update over every "
-                     f"worker, and --micro-batch sets how it is accumulated; pass --batch-size "
-                     f"{args.batch_size * args.accumulate} --micro-batch {args.batch_size} (the same updates on "
-                     "one device), or --per-worker-batch for the earlier meaning.")
+                     f"worker, and --micro-batch (per device) sets how it is accumulated; pass --batch-size "
+                     f"{args.batch_size * args.accumulate} --micro-batch {math.ceil(args.batch_size / devices)} "
+                     f"(the same updates on {where}), or --per-worker-batch for the earlier meaning.")
     if args.micro_batch is not None and args.micro_batch > args.batch_size:
         parser.error(f"--micro-batch {args.micro_batch} is larger than the global --batch-size {args.batch_size}; "
                      "pass a micro-batch of at most the global batch.")
@@ -60,7 +64,7 @@ def check_global_batch(parser, args):
 def keep_earlier_meaning(args):
     """Set ``args.per_worker_batch`` when ``args`` resume or export a run that trained on batches
     per worker (:func:`trained_per_worker`): it goes on as it was trained."""
-    if (args.resume or args.export) and args.out and trained_per_worker(args.out):
+    if (args.resume or getattr(args, "export", False)) and args.out and trained_per_worker(args.out):
         args.per_worker_batch = True
 
 
@@ -87,15 +91,17 @@ def _step_samples(batch_size, micro_batch, devices, workers):
     return min(batch_size, micro_batch * devices)
 
 
-def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed, num_workers):
+def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed, num_workers, **options):
     """This worker's loader of the global batches of ``dataset`` (every worker reads all of it):
-    steps of ``micro_batch`` samples per device on ``devices`` devices. A ``GlobalBatchSampler``
+    steps of ``micro_batch`` samples per device on ``devices`` devices; ``options`` go to
+    ``global_loader`` (``sizes``, ``interval``, ``batchify_fn``). A ``GlobalBatchSampler``
     error (fewer micro-batches in a global batch than workers) becomes a ``common.OptionError``
     (a ``ValueError``) that names the options."""
     rank, workers = workers_of(kvstore)
     step = _step_samples(batch_size, micro_batch, devices, workers)
     try:
-        return global_loader(dataset, batch_size, step, rank, workers, seed=seed, num_workers=num_workers)
+        return global_loader(dataset, batch_size, step, rank, workers, seed=seed, num_workers=num_workers,
+                             **options)
     except ValueError as err:
         most = batch_size // (workers * devices)
         raise common.OptionError(
@@ -104,21 +110,30 @@ def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed
             f"--micro-batch {max(most, 1)} or less, or a larger --batch-size.") from err
 
 
-def initialize_without_forward(net, input_shape, ctx, init):
-    """Give ``net``'s deferred parameters their shapes (``infer_shape`` on one sample of
-    ``input_shape`` on ``ctx``) and their values from ``init``, running nothing.
+def initialize_without_forward(net, input_shapes, ctx, init, train_mode=False):
+    """Give ``net``'s deferred parameters (if any) their shapes (``infer_shape`` on one sample
+    of each of ``input_shapes`` on ``ctx``: a shape, or a list of them for several inputs) and
+    their values from ``init``, running nothing.
 
     Before a distributed Trainer is created, so that it broadcasts worker 0's values at once
     (not at the first update, which would copy worker 0's BatchNorm statistics over the
     others'). Not by a forward in prediction mode: oneDNN then keeps the convolution
-    weights in a layout of its own, which the distributed kvstore cannot send.
+    weights in a layout of its own, which the distributed kvstore cannot send. ``train_mode``
+    infers the shapes of the training graph, for a network whose training forward takes
+    more inputs and holds more parameters (Faster R-CNN's boxes and labels, its box encoder).
     """
-    net.infer_shape(mx.nd.zeros((1,) + tuple(input_shape), ctx=ctx))
+    deferred = []
     for param in net.collect_params().values():
         try:
             param.data(param.list_ctx()[0])
         except mx.gluon.parameter.DeferredInitializationError:
-            param.initialize(default_init=init, ctx=param.list_ctx(), force_reinit=True)
+            deferred.append(param)
+    if deferred:
+        shapes = [input_shapes] if isinstance(input_shapes[0], int) else input_shapes
+        with mx.autograd.train_mode() if train_mode else contextlib.nullcontext():
+            net.infer_shape(*[mx.nd.zeros((1,) + tuple(shape), ctx=ctx) for shape in shapes])
+    for param in deferred:
+        param.initialize(default_init=init, ctx=param.list_ctx(), force_reinit=True)
 
 
 def merge_callbacks(loader):

@@ -18,7 +18,8 @@ from ._archive import CheckpointError
 
 __all__ = ["global_sampler", "global_position", "reshard"]
 
-_PLAN = ("length", "batch_size", "micro_batch", "seed", "shuffle", "last_batch")
+_PLAN = ("length", "batch_size", "micro_batch", "seed", "shuffle", "last_batch", "sizes", "interval")
+_EARLIER_PLAN = {"sizes": None, "interval": 1}   # what a plan recorded before it held the input sizes
 
 
 def global_sampler(loader):
@@ -30,7 +31,10 @@ def global_sampler(loader):
 
 
 def _plan(sampler):
-    return {key: getattr(sampler, key) for key in _PLAN}
+    plan = {key: getattr(sampler, key) for key in _PLAN}
+    if plan["sizes"] is not None:   # as JSON gives them back
+        plan["sizes"] = [list(size) for size in plan["sizes"]]
+    return plan
 
 
 def global_position(sampler, updates, pending, workers):
@@ -67,8 +71,9 @@ def reshard(snap, saved_by, sampler, workers, path):
     again = f"resume with {saved_by} worker(s)"
     if saved is None:
         raise _refusal(path, saved_by, workers,
-                       "it was not trained on global batches (gluonkit.data.global_loader; a recipe's "
-                       "--per-worker-batch, --multiscale and --image-size 0 train on batches per worker), "
+                       "it was not trained on global batches (gluonkit.data.global_loader; the recipes' "
+                       "--per-worker-batch and --image-size 0, and gluonkit-classify's --multiscale, train on "
+                       "batches per worker), "
                        f"so its position is in its workers' own shards; {again}, or start without resuming.")
     if sampler is None:
         raise _refusal(path, saved_by, workers,
@@ -81,10 +86,10 @@ def reshard(snap, saved_by, sampler, workers, path):
                        "accumulated and not yet applied, which only the workers that ran them hold); "
                        f"{again}, or from a checkpoint between updates (where fit stops and saves on "
                        "global batches).")
-    mine = _plan(sampler)
-    if snap["batch"] and saved["plan"] != mine:
-        differ = [key for key in _PLAN if saved["plan"].get(key) != mine[key]]
-        was = ", ".join(f"{key}={saved['plan'].get(key)!r}" for key in differ)
+    mine, plan = _plan(sampler), {**_EARLIER_PLAN, **saved["plan"]}
+    if snap["batch"] and plan != mine:
+        differ = [key for key in _PLAN if plan.get(key) != mine[key]]
+        was = ", ".join(f"{key}={plan.get(key)!r}" for key in differ)
         now = ", ".join(f"{key}={mine[key]!r}" for key in differ)
         raise _refusal(path, saved_by, workers,
                        f"it was saved in the middle of epoch {snap['epoch'] + 1} on global batches of "

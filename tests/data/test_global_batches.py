@@ -85,3 +85,45 @@ def test_its_state_resumes_the_order_of_the_next_epoch_on_any_worker():
     assert sorted(i for b in list(other) for i in b) != sorted(i for b in expected for i in b)
     with pytest.raises(ValueError, match="GlobalBatchSampler.state_dict"):
         other.load_state_dict({"seed": 1})
+
+
+def _sized_micro_batches(workers, sizes, interval, epochs=2):
+    """{(epoch, global micro-batch index): [(index, size), ...]} over every worker's sampler."""
+    found = {}
+    for rank in range(workers):
+        sampler = GlobalBatchSampler(29, 8, 2, rank, workers, seed=5, sizes=sizes, interval=interval)
+        for epoch in range(epochs):
+            found.update({(epoch, index): batch for index, batch in zip(sampler.own_micro_batches(), sampler)})
+    return found
+
+
+@pytest.mark.parametrize("interval", [1, 2])
+def test_sizes_give_every_global_batch_one_size_the_same_on_any_number_of_workers(interval):
+    sizes = [32, (48, 64), 96]
+    one = _sized_micro_batches(1, sizes, interval)
+    for workers in (2, 3):
+        assert _sized_micro_batches(workers, sizes, interval) == one
+    plain = GlobalBatchSampler(29, 8, 2, seed=5)
+    ranges = plain.micro_batch_ranges()
+    for epoch in range(2):
+        order = plain.order(epoch)
+        per_batch = {}
+        for index, (begin, end) in enumerate(ranges):
+            batch = one[(epoch, index)]
+            assert [i for i, _ in batch] == [int(i) for i in order[begin:end]]   # the plain order
+            assert len({size for _, size in batch}) == 1
+            per_batch[begin // 8] = batch[0][1]
+        drawn = [per_batch[b] for b in range(len(per_batch))]
+        assert set(drawn) <= {(32, 32), (48, 64), (96, 96)}
+        assert all(drawn[b] == drawn[b - b % interval] for b in range(len(drawn)))   # one size per interval
+        assert drawn == GlobalBatchSampler(29, 8, 2, seed=5, sizes=sizes, interval=interval).batch_sizes(epoch)
+    assert GlobalBatchSampler(29, 8, 2, seed=5).batch_sizes(0) is None
+
+
+def test_bad_sizes_are_refused_by_value():
+    with pytest.raises(ValueError, match=r"size \(32, 0\) must be a positive int or a \(height, width\) pair"):
+        GlobalBatchSampler(10, 4, 2, sizes=[(32, 0)])
+    with pytest.raises(ValueError, match="sizes is empty"):
+        GlobalBatchSampler(10, 4, 2, sizes=[])
+    with pytest.raises(ValueError, match="interval"):
+        GlobalBatchSampler(10, 4, 2, sizes=[32], interval=0)

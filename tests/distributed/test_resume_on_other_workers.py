@@ -1,6 +1,6 @@
 """A ``gluonkit-classify`` checkpoint of N workers on global batches resumes on M workers (one
 included), in mid-epoch too, and ends with the weights of the run never stopped: real launcher,
-scheduler, server and workers over loopback."""
+scheduler, server and workers over loopback, and Horovod ranks under horovodrun."""
 import os
 import shutil
 import subprocess
@@ -12,6 +12,7 @@ from numpy.testing import assert_allclose
 from gluonkit import Checkpoint
 from gluonkit.params import select
 from gluonkit.recipes.models import build_model
+from horovod_run import horovodrun, require_horovod
 from watch import Watched
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
@@ -81,6 +82,29 @@ def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_n
     assert max(float(np.abs(at_stop[k] - v).max()) for k, v in expected.items() if "running" not in k) > 1e-2
     for run in ("two-on-1/checkpoints", "two-on-3/checkpoints", "two-on-3/checkpoints/rank-1",
                 "two-on-3/checkpoints/rank-2"):
+        _assert_like(expected, tmp_path / run)
+
+
+def test_two_horovod_ranks_stopped_mid_epoch_resume_on_three_and_on_one_like_the_run_never_stopped(tmp_path):
+    require_horovod()
+    never = Watched(_one_process(CLASSIFY, *OPTIONS, "--out", str(tmp_path / "never")), timeout=300, cwd=tmp_path)
+    # rank 0 gets SIGTERM after its 5th micro-batch of epoch 2: both ranks stop after update 3
+    code, output = horovodrun(2, [sys.executable, STOP_JOB, "term:0:5", *OPTIONS, "--kvstore", "horovod",
+                                  "--out", str(tmp_path / "two")], timeout=300, cwd=tmp_path)
+    assert code != 0 and "training stopped by SIGTERM after 1 epoch(s) and 6 batch(es)" in output, output[-3000:]
+    saved = [Checkpoint(tmp_path / "two" / "checkpoints" / rank).latest for rank in ("", "rank-1")]
+    assert [Checkpoint.saved_at(path) for path in saved] == [(1, 13 + 3)] * 2
+    shutil.copytree(tmp_path / "two", tmp_path / "two-on-1")
+    code, output = horovodrun(3, [CLASSIFY, *OPTIONS, "--kvstore", "horovod", "--resume", "--out",
+                                  str(tmp_path / "two")], timeout=300, cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    assert "It was saved by 2 worker(s); this job's 3 worker(s) continue after 3 update(s) of epoch 2" in output
+    output = _finish(Watched(_one_process(CLASSIFY, *OPTIONS, "--resume", "--out", str(tmp_path / "two-on-1")),
+                             timeout=300, cwd=tmp_path))
+    assert "It was saved by 2 worker(s); this job's 1 worker(s) continue after 3 update(s) of epoch 2" in output
+    _finish(never)
+    _, expected = _latest(tmp_path / "never" / "checkpoints")
+    for run in ("two/checkpoints", "two/checkpoints/rank-1", "two/checkpoints/rank-2", "two-on-1/checkpoints"):
         _assert_like(expected, tmp_path / run)
 
 

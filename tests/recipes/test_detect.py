@@ -28,8 +28,8 @@ def _params(net):
     ["--model", "ssd_300_mobilenet0.25_custom"],
     ["--multiscale", "64,96", "--multiscale-interval", "1"],
     ["--image-size", "0", "--buckets", "2"],
-    ["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--accumulate", "2"],
-    ["--accumulate", "2", "--clip-global-norm", "50"],
+    ["--ctx", "cpu:0,cpu:1", "--per-device", "1"],      # 2 micro-batches of 1 image per device
+    ["--micro-batch", "2", "--clip-global-norm", "50"],
 ], ids=["yolo3", "ssd", "multiscale", "buckets", "two-devices-accumulate", "clip"])
 def test_every_mode_trains_validates_and_exports(tmp_path, extra):
     result = _run(tmp_path, *extra)
@@ -51,7 +51,11 @@ def test_every_mode_trains_validates_and_exports(tmp_path, extra):
 
 def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
     args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1"])
-    assert args.batch_size == 2 and args.model == "yolo3_mobilenet0.25_custom"
+    assert (args.batch_size, args.micro_batch) == (2, 1) and args.model == "yolo3_mobilenet0.25_custom"
+    args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--batch-size", "8"])
+    assert (args.batch_size, args.micro_batch) == (8, 1)     # the global batch, in micro-batches of 1 per device
+    args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--per-worker-batch", "--batch-size", "8"])
+    assert (args.batch_size, args.micro_batch) == (2, None)  # the earlier meaning: per worker and step
     assert detect.parse_args(["--batchnorm", "sync"]).batchnorm == "sync"   # one device: it works
     defaults = detect.parse_args([])        # the run whose mAP the README quotes
     assert (defaults.epochs, defaults.image_size, defaults.batch_size, defaults.lr) == (24, 96, 8, 0.01)
@@ -61,7 +65,13 @@ def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
                          (["--clip-global-norm", "0"], "must be positive"),
                          (["--batchnorm", "group"], "batchnorm"),
                          (["--batchnorm", "sync", "--ctx", "cpu:0,cpu:1"], "hangs on several CPU devices"),
-                         (["--resume", "--out", ""], "--resume")]:
+                         (["--resume", "--out", ""], "--resume"),
+                         (["--accumulate", "2"], "pass --batch-size 16 --micro-batch 8 (the same updates on one device)"),
+                         (["--accumulate", "2", "--ctx", "cpu:0,cpu:1"],
+                          "pass --batch-size 16 --micro-batch 4 (the same updates on the 2 devices of --ctx)"),
+                         (["--per-device", "2", "--micro-batch", "4"], "both set the images per device"),
+                         (["--image-size", "0", "--micro-batch", "4"], "--image-size 0 trains on batches of each"),
+                         (["--micro-batch", "9"], "--micro-batch 9 is larger than the global --batch-size 8")]:
         with pytest.raises(SystemExit):
             detect.parse_args(bad)
         assert message in capsys.readouterr().err

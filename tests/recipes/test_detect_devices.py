@@ -26,7 +26,7 @@ def _docs_command(pattern):
 
 def test_the_docs_two_device_faster_rcnn_example_runs(tmp_path):
     argv = _docs_command(r"faster_rcnn.*--ctx cpu:0,cpu:1")
-    assert argv[:2] == ["--model", "faster_rcnn_mobilenet0.25_custom"] and "--accumulate" in argv
+    assert argv[:2] == ["--model", "faster_rcnn_mobilenet0.25_custom"] and "--batch-size" in argv
     detect.main(argv + ["--limit", "8", "--epochs", "1", "--image-size", "64", "--no-progress",
                         "--out", str(tmp_path / "out")])           # a tiny budget
     history = (tmp_path / "out" / "history.csv").read_text().splitlines()

@@ -107,7 +107,7 @@ def test_faster_rcnn_loss_of_an_image_without_objects_is_its_background_loss():
 def test_voc_negatives_train_on_one_image_per_device_with_accumulation(tmp_path, model, extra):
     root = shapes_voc(str(tmp_path / "voc"), train=6, val=4, empty_train=(0, 1, 3, 4), empty_val=(1,))
     detect.main(TINY + ["--dataset", f"voc:{root}", "--model", model, "--ctx", "cpu:0,cpu:1",
-                        "--per-device", "1", "--accumulate", "2", "--out", str(tmp_path / "out")]
+                        "--per-device", "1", "--batch-size", "4", "--out", str(tmp_path / "out")]
                 + extra)
     history = (tmp_path / "out" / "history.csv").read_text().splitlines()
     loss = float(history[1].split(",")[history[0].split(",").index("loss")])

@@ -95,12 +95,12 @@ def test_faster_rcnn_trains_validates_exports_at_one_image_per_device(tmp_path, 
     # from a backbone file: its weights, loaded on the CPU, go to both devices, without a note
     # from MXNet for each parameter that initialize() leaves as loaded
     backbone = mobilenet_backbone_file(tmp_path / "mobilenet0.25.params")
-    result = _run(tmp_path, "--ctx", "cpu:0,cpu:1", "--accumulate", "2", "--clip-global-norm", "100",
+    result = _run(tmp_path, "--ctx", "cpu:0,cpu:1", "--batch-size", "4", "--clip-global-norm", "100",
                   "--pretrained-file", str(backbone))
     assert not [w for w in recwarn if "already initialized" in str(w.message)]
     out = tmp_path / "out"
     args = json.loads((out / "args.json").read_text())
-    assert (args["per_device"], args["batch_size"], args["max_size"]) == (1, 2, 96)
+    assert (args["per_device"], args["micro_batch"], args["batch_size"], args["max_size"]) == (1, 1, 4, 96)
     history = result["history"]
     assert history["epoch"] == [1] and np.isfinite(history["loss"][0]) and "val_mAP" in history
     meta = json.loads((out / "model.json").read_text())
@@ -127,7 +127,8 @@ def test_faster_rcnn_resume_equals_an_uninterrupted_run(tmp_path):
 def test_faster_rcnn_options_are_checked(capsys):
     args = detect.parse_args(["--model", NAME])
     assert (args.per_device, args.batch_size, args.max_size) == (1, 1, 144)    # 1.5 x 96
-    assert detect.parse_args(["--model", NAME, "--batch-size", "4"]).batch_size == 4
+    args = detect.parse_args(["--model", NAME, "--batch-size", "4"])
+    assert (args.batch_size, args.micro_batch) == (4, 1)       # one image per device in a forward
     for bad, message in [(["--image-size", "0"], "shorter side (64 or more)"),
                          (["--multiscale", "64,96"], "--multiscale does not apply"),
                          (["--batchnorm", "sync"], "one image per device"),

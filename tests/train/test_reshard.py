@@ -72,12 +72,19 @@ def test_one_process_on_global_batches_stops_between_updates_and_its_position_is
     snap = _snapshot(path)
     assert (snap["epoch"], snap["batch"]) == (1, 8)   # the window closed: 2 updates of epoch 2 done
     plan = {"length": SAMPLES, "batch_size": BATCH, "micro_batch": MICRO, "seed": 0, "shuffle": True,
-            "last_batch": "keep"}
+            "last_batch": "keep", "sizes": None, "interval": 1}
     assert snap["global"] == {"workers": 1, "updates": 2, "pending": 0, "plan": plan}
+    earlier = {**snap, "global": {**snap["global"], "plan": {k: v for k, v in plan.items()
+                                                             if k not in ("sizes", "interval")}}}
     for rank, own in enumerate((4, 2, 2)):   # micro-batch j of a global batch goes to worker j % 3
         sampler = GlobalBatchSampler(SAMPLES, BATCH, MICRO, rank, 3, seed=0)
         mine = reshard(snap, 1, sampler, 3, path)
         assert (mine["batch"], mine["batch_samples"], mine["batch_size"]) == (own, own * MICRO, MICRO)
+        assert reshard(earlier, 1, sampler, 3, path)["batch"] == own   # a plan saved before it held sizes
+    sized = GlobalBatchSampler(SAMPLES, BATCH, MICRO, 0, 3, seed=0, sizes=[32, 48])
+    with pytest.raises(gluonkit.CheckpointError, match=r"of sizes=None, and this run's have sizes=\[\[32, 32\], "
+                                                       r"\[48, 48\]\]"):
+        reshard(snap, 1, sized, 3, path)
         assert mine["settings"]["accumulate"] == sampler.accumulate and mine["global"]["workers"] == 3
         assert mine["step"] == snap["step"] == 7 + 2
 

@@ -12,7 +12,8 @@ the job, and the restart is the one ``max_restarts`` makes anyway.
 With ``min_workers``, a restart leaves out the workers lost in the attempt that just failed,
 and the hosts that stopped answering (the servers are placed on the others). The workers
 left out at an earlier restart come back when their host answers ssh again (this machine
-always does): at the restart after the next failure, the job returns to its full count.
+always does): at the restart after the next failure, the job returns to its full count, and
+its heading names the hosts that answer again.
 When fewer than ``min_workers`` would remain, the job ends instead.
 """
 import signal
@@ -109,6 +110,9 @@ class Restarts:
                     f"--min-workers {self._min}")
         why = [f"{', '.join(sorted(map(str, down_now)))} stopped answering"] if down_now else []
         why.append(f"{', '.join(r.name for r in lost)} lost" if lost else f"{failed[0].name} failed, no worker lost")
+        again = sorted(map(str, back & self._down))
+        if again:
+            why.append(f"{', '.join(again)} {'answers' if len(again) == 1 else 'answer'} again")
         returned = len(self._out) - (len(out) - len(lost))
         if returned:
             why.append(f"{returned} worker(s) left out before are back")

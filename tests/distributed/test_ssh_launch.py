@@ -205,28 +205,36 @@ def _assert_like_never(tmp_path, never):
     epoch, expected = _latest(tmp_path / "never" / "checkpoints")
     got_epoch, got = _latest(tmp_path / "run" / "checkpoints")
     assert epoch == got_epoch == 2
-    for name, value in expected.items():   # one worker adds the micro-batches in another order than two
+    for name, value in expected.items():   # the 2 workers resumed their own checkpoint of epoch 1: to rounding
         tolerance = dict(rtol=1e-4, atol=1e-5) if "running" in name else dict(rtol=1e-5, atol=1e-6)
         assert_allclose(got[name], value, err_msg=name, **tolerance)
 
 
-def test_a_host_that_stops_answering_is_left_out_and_the_job_ends_on_the_other_like_one_never_interrupted(
+def test_a_host_that_stops_answering_is_left_out_then_back_at_the_next_restart_and_ends_like_one_never_interrupted(
         hosts, tmp_path):
-    run, never = _classify_jobs(hosts, tmp_path, [], "--max-restarts", "1", "--min-workers", "1")
+    # attempt 1 (on host A alone) raises in epoch 2: the restart after it runs on both hosts again
+    run, never = _classify_jobs(hosts, tmp_path, ["raise:0:1:1"], "--max-restarts", "2", "--min-workers", "1")
     run.wait_for(r"Saved checkpoint")    # the first epoch's; host B (worker 0) stops answering in the second
     hosts.cut("B")
     try:
-        code, output = run.finish()
-    finally:
+        run.wait_for(r"then starting them again on 1 of 2 worker\(s\)")
+    finally:   # the restart is planned without B; B answers again long before that attempt's worker raises
         hosts.restore("B")
+    code, output = run.finish()
     assert code == 0, output[-3000:]
-    host_b = f"root@{hosts.hosts['B'][1]}:2222"
+    host_a, host_b = f"{hosts.hosts['A'][1]}:22", f"root@{hosts.hosts['B'][1]}:2222"
     assert (f"worker 0 on {host_b}: the ssh connection ended with code 255 before the role finished; ending every "
-            "role, then starting them again on 1 of 2 worker(s) (1 restart(s) left).") in output
-    assert f"(restart 1 of 1) on 1 of 2 worker(s): {host_b} stopped answering; worker 0 lost" in output
-    restart = output.split("(restart")[1]
-    assert re.search(rf"worker 0 started \(pid \d+\) on {re.escape(hosts.hosts['A'][1])}:22", restart)
-    assert "It was saved by 2 worker(s); this job's 1 worker(s) continue after 0 update(s) of epoch 2" in output
+            "role, then starting them again on 1 of 2 worker(s) (2 restart(s) left).") in output
+    assert f"(restart 1 of 2) on 1 of 2 worker(s): {host_b} stopped answering; worker 0 lost" in output
+    _, first, second = output.split("(restart")
+    assert re.search(rf"worker 0 started \(pid \d+\) on {re.escape(host_a)}", first)
+    assert "It was saved by 2 worker(s); this job's 1 worker(s) continue after 0 update(s) of epoch 2" in first
+    assert (f"worker 0 on {host_a} exited with code 1; ending every role, then starting them again on 2 of 2 "
+            "worker(s) (1 restart(s) left).") in first
+    assert "RuntimeError: rank 0 gives up after micro-batch 1 of epoch 2" in first
+    assert (f" 2 of 2) on 2 of 2 worker(s): worker 0 failed, no worker lost; {host_b} answers again; 1 worker(s) "
+            "left out before are back") in second
+    assert re.search(rf"worker 0 started \(pid \d+\) on {re.escape(host_b)}", second)
+    assert "Resumed from" in second      # the 2 workers' own checkpoint of epoch 1
     _assert_like_never(tmp_path, never)
     assert hosts.wait_for_no_strays() == []
-

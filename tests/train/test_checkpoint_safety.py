@@ -185,8 +185,13 @@ def test_a_checkpoint_of_the_previous_format_converts_with_trusted(tmp_path):
     epoch, _ = state.pop("epoch"), state.pop("step")
     Checkpoint(tmp_path / "ck").save(net, trainer, epoch, **state)
     resumed, resumed_history = legacy_run(tmp_path / "ck", 3)
-    assert_same(params_of(resumed), params_of(straight))
-    assert resumed_history["loss"] == history["loss"]
+    # the fixture's first steps ran on the CPU that wrote it: oneDNN's kernels for another
+    # instruction set round otherwise (8e-8 measured on a CPU without AVX-512), so "exactly"
+    # here is to float rounding
+    expected = params_of(straight)
+    for name, value in params_of(resumed).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(resumed_history["loss"], history["loss"], rtol=1e-5)
     assert resumed_history["accuracy"] == history["accuracy"]
 
 

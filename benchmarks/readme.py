@@ -11,7 +11,8 @@ started as ``python -m gluonkit.recipes.<name>`` in a fresh process with its out
 temporary directory, and timed from the launch to the exit. What the command printed gives
 its result (the exported model's test accuracy, the validation VOC07 mAP); ``classify2`` and
 ``classify3`` are ``make run``'s command on 2 and 3 ``dist_sync`` workers (``gluonkit-launch -n N
--s 1``, one global batch: the same model as one process). The ``tests`` run is ``make test``'s pytest run of the
+-s 1``: the same global batches and updates as one process; without ``--micro-batch`` BatchNorm
+normalizes each worker's share, so not quite the same model). The ``tests`` run is ``make test``'s pytest run of the
 whole suite (``--quick``: one small test file), timed the same way. The machine (CPU model, cores) and the load average
 before and after each run are recorded beside it. Results go to ``--out`` and ``--readme``; with ``--update-committed``, to ``benchmarks/results/readme.json``
 and, as a Markdown snippet, to the README's ``figures`` section (between

@@ -58,7 +58,12 @@ def check_sizes(sizes):
         raise TypeError(f"sizes must be a list of ints or (height, width) pairs, got {sizes!r}.")
     checked = []
     for size in sizes:
-        pair = (size, size) if isinstance(size, numbers.Integral) else tuple(size)
+        if isinstance(size, numbers.Integral):
+            pair = (size, size)
+        elif isinstance(size, (tuple, list)):
+            pair = tuple(size)
+        else:
+            raise ValueError(f"size {size!r} must be a positive int or a (height, width) pair of them.")
         if len(pair) != 2 or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
                                      and d > 0 for d in pair):
             raise ValueError(f"size {size!r} must be a positive int or a (height, width) pair of them.")

@@ -228,6 +228,9 @@ def parse_args(argv=None):
                      "worker's own (--batch-size per worker and step): drop --micro-batch.")
     if _per_worker(args):
         if args.per_device:
+            if args.batch_size is not None and args.batch_size != args.per_device * len(ctx):
+                parser.error(f"--per-device {args.per_device} on {len(ctx)} device(s) makes --batch-size "
+                             f"{args.per_device * len(ctx)} per worker and step, not {args.batch_size}; pass one.")
             args.batch_size = args.per_device * len(ctx)
     elif args.per_device:
         if args.micro_batch is not None and args.micro_batch != args.per_device:

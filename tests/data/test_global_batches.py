@@ -123,6 +123,8 @@ def test_sizes_give_every_global_batch_one_size_the_same_on_any_number_of_worker
 def test_bad_sizes_are_refused_by_value():
     with pytest.raises(ValueError, match=r"size \(32, 0\) must be a positive int or a \(height, width\) pair"):
         GlobalBatchSampler(10, 4, 2, sizes=[(32, 0)])
+    with pytest.raises(ValueError, match=r"size 32.5 must be a positive int or a \(height, width\) pair"):
+        GlobalBatchSampler(10, 4, 2, sizes=[32.5])
     with pytest.raises(ValueError, match="sizes is empty"):
         GlobalBatchSampler(10, 4, 2, sizes=[])
     with pytest.raises(ValueError, match="interval"):

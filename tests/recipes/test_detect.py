@@ -54,7 +54,7 @@ def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
     assert (args.batch_size, args.micro_batch) == (2, 1) and args.model == "yolo3_mobilenet0.25_custom"
     args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--batch-size", "8"])
     assert (args.batch_size, args.micro_batch) == (8, 1)     # the global batch, in micro-batches of 1 per device
-    args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--per-worker-batch", "--batch-size", "8"])
+    args = detect.parse_args(["--ctx", "cpu:0,cpu:1", "--per-device", "1", "--per-worker-batch"])
     assert (args.batch_size, args.micro_batch) == (2, None)  # the earlier meaning: per worker and step
     assert detect.parse_args(["--batchnorm", "sync"]).batchnorm == "sync"   # one device: it works
     defaults = detect.parse_args([])        # the run whose mAP the README quotes
@@ -71,7 +71,9 @@ def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
                           "pass --batch-size 16 --micro-batch 4 (the same updates on the 2 devices of --ctx)"),
                          (["--per-device", "2", "--micro-batch", "4"], "both set the images per device"),
                          (["--image-size", "0", "--micro-batch", "4"], "--image-size 0 trains on batches of each"),
-                         (["--micro-batch", "9"], "--micro-batch 9 is larger than the global --batch-size 8")]:
+                         (["--micro-batch", "9"], "--micro-batch 9 is larger than the global --batch-size 8"),
+                         (["--per-device", "2", "--batch-size", "8", "--image-size", "0"],
+                          "--per-device 2 on 1 device(s) makes --batch-size 2 per worker and step, not 8; pass one.")]:
         with pytest.raises(SystemExit):
             detect.parse_args(bad)
         assert message in capsys.readouterr().err

@@ -158,8 +158,8 @@ timed ones; {repeats} launches of each job, the jobs taking turns. This run took
 - samples/s counts the samples of all workers over the slowest worker's time per timed
   epoch (a launch's figure is the median of its epochs; the row's, of its launches).
 - speed-up: 2 workers' samples/s over the 1-worker job's in the same repeat (median, min -
-  max); scaling efficiency is the speed-up over 2. Both jobs' processes are in sessions of
-  their own, so the kernel's autogroup scheduler treats them alike, and each process has the
+  max); scaling efficiency is the speed-up over 2. Both jobs' processes are started by
+  setsid, so the kernel's autogroup scheduler treats them alike, and each process has the
   same threads: 100% means 2 workers did twice the work of one, what communication and
   sharing the machine cost shows as the shortfall. On 2 cores each worker has a core; on a
   loaded machine the other programs take their share of both."""

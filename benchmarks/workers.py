@@ -6,9 +6,9 @@
 Runs ``gluonkit-classify`` (digits, the built-in CNN with BatchNorm, shuffled) with one command
 line on global batches (``--batch-size 64 --micro-batch 16``): in one process, under
 ``gluonkit-launch -n N -s 1`` (kvstore 'dist_sync', 127.0.0.1) and, where Horovod is installed,
-under ``horovodrun --gloo -np N`` (kvstore 'horovod', loopback). Every job is started in a
-session of its own (the launchers' roles are in sessions of their own too, so the kernel's
-autogroup scheduler treats all alike) with ``OMP_NUM_THREADS=1`` in every process. For each
+under ``horovodrun --gloo -np N`` (kvstore 'horovod', loopback). Every job is started by
+setsid, as the launchers start their roles, so the kernel's autogroup scheduler treats all
+alike, with ``OMP_NUM_THREADS=1`` in every process. For each
 run: the exported model's test accuracy, the largest difference of its exported arrays
 (weights and BatchNorm's running statistics) from the single process's, the training
 samples/s (the median over the epochs of ``history.csv``, every worker's samples) and the wall
@@ -171,7 +171,7 @@ def snippet(results):
         f"the launcher noticed {lost['detection_seconds']:.2f} s after the kill, the 2 remaining workers resumed "
         f"{lost['restart_seconds']:.1f} s later (every role ended and started again, the checkpoint read), and "
         f"the {lost['redone_seconds']:.1f} s of training since epoch 1's checkpoint were done again.")
-    return (f"{table}\n\n`gluonkit-classify {' '.join(results['options'])}`, every job in a session of its own "
+    return (f"{table}\n\n`gluonkit-classify {' '.join(results['options'])}`, every job started by setsid "
             f"with `OMP_NUM_THREADS=1` in every process; the difference is the largest over every exported array "
             f"(weights and BatchNorm's running statistics); samples/s is the median over the epochs of "
             f"`history.csv` (every worker's samples).{lost_text} Measured {info['date']} on {info['cpu']} "

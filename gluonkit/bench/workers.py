@@ -11,6 +11,7 @@ the 1-worker job's samples/s of the same repeat: 1.0 means N workers do N times 
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -21,7 +22,7 @@ import time
 
 from .devices import base_config, describe, row_name
 
-__all__ = ["HOROVODRUN", "JOB_MODULE", "horovod_available", "launcher_command", "run_launched",
+__all__ = ["HOROVODRUN", "JOB_MODULE", "horovod_available", "launcher_command", "failure_output", "run_launched",
            "job_threads", "measure"]
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
@@ -48,6 +49,23 @@ def launcher_command(kvstore, workers, timeout):
     return []
 
 
+_RANK_LINE = re.compile(r"^\[(\d+)\]<std(?:out|err)>:")
+
+
+def failure_output(stderr, limit=3000):
+    """The end of a failed job's stderr: of each rank's own lines where horovodrun prefixed
+    them with ``[RANK]<stderr>:`` (the rank that failed first is often not the one horovodrun
+    names), else of the whole; at most ``limit`` characters each."""
+    ranks = {}
+    for line in stderr.splitlines():
+        match = _RANK_LINE.match(line)
+        if match:
+            ranks.setdefault(int(match.group(1)), []).append(line)
+    if len(ranks) < 2:
+        return stderr[-limit:]
+    return "\n".join("\n".join(ranks[rank])[-limit:] for rank in sorted(ranks)) + "\n" + stderr[-limit // 3:]
+
+
 def run_launched(command, env, timeout, cwd=None):
     """Run ``command`` in a process group of its own; the whole group is killed after
     ``timeout`` s. RuntimeError, with the end of its stderr, if it fails or times out."""
@@ -58,10 +76,11 @@ def run_launched(command, env, timeout, cwd=None):
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         _, stderr = process.communicate()
-        raise RuntimeError(f"{' '.join(command[:8])} ... did not end within {timeout:g} s:\n{stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(command[:8])} ... did not end within {timeout:g} s:\n"
+                           + failure_output(stderr))
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:8])} ... failed (exit code {process.returncode}):\n"
-                           + stderr[-3000:])
+                           + failure_output(stderr))
 
 
 def job_threads(args):

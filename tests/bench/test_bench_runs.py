@@ -1,7 +1,6 @@
 """gluonkit-bench's --quick runs of each mode: the rows, the work each contestant did (counted
 where it happened), the files; never the timings."""
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -9,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+
+from gluonkit.bench.workers import horovod_available, launcher_command, run_launched
 
 from conftest import CLONE_ENV, params_of
 
@@ -115,6 +116,13 @@ def test_accumulation_on_a_two_input_network(tmp_path):
     _check_equal_work(results)
 
 
+def _require_horovod():
+    if not horovod_available():
+        if os.environ.get(REQUIRE) == "1":
+            pytest.fail(f"Horovod is not installed, and {REQUIRE}=1: build it with `make horovod`.")
+        pytest.skip("Horovod is not installed (make horovod)")
+
+
 def _workers_run(tmp_path, kvstore):
     results, _ = _bench(tmp_path, CNN + ["--workers", "1,2", "--kvstore", kvstore, "--contestants", "gluonkit",
                                          "--repeats", "1"])
@@ -132,13 +140,36 @@ def test_two_dist_sync_workers_against_one(tmp_path):
 
 @pytest.mark.slow
 def test_two_horovod_ranks_against_one(tmp_path):
-    here = (importlib.util.find_spec("horovod") is not None
-            and os.path.exists(os.path.join(os.path.dirname(sys.executable), "horovodrun")))
-    if not here:
-        if os.environ.get(REQUIRE) == "1":
-            pytest.fail(f"Horovod is not installed, and {REQUIRE}=1: build it with `make horovod`.")
-        pytest.skip("Horovod is not installed (make horovod)")
+    _require_horovod()
     _workers_run(tmp_path, "horovod")
+
+
+BROKEN_RANK = """
+import sys
+import horovod.mxnet as hvd
+import mxnet as mx
+hvd.init()
+if hvd.rank() == 1:
+    raise ValueError("rank 1 broke here")
+try:
+    hvd.broadcast(mx.nd.ones(3), root_rank=0).wait_to_read()   # fails: rank 1 is gone
+finally:
+    print("rank 0 talks on\\n" * 400, file=sys.stderr, flush=True)
+"""
+
+
+def test_a_failed_horovod_job_reports_the_end_of_each_ranks_output(tmp_path):
+    """Rank 1 fails first and rank 0, which horovodrun names, fails after many lines: the
+    error still holds rank 1's exception."""
+    _require_horovod()
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN_RANK)
+    command = launcher_command("horovod", 2, 60) + [sys.executable, str(script)]
+    with pytest.raises(RuntimeError) as failed:
+        run_launched(command, ENV, 120)
+    message = str(failed.value)
+    assert "failed (exit code 1)" in message
+    assert "[1]<stderr>:ValueError: rank 1 broke here" in message and "[0]<stderr>:rank 0 talks on" in message
 
 
 def test_the_contestants_train_the_same_weights_with_accumulation():

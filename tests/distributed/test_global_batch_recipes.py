@@ -41,33 +41,6 @@ def _assert_same_model(expected, out):
         assert_allclose(got[name], value, rtol=1e-4, atol=1e-5, err_msg=f"{out.name} {name}")
 
 
-def test_one_process_two_workers_and_three_horovod_ranks_export_the_same_model(tmp_path):
-    one = subprocess.run([CLASSIFY, *OPTIONS, "--out", str(tmp_path / "one")], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert one.returncode == 0, one.stderr[-3000:]
-    assert ("global batch 32 (samples per update over 1 worker(s)), micro-batches of 8 (8 per device on 1), "
-            "4 per global batch; each worker's share of a global batch, in micro-batches: 4 (") in one.stderr
-    expected, accuracy = _exported(tmp_path / "one"), _test_accuracy(one.stdout)
-
-    two = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "240", "--",
-                          CLASSIFY, *OPTIONS, "--kvstore", "dist_sync", "--out", str(tmp_path / "two")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert "in micro-batches: 2 (" in two.stderr and "updates per epoch" in two.stderr
-    _assert_same_model(expected, tmp_path / "two")
-    assert _test_accuracy(two.stdout) == accuracy
-
-    require_horovod()
-    code, output = horovodrun(3, [CLASSIFY, *OPTIONS, "--kvstore", "horovod", "--out", str(tmp_path / "three")],
-                              timeout=300, cwd=tmp_path)
-    assert code == 0, output[-3000:]
-    assert "in micro-batches: 2 (" in output and ", 1 (" in output
-    _assert_same_model(expected, tmp_path / "three")
-    assert _test_accuracy(output) == accuracy
-    variances = [value for name, value in expected.items() if "running_var" in name]
-    assert not any(np.allclose(value, 1.0) for value in variances)   # the statistics moved from their start
-
-
 def _one_process(command, out, cwd):
     one = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=cwd,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -78,7 +51,8 @@ def _one_process(command, out, cwd):
 def _two_workers(command, out, cwd):
     two = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--timeout", "240", "--",
                           *command, "--kvstore", "dist_sync", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300, cwd=cwd)
+                         capture_output=True, text=True, timeout=300, cwd=cwd,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert two.returncode == 0, two.stderr[-3000:]
     return two.stdout + two.stderr
 
@@ -88,6 +62,25 @@ def _horovod_ranks(ranks, command, out, cwd):
     code, output = horovodrun(ranks, [*command, "--kvstore", "horovod", "--out", str(out)], timeout=300, cwd=cwd)
     assert code == 0, output[-3000:]
     return output
+
+
+def test_one_process_two_workers_and_three_horovod_ranks_export_the_same_model(tmp_path):
+    one = _one_process([CLASSIFY, *OPTIONS], tmp_path / "one", tmp_path)
+    assert ("global batch 32 (samples per update over 1 worker(s)), micro-batches of 8 (8 per device on 1), "
+            "4 per global batch; each worker's share of a global batch, in micro-batches: 4 (") in one.stderr
+    expected, accuracy = _exported(tmp_path / "one"), _test_accuracy(one.stdout)
+
+    two = _two_workers([CLASSIFY, *OPTIONS], tmp_path / "two", tmp_path)
+    assert "in micro-batches: 2 (" in two and "updates per epoch" in two
+    _assert_same_model(expected, tmp_path / "two")
+    assert _test_accuracy(two) == accuracy
+
+    output = _horovod_ranks(3, [CLASSIFY, *OPTIONS], tmp_path / "three", tmp_path)
+    assert "in micro-batches: 2 (" in output and ", 1 (" in output
+    _assert_same_model(expected, tmp_path / "three")
+    assert _test_accuracy(output) == accuracy
+    variances = [value for name, value in expected.items() if "running_var" in name]
+    assert not any(np.allclose(value, 1.0) for value in variances)   # the statistics moved from their start
 
 
 # 240 images in global batches of 32 (micro-batches of 8): 8 updates an epoch, the last of 16

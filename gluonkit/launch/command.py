@@ -9,7 +9,8 @@ from .output import say
 __all__ = ["parse_args", "main"]
 
 _DESCRIPTION = ("Launch a parameter-server job on MXNet's kvstore, on this machine or on several over ssh. "
-                "Exit codes: 0 success, 1 a role failed, 124 timeout, 130/143 SIGINT/SIGTERM, 2 bad arguments.")
+                "Exit codes: 0 success, 1 a role failed, 124 timeout, 130/143 SIGINT/SIGTERM (to the launcher, or a "
+                "worker that stopped on it), 2 bad arguments.")
 
 
 def parse_args(argv):
@@ -22,9 +23,10 @@ def parse_args(argv):
     job.add_argument("--max-restarts", type=int, default=0, metavar="N",
                      help="when a role fails, end every role and start the job again, at most N times; the "
                           "roles find the attempt in GLUONKIT_LAUNCH_ATTEMPT and the recipes resume by themselves "
-                          "(default 0)")
+                          "(default 0). A worker that stops on SIGINT/SIGTERM (exit code 130/143, as fit does after "
+                          "its checkpoint) is no failure: it ends the job")
     job.add_argument("--min-workers", type=int, metavar="M",
-                     help="with --max-restarts: when a worker is lost (ended by a signal, or its host stops "
+                     help="with --max-restarts: when a worker is lost (killed by a signal, or its host stops "
                           "answering ssh), restart on the workers that remain, at least M (fewer ends the job); "
                           "the workers left out return at a later restart if their host answers (default: "
                           "every restart runs -n workers)")

@@ -8,9 +8,10 @@ turn on the hosts of a host file. Each role runs under the wrapper of
 its process and exit status back (over the ssh connection itself) and ends everything the
 role started when the launcher asks, or when the connection breaks. The launcher ends the
 job when every worker finished, when one role fails (naming it, with its last lines on
-stderr), when the timeout runs out and on SIGINT/SIGTERM, and says when it could not
-confirm that a role's processes are gone. After a failure, :mod:`gluonkit.launch.restarts`
-says whether the job starts again, and on how many workers.
+stderr), when the timeout runs out, on SIGINT/SIGTERM and when a worker stopped on one of
+them (exit code 130 or 143, as ``fit`` exits after writing its checkpoint), and says when it
+could not confirm that a role's processes are gone. After a failure (a stop is none),
+:mod:`gluonkit.launch.restarts` says whether the job starts again, and on how many workers.
 """
 import collections
 import inspect
@@ -40,6 +41,13 @@ _GRACE_SECONDS = 10.0     # for servers and the scheduler to finish after the la
 _END_SECONDS = 15.0       # for every role to report that its processes are gone
 STOP_SECONDS = 60.0       # for the workers to finish their step and write their checkpoints on a signal
 _ENV_ITEM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$", re.DOTALL)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_signal(code):
+    """The signal of a stop's exit code (128 + SIGINT or SIGTERM: a program that handled it and
+    ended itself, as ``fit`` does once its checkpoint is written), or None."""
+    return next((sig for sig in _STOP_SIGNALS if code == 128 + sig), None)
 
 
 def _describe_exit(code):
@@ -109,11 +117,16 @@ class _Role:
             self.left = int(value)
         self._wake.put(self)
 
+    @property
+    def stopped_by(self):
+        """The signal this worker stopped on by itself (it exited with 130 or 143), or None."""
+        return _stop_signal(self.code) if self.kind == "worker" else None
+
     def failure(self, workers_done):
-        """Why this role failed the job (a sentence), or None."""
+        """Why this role failed the job (a sentence), or None; a worker's stop is no failure."""
         if self.problem:
             return f"{self.name}{self.where} could not start: {self.problem}"
-        if self.code is not None and self.code != 0:
+        if self.code is not None and self.code != 0 and not self.stopped_by:
             return f"{self.name}{self.where} {_describe_exit(self.code)}"
         if self.code is None and self.client_code is not None and self.pid is None and self.host:
             return f"{self.name} could not be started on {self.host} (ssh exited with code {self.client_code})"
@@ -248,18 +261,21 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
         When the launch is interrupted (KeyboardInterrupt, or SystemExit from a SIGTERM
         handler), the workers are stopped first: each gets SIGTERM and this long to finish its
         step and write its checkpoint (``fit`` does both); then the servers and the scheduler
-        are ended. A failure or a timeout ends every role at once.
+        are ended. After a worker's stop the workers still running get the same. A failure or
+        a timeout ends every role at once.
     port : int, optional
         The scheduler's port (default: a free one of 9091-9999, the dmlc tracker's range).
     max_restarts : int, default 0
-        When a role fails (a signal, a non-zero exit), every role is ended and the job is
+        When a role fails (killed by a signal, a non-zero exit), every role is ended and the job is
         started again, on a new scheduler port, up to this many times; the exit code is the
         last attempt's. Every role finds its attempt in ``GLUONKIT_LAUNCH_ATTEMPT`` (0, then
         1, 2, ...): the recipes then resume from the newest checkpoint every worker saved, as
-        ``fit`` does with ``ModelCheckpoint(resume=True)``. A timeout or an interruption ends
-        the job.
+        ``fit`` does with ``ModelCheckpoint(resume=True)``. A timeout, an interruption and a
+        worker's stop (it exited with 130 or 143 after SIGINT or SIGTERM, as ``fit`` does once
+        every worker has stopped after the same update and written its checkpoint) end the job:
+        the stop is the job's, as if the launcher had got the signal.
     min_workers : int, optional
-        With ``max_restarts``: a restart after a worker was lost (ended by a signal, or its
+        With ``max_restarts``: a restart after a worker was lost (killed by a signal, or its
         host stopped answering ssh) runs on the workers that remain, at least this many
         (:mod:`~gluonkit.launch.restarts`); the servers and every ``DMLC_*`` count follow, and
         the workers left out come back at a later restart if their host answers. Fewer ends
@@ -268,7 +284,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
     Returns
     -------
     int
-        0 on success, 1 if a role failed, 124 on timeout.
+        0 on success, 1 if a role failed, 124 on timeout, 130 or 143 when a worker stopped on
+        SIGINT or SIGTERM (the first worker to end, if several did).
 
     Raises
     ------
@@ -315,7 +332,7 @@ def launch(command, num_workers, num_servers=None, launcher="local", hostfile=No
                                          "workdir": workdir, "command": list(command)})
                      for name, kind, task_id, host in plan]
             code = _attempt(specs, ssh_config, started, timeout, stop_seconds, restarts.after_failure)
-            if code != 1 or restarts.ended:
+            if code != 1 or restarts.ended:   # a worker's stop (130, 143) is the job's: no restart
                 return code
     finally:
         port_lock.close()
@@ -329,7 +346,8 @@ def _role_env(common, kind, task_id, host, host_ip, extra):
 
 def _attempt(specs, ssh_config, started, timeout, stop_seconds, after_failure):
     """Start every role of ``specs`` (name, kind, host, specification), supervise them, end them all;
-    return the exit code. ``after_failure(failed, roles)`` says what follows a failure."""
+    return the exit code. ``after_failure(failed, roles)`` says what follows a failure. After a
+    worker's stop the other workers get ``stop_seconds`` to stop too, as on an interruption."""
     wake, roles, grace = queue.Queue(), [], None
     try:
         source = inspect.getsource(wrapper)
@@ -340,7 +358,10 @@ def _attempt(specs, ssh_config, started, timeout, stop_seconds, after_failure):
             else:
                 argv = [sys.executable, "-I", wrapper.__file__]
             roles.append(_Role(name, kind, host, argv, spec, wake))
-        return _supervise(roles, wake, started, timeout, after_failure)
+        code = _supervise(roles, wake, started, timeout, after_failure)
+        if _stop_signal(code):
+            grace = stop_seconds
+        return code
     except (KeyboardInterrupt, SystemExit):
         grace = stop_seconds
         raise
@@ -379,6 +400,13 @@ def _supervise(roles, wake, started, timeout, after_failure):
             say(f"{role.failure(workers_done)}; {then}."
                 + (" Its last lines on stderr:" + tail if tail else ""))   # one message: its lines stay together
             return 1
+        stopped = sorted((r for r in workers if r.stopped_by), key=lambda r: r.exited_at)
+        if stopped:
+            role = stopped[0]
+            name = role.stopped_by.name
+            say(f"{role.name}{role.where} stopped by {name} (exit code {role.code}, as fit exits after writing its "
+                f"checkpoint); ending the job as on a {name} to the launcher, without a restart.")
+            return role.code
         if workers_done:
             finished_at = finished_at or now
             if all(r.client_code is not None for r in roles) or now - finished_at > _GRACE_SECONDS:
@@ -397,14 +425,15 @@ def _supervise(roles, wake, started, timeout, after_failure):
 def _end(roles, grace=None):
     """End every role on every host and say which could not be confirmed gone.
 
-    With ``grace`` (an interruption), the workers are stopped first and get that many
-    seconds after SIGTERM to write their checkpoints, while the servers and the scheduler
-    they need keep running; a second interruption ends everything at once.
+    With ``grace`` (an interruption, or a worker's stop), the workers still running are
+    stopped first and get that many seconds after SIGTERM to write their checkpoints, while
+    the servers and the scheduler they need keep running; an interruption meanwhile ends
+    everything at once.
     """
     workers = [r for r in roles if r.kind == "worker" and r.client_code is None]
     if grace and workers:
         say(f"stopping the workers first: each finishes its step and writes its checkpoint (up to {grace:g} s), "
-            "then the servers and the scheduler. Interrupt again to end every process now.")
+            "then the servers and the scheduler. A signal to the launcher now ends every process at once.")
         try:
             for role in workers:
                 role.stop(grace)
@@ -412,7 +441,7 @@ def _end(roles, grace=None):
             for role in workers:
                 role.wait_ended(deadline)
         except (KeyboardInterrupt, SystemExit):
-            say("interrupted again: ending every process now.")
+            say("interrupted: ending every process now.")
     for role in roles:
         role.stop()
     deadline = time.monotonic() + _END_SECONDS

@@ -1,13 +1,16 @@
 """What follows a failed attempt of a launched job: another on as many workers, another on the
 workers that remain (``min_workers``), or the end.
 
-A worker is *lost* when its process was ended by a signal (SIGKILL, the out-of-memory killer,
-a preemption; or it exited with 128 + the signal's number after handling it, as ``fit`` does
-on SIGTERM), or when its host stopped answering: the ssh connection could not be made, or
+A worker is *lost* when its process was killed by a signal (SIGKILL, the out-of-memory killer,
+a preemption; or it exited with 128 + the signal's number, as a shell reports a program killed
+by it), or when its host stopped answering: the ssh connection could not be made, or
 broke, before the role reported its exit (ssh's own exit code, 255); every worker on that
 host is then lost. A role that exits with a code of its own (a Python error, a refusal) is
 not lost: the same program on fewer workers would fail the same way, so it does not shrink
-the job, and the restart is the one ``max_restarts`` makes anyway.
+the job, and the restart is the one ``max_restarts`` makes anyway. Nor is a worker that
+stopped on SIGINT or SIGTERM by itself (exit code 130 or 143, as ``fit`` exits after its
+checkpoint): that is a stop of the job, which the launcher ends without a restart, so it
+never comes here.
 
 With ``min_workers``, a restart leaves out the workers lost in the attempt that just failed,
 and the hosts that stopped answering (the servers are placed on the others). The workers
@@ -30,7 +33,7 @@ def _host_lost(role):
 
 
 def _killed(role):
-    """Ended by a signal: killed by it, or exited with 128 + its number after handling it (fit on SIGTERM)."""
+    """Ended by a signal: killed by it, or exited with 128 + its number (a worker's stop, 130 or 143, is no failure)."""
     return role.code is not None and (role.code < 0 or 128 < role.code < 128 + signal.NSIG)
 
 

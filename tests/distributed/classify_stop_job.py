@@ -4,8 +4,9 @@ Each FAULT is ``ACTION:RANK:BATCH[:ATTEMPT]``: after its micro-batch ``BATCH`` o
 epoch, the worker of rank ``RANK``, on the launcher's attempt ``ATTEMPT``
 (``GLUONKIT_LAUNCH_ATTEMPT``, default 0), sends itself SIGTERM (``term``, as a scheduler's
 preemption notice would: every worker then stops after the update that closes the window of
-that micro-batch and writes its checkpoint), SIGKILL (``kill``: a lost process) or raises
-``RuntimeError`` (``raise``: an error in the program), at the same place on every run.
+that micro-batch and writes its checkpoint), SIGINT (``int``: the same stop, on Ctrl-C's signal),
+SIGKILL (``kill``: a lost process) or raises ``RuntimeError`` (``raise``: an error in the
+program), at the same place on every run.
 """
 import os
 import signal
@@ -14,7 +15,7 @@ import sys
 from gluonkit.callbacks import Callback
 from gluonkit.recipes import classify, common
 
-_ACTIONS = {"term": signal.SIGTERM, "kill": signal.SIGKILL, "raise": None}
+_ACTIONS = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL, "raise": None}
 
 
 class FaultAt(Callback):

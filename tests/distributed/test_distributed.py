@@ -108,7 +108,7 @@ def test_a_second_sigterm_ends_workers_that_ignore_the_first_without_waiting_the
     run.proc.send_signal(signal.SIGTERM)
     code, output = run.finish()
     assert code == 143, output[-3000:]
-    assert "interrupted again: ending every process now." in output
+    assert "interrupted: ending every process now." in output
     assert "every process ended." in output and "could not confirm" not in output
     assert len(run.pids()) == 4 and no_process_left(run.pids()) == []
 

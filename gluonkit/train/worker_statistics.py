@@ -12,7 +12,13 @@ end (before validation, checkpoint and export) and when training stops, adds the
 workers, taking out the starting value the workers all counted. Every worker then holds the
 statistics of one process, device by device, to float rounding (a run stopped in mid-epoch
 and resumed gets them to float rounding too, not bit for bit).
+
+The layers are found in the graphs of the network's Gluon BatchNorm layers and of its
+SymbolBlocks (GluonCV's SSD features: a backbone exported to a symbol graph plus
+``mx.sym.BatchNorm`` layers), each with the momentum and ``use_global_stats`` of its operator.
 """
+import json
+
 import mxnet as mx
 import numpy as np
 from mxnet import gluon
@@ -21,20 +27,61 @@ from .callbacks import Callback
 
 __all__ = ["MergeRunningStatistics"]
 
+# MXNet's BatchNorm operators (their op names in a graph); each takes (data, gamma, beta,
+# moving_mean, moving_var) and, without the attributes, momentum 0.9 and use_global_stats off
+_BATCHNORM_OPS = ("BatchNorm", "_contrib_SyncBatchNorm", "_contrib_BatchNormWithReLU")
+_DEFAULT_MOMENTUM = 0.9
+_MAX_INPUTS = 64   # the most inputs tried on a SymbolBlock, which takes the number it was built on
+
+
+def _graph(block):
+    """The nodes (MXNet's JSON graph) of a BatchNorm layer or a SymbolBlock called on Symbols."""
+    counts = range(1, _MAX_INPUTS + 1) if isinstance(block, gluon.SymbolBlock) else [1]
+    for count in counts:
+        try:   # forward, not __call__: no forward hook of the block sees the Symbols
+            outputs = block.forward(*[mx.sym.var(f"input{i}") for i in range(count)])
+        except AssertionError:   # a SymbolBlock given another number of inputs
+            continue
+        return json.loads(mx.sym.Group(_flat(outputs)).tojson())["nodes"]
+    raise ValueError(f"MergeRunningStatistics cannot read the graph of the SymbolBlock {block.name!r}: it takes "
+                     f"none of 1 to {_MAX_INPUTS} Symbols as inputs, so its BatchNorm statistics could not be "
+                     f"merged; build it on a flat list of at most {_MAX_INPUTS} inputs.")
+
+
+def _flat(outputs):
+    """The Symbols of a forward's output, nested lists flattened."""
+    if isinstance(outputs, mx.sym.Symbol):
+        return [outputs]
+    return [symbol for item in outputs for symbol in _flat(item)]
+
+
+def _batchnorm_nodes(nodes):
+    """``[(momentum, (moving_mean name, moving_var name)), ...]`` of the BatchNorm operators in
+    ``nodes`` that update their running statistics in training."""
+    found = []
+    for node in nodes:
+        options = node.get("attrs", {})
+        if node["op"] in _BATCHNORM_OPS and options.get("use_global_stats", "0").lower() not in ("1", "true"):
+            states = tuple(nodes[index]["name"] for index, _, _ in node["inputs"][3:5])
+            found.append((float(options.get("momentum", _DEFAULT_MOMENTUM)), states))
+    return found
+
 
 def _running_statistics(net):
     """``[(parameter, momentum), ...]`` of the BatchNorm layers of ``net`` that update their
-    running statistics in training."""
-    found = []
+    running statistics in training: Gluon's layers and the BatchNorm operators in the graphs of
+    its SymbolBlocks, each parameter once (a layer whose graph a SymbolBlock holds too)."""
+    found = {}
 
     def visit(block):
-        if isinstance(block, gluon.nn.BatchNorm):
-            options = block._kwargs   # MXNet keeps the momentum only there
-            if not options.get("use_global_stats"):
-                for param in (block.running_mean, block.running_var):
-                    found.append((param, float(options["momentum"])))
+        if isinstance(block, (gluon.nn.BatchNorm, gluon.nn.BatchNormReLU, gluon.SymbolBlock)):
+            params = block.collect_params()
+            for momentum, states in _batchnorm_nodes(_graph(block)):
+                for name in states:
+                    if name in params:   # not a graph input
+                        found.setdefault(params[name], momentum)
     net.apply(visit)
-    return found
+    return list(found.items())
 
 
 class MergeRunningStatistics(Callback):
@@ -71,9 +118,11 @@ class MergeRunningStatistics(Callback):
         return state.trainer.num_workers > 1 and bool(self._stats)
 
     def on_train_begin(self, state):
+        if state.trainer.num_workers == 1:
+            return
         self._stats = _running_statistics(state.net)
         deferred = [param.name for param, _ in self._stats if param._data is None]
-        if deferred and state.trainer.num_workers > 1:
+        if deferred:
             raise ValueError(f"MergeRunningStatistics: {deferred[0]} is not initialized yet; give the network its "
                              "shapes before creating the Trainer (the layers' input sizes, or net.infer_shape and "
                              "initialize), or its first update copies worker 0's statistics over the others'.")

@@ -25,7 +25,7 @@ def _bench(tmp_path, argv, timeout=900):
     out = tmp_path / "results.json"
     result = subprocess.run(COMMAND + argv + ["--json", str(out)], capture_output=True, text=True,
                             timeout=timeout, cwd=tmp_path, env=ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-10000:]   # a failed job: the end of each rank's lines
     with open(out) as f:
         return json.load(f), result.stdout
 

@@ -21,7 +21,7 @@ import mxnet as mx
 import numpy as np
 
 from gluonkit.atomic import atomic_write
-from gluonkit.callbacks import Callback
+from gluonkit.callbacks import PlotCurves
 
 __all__ = ["DetectionCurves", "plot_detection_curves", "draw_predictions", "match_detections",
            "best_f1_threshold", "best_threshold", "draw_detections", "drawable_names"]
@@ -126,16 +126,17 @@ def plot_detection_curves(history, classes, path):
     return _write_png(fig, path)
 
 
-class DetectionCurves(Callback):
-    """``plot_detection_curves`` after every epoch (the main process only)."""
+class DetectionCurves(PlotCurves):
+    """:class:`~gluonkit.callbacks.PlotCurves` drawing ``plot_detection_curves`` of ``classes``
+    (the main process only), as epochs end and when training ends."""
 
-    main_process_only = True
+    def __init__(self, path, classes, min_seconds=10.0):
+        super().__init__(path, min_seconds=min_seconds)
+        self.classes = list(classes)
 
-    def __init__(self, path, classes):
-        self.path, self.classes = os.fspath(path), list(classes)
-
-    def on_epoch_end(self, state):
-        plot_detection_curves(state.history, self.classes, self.path)
+    def draw(self, history):
+        if history.get("epoch"):
+            plot_detection_curves(history, self.classes, self.path)
 
 
 def _iou(a, b):

@@ -10,6 +10,7 @@ import logging
 import math
 import numbers
 import os
+import time
 
 from ..atomic import atomic_text, atomic_write
 from ..validate import finite_real, non_negative_int, positive_int
@@ -487,7 +488,7 @@ class HistoryLogger(Callback):
 
 
 class PlotCurves(Callback):
-    """Plot the training curves to a PNG after every epoch (matplotlib, no display needed).
+    """Plot the training curves to a PNG as epochs end (matplotlib, no display needed).
 
     One panel per quantity: the loss and each metric, on the training batches and on the
     held-out data (``val_data``: the history's ``val_`` keys, labelled ``held_out``); one
@@ -501,10 +502,14 @@ class PlotCurves(Callback):
     Parameters
     ----------
     path : str
-        The PNG file, replaced atomically after every epoch.
+        The PNG file, replaced atomically after an epoch and when training ends.
     held_out : str, default 'val'
         What the ``val_`` curves are called in the legend, e.g. ``'validation'`` (as the
         recipes, which hold the test set out of training) or ``'test'``.
+    min_seconds : float, default 10.0
+        After an epoch, the plot is drawn again only if this long has passed since training
+        began or the last drawing (a drawing takes about a second of CPU); it is always drawn
+        when training ends. 0 draws after every epoch.
 
     Attributes
     ----------
@@ -519,12 +524,14 @@ class PlotCurves(Callback):
 
     main_process_only = True
 
-    def __init__(self, path, held_out="val"):
+    def __init__(self, path, held_out="val", min_seconds=10.0):
         if not isinstance(held_out, str) or not held_out:
             raise TypeError(f"held_out must be a non-empty str such as 'val' or 'test', got "
                             f"{held_out!r}.")
+        self.min_seconds = finite_real(min_seconds, "min_seconds", "the seconds between drawings", minimum=0.0)
         self.path = os.fspath(path)
         self.held_out = held_out
+        self._drawn_at = None    # time.monotonic() of training's start or the last drawing
         self._rows = None
         self.learning_rates = []
         self._epoch_lrs = []     # this epoch's (batch, learning rate)
@@ -542,11 +549,16 @@ class PlotCurves(Callback):
             panels.append((f"on the {self.held_out} data", [(key[4:], key) for key in alone]))
         return panels
 
-    def _plot(self, history):
+    def _draw_new(self, history):
+        """``draw``, unless ``history`` holds no new epoch since the last drawing and the file is there."""
         rows = len(history.get("epoch", ()))
         if rows == self._rows and os.path.exists(self.path):
             return
-        self._rows = rows
+        self._rows, self._drawn_at = rows, time.monotonic()
+        self.draw(history)
+
+    def draw(self, history):
+        """Draw ``history`` (a ``fit`` history) to ``path`` now."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -587,6 +599,7 @@ class PlotCurves(Callback):
 
     def on_train_begin(self, state):
         _writable_file(self.path, "PlotCurves")
+        self._drawn_at = time.monotonic()
 
     def on_epoch_begin(self, state):
         self._epoch_lrs = []
@@ -598,7 +611,8 @@ class PlotCurves(Callback):
         batches = max(state.batch, 1)
         self.learning_rates += [(state.epoch + b / batches, lr) for b, lr in self._epoch_lrs]
         self._epoch_lrs = []
-        self._plot(state.history)
+        if time.monotonic() - self._drawn_at >= self.min_seconds:
+            self._draw_new(state.history)
 
     def on_train_end(self, state):
-        self._plot(state.history)
+        self._draw_new(state.history)

@@ -42,16 +42,35 @@ def test_the_learning_rate_is_recorded_after_every_batch(tmp_path, accumulate):
     assert image.shape[:2] == (round(3.2 * 90), 3 * 4 * 90)          # loss, accuracy, lr
 
 
+class _FileAtEpochEnd(gluonkit.callbacks.Callback):
+    """Whether ``path`` exists at the end of each epoch (after the callbacks before it)."""
+
+    def __init__(self, path):
+        self.path, self.seen = path, []
+
+    def on_epoch_end(self, state):
+        self.seen.append(self.path.exists())
+
+
+@pytest.mark.parametrize("min_seconds, drawn", [(0, [True, True, True]), (3600, [False, False, False])])
+def test_epochs_are_drawn_once_min_seconds_have_passed_and_always_when_training_ends(tmp_path, min_seconds, drawn):
+    path = tmp_path / "curves.png"
+    files = _FileAtEpochEnd(path)
+    _fit(tmp_path, [PlotCurves(path, min_seconds=min_seconds), files])
+    assert files.seen == drawn
+    assert matplotlib.image.imread(path).shape[:2] == (round(3.2 * 90), 3 * 4 * 90)   # drawn at the end
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (float("inf"), ValueError), ("10", TypeError)])
+def test_min_seconds_must_be_a_finite_number_of_seconds(tmp_path, bad, error):
+    with pytest.raises(error, match=rf"min_seconds \(the seconds between drawings\) must be a finite number >= 0.0, "
+                                    rf"got {bad!r}"):
+        PlotCurves(tmp_path / "c.png", min_seconds=bad)
+
+
 def test_held_out_must_be_a_name(tmp_path):
     with pytest.raises(TypeError, match="held_out must be a non-empty str.*got None"):
         PlotCurves(tmp_path / "c.png", held_out=None)
-
-
-class _EndOfEpoch:
-    """What PlotCurves reads at an epoch's end: the history, the epoch and its batch count."""
-
-    def __init__(self, history):
-        self.history, self.epoch, self.batch = history, len(history["epoch"]) - 1, 4
 
 
 def test_held_out_values_without_a_training_twin_get_a_panel(tmp_path):
@@ -60,6 +79,6 @@ def test_held_out_values_without_a_training_twin_get_a_panel(tmp_path):
     history = {"epoch": [1, 2], "loss": [84.0, 30.0], "val_circle": [0.1, 0.3],
                "val_square": [0.2, 0.4], "val_mAP": [0.15, 0.35], "lr": [0.01, 0.005],
                "samples_per_sec": [10.0, 11.0], "time": [3.0, 3.0]}
-    PlotCurves(tmp_path / "curves.png").on_epoch_end(_EndOfEpoch(history))
+    PlotCurves(tmp_path / "curves.png").draw(history)
     image = matplotlib.image.imread(tmp_path / "curves.png")
     assert image.shape[:2] == (round(3.2 * 90), 3 * 4 * 90)     # loss, held-out values, lr

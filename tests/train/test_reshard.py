@@ -137,3 +137,18 @@ def test_the_new_workers_shares_of_the_updates_done_hold_those_updates_samples_o
         assert sum(map(len, yielded)) == mine["batch_samples"]
         taken += [i for b in yielded for i in b]
     assert sorted(taken) == sorted(saver.order(0)[:min(updates * batch, length)].tolist())
+
+def test_the_stop_and_resume_lines_count_updates_not_a_workers_micro_batches(tmp_path, caplog):
+    caplog.set_level("INFO", logger="gluonkit")
+    folder = str(tmp_path / "ckpt")
+    with pytest.raises(SystemExit):   # SIGTERM after micro-batch 5: it stops after 8, the second update
+        _fit([At(5), ModelCheckpoint(folder)])
+    assert "training stopped by SIGTERM after 1 epoch(s) and 2 update(s)." in caplog.text
+    path = gluonkit.Checkpoint(folder).latest
+    _fit([ModelCheckpoint(folder, resume=True)])
+    assert f"Resumed from {path}: 1 epoch(s) and 2 update(s) done." in caplog.text
+    # 3 workers would each resume 2 updates, in 4, 2 and 2 of their own micro-batches
+    snap = _snapshot(path)
+    assert [reshard(snap, 1, GlobalBatchSampler(SAMPLES, BATCH, MICRO, rank, 3, seed=0), 3, path)["updates"]
+            for rank in range(3)] == [2, 2, 2]
+

@@ -72,9 +72,12 @@ class GlobalBatchSampler(gluon.data.Sampler):
             raise ValueError(f"micro_batch {micro_batch} is larger than the global batch_size {batch_size}; "
                              "pass a micro-batch of at most the global batch.")
         if self.micro_batches_per_batch < self.workers:
+            largest = self.largest_micro_batch(self.batch_size, self.workers)
+            fix = (f"pass a micro-batch of at most {largest}" if largest else
+                   f"pass a batch_size of at least {workers}, or run fewer workers")
             raise ValueError(f"a global batch of {batch_size} holds {self.micro_batches_per_batch} micro-batch(es) "
                              f"of {micro_batch}, fewer than the {workers} workers: some would have nothing to "
-                             f"run; pass a micro-batch of at most {batch_size // workers}.")
+                             f"run; {fix}.")
         if last_batch not in ("keep", "discard"):
             raise ValueError(f"last_batch must be 'keep' or 'discard', got {last_batch!r}.")
         if last_batch == "discard" and self.length < self.batch_size:
@@ -91,6 +94,19 @@ class GlobalBatchSampler(gluon.data.Sampler):
     def seed(self):
         """int: The seed of the data order (and, in :func:`global_loader`, of the augmentations)."""
         return self._seed
+
+    @staticmethod
+    def largest_micro_batch(batch_size, workers):
+        """int: The largest micro-batch that cuts a global batch of ``batch_size`` samples into
+        at least ``workers`` micro-batches (one or more for every worker); 0 if none does
+        (``batch_size`` < ``workers``).
+
+        Example::
+
+            >>> GlobalBatchSampler.largest_micro_batch(8, 3)    # 3 micro-batches: 3, 3 and 2
+            3
+        """
+        return batch_size if workers == 1 else math.ceil(batch_size / (workers - 1)) - 1
 
     @property
     def micro_batches_per_batch(self):

@@ -179,7 +179,7 @@ def _config_defaults(parser, path, config, dests, label="--config"):
     return defaults
 
 
-def parse_with_config(parser, argv=None, fixed=()):
+def parse_with_config(parser, argv=None, fixed=(), without=None):
     """Parse ``argv`` (default ``sys.argv[1:]``) after a ``--config FILE`` set the defaults.
 
     A config value goes through the option's own type check, as if typed on the command line
@@ -192,7 +192,9 @@ def parse_with_config(parser, argv=None, fixed=()):
     extends it. Any other option whose value differs from the run's, except those of
     :data:`CONTINUING` (devices, workers, progress bars, ...), is an error that names it:
     those of ``fixed`` build the network or choose the data, the others say how it trains,
-    and the run's args.json must keep describing what it trained.
+    and the run's args.json must keep describing what it trained. An option the run did not
+    set is named as such ("trained without --micro-batch"), with what ``without[dest](out)``
+    says the run did instead, for the dests ``without`` maps.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     known, _ = parser.parse_known_args(argv)
@@ -227,14 +229,21 @@ def parse_with_config(parser, argv=None, fixed=()):
         if dest in CONTINUING or dest in runs.INVOCATION or given == made:
             continue
         name = "--" + dest.replace("_", "-")
+        was = f"with {made}" if made is not None else _without(name, (without or {}).get(dest), out)
         if dest in fixed:
-            parser.error(f"{name} {given} differs from the run in {out}, made with {made} (its "
+            parser.error(f"{name} {given} differs from the run in {out}, made {was} (its "
                          f"{runs.ARGS_FILE}), and changes the network or the data: drop {name} to "
                          "continue that run, or pass another --out.")
-        parser.error(f"{name} {given} differs from the run in {out}, trained with {made} (its "
+        parser.error(f"{name} {given} differs from the run in {out}, trained {was} (its "
                      f"{runs.ARGS_FILE}); a resumed run goes on as it was trained: drop {name}, "
                      f"or start a new run with it (--config {path} {name} ... --out NEW).")
     return args
+
+
+def _without(name, describe, out):
+    """'without --name', and what ``describe(out)`` says the run in ``out`` did instead, if anything."""
+    instead = describe(out) if describe else None
+    return f"without {name}" + (f", {instead}" if instead else "")
 
 
 def parse_ctx(spec):

@@ -55,8 +55,15 @@ class GlobalBatchSampler(gluon.data.Sampler):
 
     Example::
 
-        >>> sampler = GlobalBatchSampler(1000, 64, 16, trainer.rank, trainer.num_workers, seed=0)
-        >>> trainer = gluonkit.Trainer(params, 'sgd', kvstore=kv, accumulate=sampler.accumulate)
+        >>> import mxnet as mx, gluonkit
+        >>> from gluonkit.data import GlobalBatchSampler
+        >>> kv = mx.kv.create("device")     # "dist_sync" in each worker under gluonkit-launch
+        >>> sampler = GlobalBatchSampler(1000, 64, 16, kv.rank, kv.num_workers, seed=0)
+        >>> net = mx.gluon.nn.Dense(10, in_units=64)
+        >>> net.initialize()
+        >>> trainer = gluonkit.Trainer(net.collect_params(), "sgd", kvstore=kv, accumulate=sampler.accumulate)
+        >>> sampler.accumulate, len(sampler)   # 16 global batches, the last of 40 samples in 3
+        (4, 63)
     """
 
     def __init__(self, length, batch_size, micro_batch, rank=0, workers=1, shuffle=True, seed=None,
@@ -85,6 +92,9 @@ class GlobalBatchSampler(gluon.data.Sampler):
                              "leaves no batch; pass last_batch='keep' or a smaller batch_size.")
         self.sizes = None if sizes is None else check_sizes(sizes)
         self.interval = positive_int(interval, "interval", "global batches per drawn size")
+        if self.sizes is None and self.interval != 1:
+            raise ValueError(f"interval={interval} is the global batches per input size drawn from sizes, but "
+                             "sizes is None; pass sizes=[...] too, or leave interval out.")
         self.shuffle, self.last_batch = bool(shuffle), last_batch
         self._seed = seed_or_draw(seed)
         self._epoch = 0
@@ -222,9 +232,16 @@ def global_loader(dataset, batch_size, micro_batch, rank=0, workers=1, shuffle=T
 
     Example::
 
-        >>> loader = global_loader(dataset, 64, 16, trainer.rank, trainer.num_workers, seed=0)
-        >>> trainer = gluonkit.Trainer(net.collect_params(), 'sgd', kvstore=kv,
+        >>> import mxnet as mx, gluonkit
+        >>> from gluonkit.data import global_loader
+        >>> kv = mx.kv.create("device")     # "dist_sync" in each worker under gluonkit-launch
+        >>> loader = global_loader(gluonkit.data.digits(), 64, 16, kv.rank, kv.num_workers, seed=0)
+        >>> net = mx.gluon.nn.Dense(10, in_units=64)
+        >>> net.initialize()
+        >>> trainer = gluonkit.Trainer(net.collect_params(), "sgd", kvstore=kv,
         ...                            accumulate=loader.batch_sampler.sampler.accumulate)
+        >>> len(loader), loader.batch_sampler.sampler.accumulate
+        (90, 4)
     """
     if loader_kwargs.get("thread_pool"):
         raise ValueError("global_loader(thread_pool=True): threads share the process's generators, so the "

@@ -136,6 +136,7 @@ def parse_args(argv=None):
     args = common.parse_with_config(parser, argv, fixed=_FIXED,
                                     without={"micro_batch": global_batch.micro_batches_trained})
     common.check_output_options(parser, args)
+    common.check_multiscale_interval(parser, args)
     if _variable_sizes(args) and args.micro_batch is not None:
         parser.error("--micro-batch cuts batches of one image size; --multiscale and --image-size 0 train on "
                      "batches of each worker's own (--batch-size per worker and step): drop --micro-batch.")

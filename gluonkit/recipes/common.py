@@ -37,8 +37,8 @@ __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule
            "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "add_device_options", "add_output_options", "check_out",
-           "check_output_options", "output_callbacks", "finish_init", "export_best",
-           "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
+           "check_output_options", "check_multiscale_interval", "output_callbacks", "finish_init",
+           "export_best", "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
            "test_summary", "CONTINUING", "RecordArgs", "path_type", "dataset_type",
            "warnings_logged"]
 
@@ -54,7 +54,8 @@ _CONFIG_BYTES = 1 << 20     # a config is a page of options: anything larger is 
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that names the options closest to one it does not know."""
+    """An ``ArgumentParser`` whose errors are one line (no usage block), naming the options
+    closest to one it does not know."""
 
     def parse_args(self, args=None, namespace=None):
         namespace, extras = self.parse_known_args(args, namespace)
@@ -69,8 +70,12 @@ class _Parser(argparse.ArgumentParser):
                     if close:
                         hints.append(f"did you mean {' or '.join(close)}?")
             self.error(f"unrecognized arguments: {' '.join(extras)}"
-                       + (f" ({'; '.join(hints)})" if hints else ""))
+                       + (f" ({'; '.join(hints)})" if hints else f" ({self.prog} --help lists the options)"))
         return namespace
+
+    def error(self, message):
+        """Exit with status 2 and ``prog: error: message`` on one line of stderr."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class OptionError(ValueError):
@@ -473,6 +478,14 @@ def check_output_options(parser, args):
         parser.error(f"--out {err}")
     if args.resume:
         _check_resumable(parser, args.out, args.epochs)
+
+
+def check_multiscale_interval(parser, args):
+    """``parser.error`` for ``--multiscale-interval`` (not 1) without ``--multiscale``: it would
+    do nothing. A resume or an export goes on with what the run recorded."""
+    if args.multiscale_interval != 1 and not args.multiscale and not (args.resume or getattr(args, "export", False)):
+        parser.error(f"--multiscale-interval {args.multiscale_interval} is the batches per size drawn from "
+                     "--multiscale, which is not given; pass --multiscale SIZES too, or drop --multiscale-interval.")
 
 
 def _check_resumable(parser, out, epochs):

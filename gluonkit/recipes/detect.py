@@ -186,6 +186,7 @@ def parse_args(argv=None):
     args = common.parse_with_config(parser, argv, fixed=_FIXED,
                                     without={"micro_batch": global_batch.micro_batches_trained})
     common.check_output_options(parser, args)
+    common.check_multiscale_interval(parser, args)
     global_batch.keep_earlier_meaning(args)    # a run of an earlier version goes on as it was trained
     if args.multiscale and args.image_size == 0:
         parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")

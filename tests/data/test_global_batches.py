@@ -1,4 +1,5 @@
 """Global batches: every worker's micro-batches, their samples and augmentations, whatever the count."""
+import doctest
 import re
 
 import numpy as np
@@ -129,6 +130,23 @@ def test_sizes_give_every_global_batch_one_size_the_same_on_any_number_of_worker
         assert all(drawn[b] == drawn[b - b % interval] for b in range(len(drawn)))   # one size per interval
         assert drawn == GlobalBatchSampler(29, 8, 2, seed=5, sizes=sizes, interval=interval).batch_sizes(epoch)
     assert GlobalBatchSampler(29, 8, 2, seed=5).batch_sizes(0) is None
+
+
+def test_an_interval_without_sizes_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"^interval=2 is the global batches per input size drawn from sizes, but "
+                                         r"sizes is None; pass sizes=\[\.\.\.\] too, or leave interval out\.$"):
+        GlobalBatchSampler(10, 4, 2, interval=2)
+    with pytest.raises(ValueError, match=r"interval=3 .* sizes is None"):
+        global_loader(Jittered(), 4, 2, interval=3)
+    assert GlobalBatchSampler(10, 4, 2, sizes=[32], interval=2).batch_sizes(0) == [(32, 32)] * 3
+
+
+@pytest.mark.parametrize("documented", [GlobalBatchSampler, global_loader])
+def test_the_docstring_example_runs_as_pasted(documented):
+    runner = doctest.DocTestRunner()
+    for example in doctest.DocTestFinder(recurse=False).find(documented, globs={}):   # nothing imported for it
+        runner.run(example)
+    assert runner.summarize(verbose=False) == (0, runner.tries) and runner.tries >= 6
 
 
 def test_bad_sizes_are_refused_by_value():

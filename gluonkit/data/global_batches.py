@@ -55,8 +55,15 @@ class GlobalBatchSampler(gluon.data.Sampler):
 
     Example::
 
-        >>> sampler = GlobalBatchSampler(1000, 64, 16, trainer.rank, trainer.num_workers, seed=0)
-        >>> trainer = gluonkit.Trainer(params, 'sgd', kvstore=kv, accumulate=sampler.accumulate)
+        >>> import mxnet as mx, gluonkit
+        >>> from gluonkit.data import GlobalBatchSampler
+        >>> kv = mx.kv.create("device")     # "dist_sync" in each worker under gluonkit-launch
+        >>> sampler = GlobalBatchSampler(1000, 64, 16, kv.rank, kv.num_workers, seed=0)
+        >>> net = mx.gluon.nn.Dense(10, in_units=64)
+        >>> net.initialize()
+        >>> trainer = gluonkit.Trainer(net.collect_params(), "sgd", kvstore=kv, accumulate=sampler.accumulate)
+        >>> sampler.accumulate, len(sampler)   # 16 global batches, the last of 40 samples in 3
+        (4, 63)
     """
 
     def __init__(self, length, batch_size, micro_batch, rank=0, workers=1, shuffle=True, seed=None,
@@ -72,9 +79,12 @@ class GlobalBatchSampler(gluon.data.Sampler):
             raise ValueError(f"micro_batch {micro_batch} is larger than the global batch_size {batch_size}; "
                              "pass a micro-batch of at most the global batch.")
         if self.micro_batches_per_batch < self.workers:
+            largest = self.largest_micro_batch(self.batch_size, self.workers)
+            fix = (f"pass a micro-batch of at most {largest}" if largest else
+                   f"pass a batch_size of at least {workers}, or run fewer workers")
             raise ValueError(f"a global batch of {batch_size} holds {self.micro_batches_per_batch} micro-batch(es) "
                              f"of {micro_batch}, fewer than the {workers} workers: some would have nothing to "
-                             f"run; pass a micro-batch of at most {batch_size // workers}.")
+                             f"run; {fix}.")
         if last_batch not in ("keep", "discard"):
             raise ValueError(f"last_batch must be 'keep' or 'discard', got {last_batch!r}.")
         if last_batch == "discard" and self.length < self.batch_size:
@@ -82,6 +92,9 @@ class GlobalBatchSampler(gluon.data.Sampler):
                              "leaves no batch; pass last_batch='keep' or a smaller batch_size.")
         self.sizes = None if sizes is None else check_sizes(sizes)
         self.interval = positive_int(interval, "interval", "global batches per drawn size")
+        if self.sizes is None and self.interval != 1:
+            raise ValueError(f"interval={interval} is the global batches per input size drawn from sizes, but "
+                             "sizes is None; pass sizes=[...] too, or leave interval out.")
         self.shuffle, self.last_batch = bool(shuffle), last_batch
         self._seed = seed_or_draw(seed)
         self._epoch = 0
@@ -91,6 +104,19 @@ class GlobalBatchSampler(gluon.data.Sampler):
     def seed(self):
         """int: The seed of the data order (and, in :func:`global_loader`, of the augmentations)."""
         return self._seed
+
+    @staticmethod
+    def largest_micro_batch(batch_size, workers):
+        """int: The largest micro-batch that cuts a global batch of ``batch_size`` samples into
+        at least ``workers`` micro-batches (one or more for every worker); 0 if none does
+        (``batch_size`` < ``workers``).
+
+        Example::
+
+            >>> GlobalBatchSampler.largest_micro_batch(8, 3)    # 3 micro-batches: 3, 3 and 2
+            3
+        """
+        return batch_size if workers == 1 else math.ceil(batch_size / (workers - 1)) - 1
 
     @property
     def micro_batches_per_batch(self):
@@ -206,9 +232,16 @@ def global_loader(dataset, batch_size, micro_batch, rank=0, workers=1, shuffle=T
 
     Example::
 
-        >>> loader = global_loader(dataset, 64, 16, trainer.rank, trainer.num_workers, seed=0)
-        >>> trainer = gluonkit.Trainer(net.collect_params(), 'sgd', kvstore=kv,
+        >>> import mxnet as mx, gluonkit
+        >>> from gluonkit.data import global_loader
+        >>> kv = mx.kv.create("device")     # "dist_sync" in each worker under gluonkit-launch
+        >>> loader = global_loader(gluonkit.data.digits(), 64, 16, kv.rank, kv.num_workers, seed=0)
+        >>> net = mx.gluon.nn.Dense(10, in_units=64)
+        >>> net.initialize()
+        >>> trainer = gluonkit.Trainer(net.collect_params(), "sgd", kvstore=kv,
         ...                            accumulate=loader.batch_sampler.sampler.accumulate)
+        >>> len(loader), loader.batch_sampler.sampler.accumulate
+        (90, 4)
     """
     if loader_kwargs.get("thread_pool"):
         raise ValueError("global_loader(thread_pool=True): threads share the process's generators, so the "

@@ -133,8 +133,10 @@ def _build_parser():
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
-    args = common.parse_with_config(parser, argv, fixed=_FIXED)
+    args = common.parse_with_config(parser, argv, fixed=_FIXED,
+                                    without={"micro_batch": global_batch.micro_batches_trained})
     common.check_output_options(parser, args)
+    common.check_multiscale_interval(parser, args)
     if _variable_sizes(args) and args.micro_batch is not None:
         parser.error("--micro-batch cuts batches of one image size; --multiscale and --image-size 0 train on "
                      "batches of each worker's own (--batch-size per worker and step): drop --micro-batch.")
@@ -289,7 +291,8 @@ def _train(args, callbacks, folder):
     accumulate = args.accumulate
     if not per_worker:      # every worker reads every sample, and runs its micro-batches of each update
         train_loader = global_batch.global_train_loader(train_set, args.batch_size, args.micro_batch,
-                                                        len(ctx), kvstore, args.seed, args.num_workers)
+                                                        len(ctx), kvstore, args.seed, args.num_workers,
+                                                        resume=args.resume)
         accumulate = train_loader.batch_sampler.sampler.accumulate
     input_shape = _input_shape(test_loader)
     model_prefix = os.path.join(args.out, "model") if args.out else None

@@ -37,8 +37,8 @@ __all__ = ["OptionError", "check_positive_int", "optimizer_params", "lr_schedule
            "build_parser", "parse_with_config", "parse_ctx", "ctx_type", "positive_int",
            "non_negative_int", "non_negative_float", "one_of", "sizes_type", "apply_threads",
            "save_args", "add_device_options", "add_output_options", "check_out",
-           "check_output_options", "output_callbacks", "finish_init", "export_best",
-           "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
+           "check_output_options", "check_multiscale_interval", "output_callbacks", "finish_init",
+           "export_best", "export_summary", "run_command", "add_image_limits", "fraction", "splits_note",
            "test_summary", "CONTINUING", "RecordArgs", "path_type", "dataset_type",
            "warnings_logged"]
 
@@ -54,7 +54,8 @@ _CONFIG_BYTES = 1 << 20     # a config is a page of options: anything larger is 
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that names the options closest to one it does not know."""
+    """An ``ArgumentParser`` whose errors are one line (no usage block), naming the options
+    closest to one it does not know."""
 
     def parse_args(self, args=None, namespace=None):
         namespace, extras = self.parse_known_args(args, namespace)
@@ -69,8 +70,12 @@ class _Parser(argparse.ArgumentParser):
                     if close:
                         hints.append(f"did you mean {' or '.join(close)}?")
             self.error(f"unrecognized arguments: {' '.join(extras)}"
-                       + (f" ({'; '.join(hints)})" if hints else ""))
+                       + (f" ({'; '.join(hints)})" if hints else f" ({self.prog} --help lists the options)"))
         return namespace
+
+    def error(self, message):
+        """Exit with status 2 and ``prog: error: message`` on one line of stderr."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class OptionError(ValueError):
@@ -179,7 +184,7 @@ def _config_defaults(parser, path, config, dests, label="--config"):
     return defaults
 
 
-def parse_with_config(parser, argv=None, fixed=()):
+def parse_with_config(parser, argv=None, fixed=(), without=None):
     """Parse ``argv`` (default ``sys.argv[1:]``) after a ``--config FILE`` set the defaults.
 
     A config value goes through the option's own type check, as if typed on the command line
@@ -192,7 +197,9 @@ def parse_with_config(parser, argv=None, fixed=()):
     extends it. Any other option whose value differs from the run's, except those of
     :data:`CONTINUING` (devices, workers, progress bars, ...), is an error that names it:
     those of ``fixed`` build the network or choose the data, the others say how it trains,
-    and the run's args.json must keep describing what it trained.
+    and the run's args.json must keep describing what it trained. An option the run did not
+    set is named as such ("trained without --micro-batch"), with what ``without[dest](out)``
+    says the run did instead, for the dests ``without`` maps.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     known, _ = parser.parse_known_args(argv)
@@ -227,14 +234,21 @@ def parse_with_config(parser, argv=None, fixed=()):
         if dest in CONTINUING or dest in runs.INVOCATION or given == made:
             continue
         name = "--" + dest.replace("_", "-")
+        was = f"with {made}" if made is not None else _without(name, (without or {}).get(dest), out)
         if dest in fixed:
-            parser.error(f"{name} {given} differs from the run in {out}, made with {made} (its "
+            parser.error(f"{name} {given} differs from the run in {out}, made {was} (its "
                          f"{runs.ARGS_FILE}), and changes the network or the data: drop {name} to "
                          "continue that run, or pass another --out.")
-        parser.error(f"{name} {given} differs from the run in {out}, trained with {made} (its "
+        parser.error(f"{name} {given} differs from the run in {out}, trained {was} (its "
                      f"{runs.ARGS_FILE}); a resumed run goes on as it was trained: drop {name}, "
                      f"or start a new run with it (--config {path} {name} ... --out NEW).")
     return args
+
+
+def _without(name, describe, out):
+    """'without --name', and what ``describe(out)`` says the run in ``out`` did instead, if anything."""
+    instead = describe(out) if describe else None
+    return f"without {name}" + (f", {instead}" if instead else "")
 
 
 def parse_ctx(spec):
@@ -464,6 +478,14 @@ def check_output_options(parser, args):
         parser.error(f"--out {err}")
     if args.resume:
         _check_resumable(parser, args.out, args.epochs)
+
+
+def check_multiscale_interval(parser, args):
+    """``parser.error`` for ``--multiscale-interval`` (not 1) without ``--multiscale``: it would
+    do nothing. A resume or an export goes on with what the run recorded."""
+    if args.multiscale_interval != 1 and not args.multiscale and not (args.resume or getattr(args, "export", False)):
+        parser.error(f"--multiscale-interval {args.multiscale_interval} is the batches per size drawn from "
+                     "--multiscale, which is not given; pass --multiscale SIZES too, or drop --multiscale-interval.")
 
 
 def _check_resumable(parser, out, epochs):

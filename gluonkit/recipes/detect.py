@@ -183,8 +183,10 @@ def _build_parser():
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``), after any --config file."""
     parser = _build_parser()
-    args = common.parse_with_config(parser, argv, fixed=_FIXED)
+    args = common.parse_with_config(parser, argv, fixed=_FIXED,
+                                    without={"micro_batch": global_batch.micro_batches_trained})
     common.check_output_options(parser, args)
+    common.check_multiscale_interval(parser, args)
     global_batch.keep_earlier_meaning(args)    # a run of an earlier version goes on as it was trained
     if args.multiscale and args.image_size == 0:
         parser.error("--multiscale and --image-size 0 both choose the input sizes; pass one.")
@@ -396,7 +398,8 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     lists of images at their own sizes.
 
     ``global_batches`` (not for ``image_size`` 0): ``{'micro_batch', 'devices', 'kvstore'}``
-    for a training loader of this worker's micro-batches of global batches of ``batch_size``
+    (and ``'resume'``, as ``global_batch.global_train_loader`` takes it) for a training loader
+    of this worker's micro-batches of global batches of ``batch_size``
     (``global_batch.global_train_loader``), one size per global batch.
     """
     if family == "faster_rcnn":
@@ -443,8 +446,9 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
 def _global_loader(train_set, transform, batchify, batch_size, sizes, interval, seed, num_workers, plan):
     """This worker's micro-batches of the global batches of ``train_set`` (see ``make_loaders``)."""
     return global_batch.global_train_loader(MultiScaleDataset(train_set, transform), batch_size, plan["micro_batch"],
-                                            plan["devices"], plan["kvstore"], seed, num_workers, sizes=sizes,
-                                            interval=interval, batchify_fn=batchify)
+                                            plan["devices"], plan["kvstore"], seed, num_workers,
+                                            resume=plan.get("resume", False), sizes=sizes, interval=interval,
+                                            batchify_fn=batchify)
 
 
 def _load_best(net, trainer, checkpoints):
@@ -537,7 +541,8 @@ def _train(args, folder):
     det.initialize(net, ctx)
     if family == "faster_rcnn":
         rcnn.place_target_generator(net, ctx)
-    plan = None if per_worker else {"micro_batch": args.micro_batch, "devices": len(ctx), "kvstore": kvstore}
+    plan = None if per_worker else {"micro_batch": args.micro_batch, "devices": len(ctx), "kvstore": kvstore,
+                                    "resume": args.resume}
     train_loader, val_loader = make_loaders(
         det.one_image_network(net, args.model, classes, args.batchnorm), family, train_set, val_set,
         args.batch_size, image_size=args.image_size,

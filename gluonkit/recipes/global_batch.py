@@ -19,13 +19,14 @@ import os
 
 import mxnet as mx
 
+from gluonkit import Checkpoint, CheckpointError
 from gluonkit.callbacks import MergeRunningStatistics
 from gluonkit.data import GlobalBatchSampler, global_loader
 from gluonkit.recipes import common, runs
 
 __all__ = ["add_global_batch_options", "check_global_batch", "keep_earlier_meaning", "trained_per_worker",
-           "workers_of", "global_train_loader", "initialize_without_forward", "merge_callbacks",
-           "updates_per_epoch", "describe", "describe_per_worker"]
+           "micro_batches_trained", "workers_of", "global_train_loader", "initialize_without_forward",
+           "merge_callbacks", "updates_per_epoch", "describe", "describe_per_worker"]
 
 
 def add_global_batch_options(group):
@@ -79,6 +80,20 @@ def trained_per_worker(out):
     return isinstance(recorded, dict) and "per_worker_batch" not in recorded
 
 
+def micro_batches_trained(out):
+    """What the run in ``out`` ran without ``--micro-batch``, as its newest checkpoint on
+    global batches records it ('in micro-batches of 2 on 2 worker(s)': each worker's share of
+    a global batch), or None (no such checkpoint)."""
+    latest = Checkpoint(os.path.join(out, "checkpoints")).latest
+    try:
+        position = (Checkpoint.saved_state(latest).get("fit") or {}).get("global") if latest else None
+    except CheckpointError:
+        return None
+    if not position:
+        return None
+    return f"in micro-batches of {position['plan']['micro_batch']} on {position['workers']} worker(s)"
+
+
 def workers_of(kvstore):
     """``(rank, num_workers)`` of a kvstore as ``common.create_kvstore`` gives it (a name: one process)."""
     return (0, 1) if isinstance(kvstore, str) else (kvstore.rank, kvstore.num_workers)
@@ -91,23 +106,64 @@ def _step_samples(batch_size, micro_batch, devices, workers):
     return min(batch_size, micro_batch * devices)
 
 
-def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed, num_workers, **options):
+def _fits(batch_size, micro_batch, devices, workers):
+    """Whether a global batch cut as the options say gives every one of ``workers`` workers a
+    micro-batch."""
+    return math.ceil(batch_size / _step_samples(batch_size, micro_batch, devices, workers)) >= workers
+
+
+def _fewer_micro_batches_than_workers(batch_size, micro_batch, devices, workers):
+    """The refusal of options that cut a global batch into fewer micro-batches than ``workers``
+    (a new run: the ``--micro-batch`` or ``--batch-size`` that fits)."""
+    step = _step_samples(batch_size, micro_batch, devices, workers)
+    made = f"{math.ceil(batch_size / step)} micro-batch(es) per update, fewer than the {workers} workers"
+    largest = GlobalBatchSampler.largest_micro_batch(batch_size, workers) // devices
+    micro_fix = f"--micro-batch {largest} or less, or " if largest else ""
+    if micro_batch is None:
+        return (f"--batch-size {batch_size} without --micro-batch runs each worker's share of a global batch "
+                f"({step} sample(s)) in one step: {made}; pass {micro_fix}a --batch-size that is a multiple of "
+                f"{workers} (e.g. {workers * (batch_size // workers + 1)}).")
+    return (f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per worker makes "
+            f"{made}; pass {micro_fix}--batch-size {micro_batch * devices * (workers - 1) + 1} or more.")
+
+
+def _run_fits_fewer_workers(batch_size, micro_batch, devices, workers):
+    """The refusal of a resume on ``workers`` workers, more than the global batches of the run
+    (whose ``--batch-size`` and ``--micro-batch`` a resume keeps) fit: the workers they fit."""
+    if micro_batch is None:
+        fit = [w for w in range(1, batch_size + 1) if _fits(batch_size, None, devices, w)]
+        nearest = [max(w for w in fit if w < workers)] + [w for w in fit if w > workers][:1]
+        step = _step_samples(batch_size, None, devices, workers)
+        return (f"--resume on {workers} workers: this run's global batch of {batch_size}, without --micro-batch, "
+                f"is each worker's share in one step, {step} sample(s) on {workers} workers: "
+                f"{math.ceil(batch_size / step)} micro-batch(es), fewer than the workers; resume on "
+                f"{' or '.join(map(str, nearest))} workers.")
+    step = _step_samples(batch_size, micro_batch, devices, workers)
+    most = math.ceil(batch_size / step)
+    text = (f"--resume on {workers} workers: this run's global batch of {batch_size} in micro-batches of {step}"
+            + (f" ({micro_batch} per device on {devices})" if devices > 1 else "")
+            + f" fits at most {most} worker(s) (each needs a micro-batch of every update); resume on "
+            f"{most} or fewer")
+    on_one = math.ceil(batch_size / min(batch_size, micro_batch))
+    if devices > 1 and on_one > most:
+        text += f", or with fewer devices per worker (--ctx; on one device each it fits {on_one})"
+    return text + "."
+
+
+def global_train_loader(dataset, batch_size, micro_batch, devices, kvstore, seed, num_workers, resume=False,
+                        **options):
     """This worker's loader of the global batches of ``dataset`` (every worker reads all of it):
     steps of ``micro_batch`` samples per device on ``devices`` devices; ``options`` go to
-    ``global_loader`` (``sizes``, ``interval``, ``batchify_fn``). A ``GlobalBatchSampler``
-    error (fewer micro-batches in a global batch than workers) becomes a ``common.OptionError``
-    (a ``ValueError``) that names the options."""
+    ``global_loader`` (``sizes``, ``interval``, ``batchify_fn``). Fewer micro-batches in a
+    global batch than workers is a ``common.OptionError`` (a ``ValueError``) that names the
+    options that fit: for a new run, the ``--micro-batch`` or ``--batch-size``; on ``resume``
+    (which keeps them), the number of workers."""
     rank, workers = workers_of(kvstore)
+    if not _fits(batch_size, micro_batch, devices, workers):
+        refusal = _run_fits_fewer_workers if resume else _fewer_micro_batches_than_workers
+        raise common.OptionError(refusal(batch_size, micro_batch, devices, workers))
     step = _step_samples(batch_size, micro_batch, devices, workers)
-    try:
-        return global_loader(dataset, batch_size, step, rank, workers, seed=seed, num_workers=num_workers,
-                             **options)
-    except ValueError as err:
-        most = batch_size // (workers * devices)
-        raise common.OptionError(
-            f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per worker makes "
-            f"{math.ceil(batch_size / step)} micro-batch(es) per update, fewer than the {workers} workers; pass "
-            f"--micro-batch {max(most, 1)} or less, or a larger --batch-size.") from err
+    return global_loader(dataset, batch_size, step, rank, workers, seed=seed, num_workers=num_workers, **options)
 
 
 def initialize_without_forward(net, input_shapes, ctx, init, train_mode=False):

@@ -269,7 +269,8 @@ def parse_args(argv=None):
     """Parse the command line; ``--config FILE`` (JSON or YAML) supplies defaults that flags
     override."""
     parser = _build_parser()
-    args = common.parse_with_config(parser, argv, fixed=_FIXED)
+    args = common.parse_with_config(parser, argv, fixed=_FIXED,
+                                    without={"micro_batch": global_batch.micro_batches_trained})
     common.check_output_options(parser, args)
     global_batch.keep_earlier_meaning(args)    # a run of an earlier version goes on as it was trained
     global_batch.check_global_batch(parser, args)
@@ -331,7 +332,7 @@ def _train(args, callbacks, folder):
         train_loader = gluon.data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
     else:       # every worker reads every sample, and runs its micro-batches of each update
         train_loader = global_batch.global_train_loader(train_set, args.batch_size, args.micro_batch,
-                                                        len(ctx_list), kvstore, args.seed, 0)
+                                                        len(ctx_list), kvstore, args.seed, 0, resume=args.resume)
         accumulate = train_loader.batch_sampler.sampler.accumulate
     val_loader = None if val_set is None else gluon.data.DataLoader(val_set,
                                                                     batch_size=args.batch_size)

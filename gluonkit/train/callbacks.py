@@ -16,6 +16,7 @@ from ..atomic import atomic_text, atomic_write
 from ..validate import finite_real, non_negative_int, positive_int
 from .checkpoint import Checkpoint, CheckpointError
 from .reshard import global_sampler, reshard
+from .state import position_text
 
 __all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LRSchedule", "HistoryLogger",
            "PlotCurves"]
@@ -280,7 +281,7 @@ class ModelCheckpoint(Callback):
         state.restore(saved)
         self._saved_at = state.position
         if state.is_main_process:
-            log.info("Resumed from %s: %d epoch(s) and %d batch(es) done.", path, *state.position)
+            log.info("Resumed from %s: %s done.", path, position_text(state))
             if resharded is not None:
                 log.info("It was saved by %d worker(s); this job's %d worker(s) continue after %d "
                          "update(s) of epoch %d, each with its share of the global batches.",

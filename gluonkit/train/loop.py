@@ -26,7 +26,7 @@ from .heads import HeadTally, counted_windows, unpack_heads
 from .metrics import make_metrics
 from .reshard import global_sampler
 from .resume import batch_length
-from .state import FitState, Run
+from .state import FitState, Run, position_text
 
 __all__ = ["fit", "FitState"]
 
@@ -496,9 +496,7 @@ def fit(net, loss, trainer, train_data, *, epochs, ctx=None, val_data=None, metr
             _run_epoch(run, train_data, val_data, val_metrics, progress)
         _call(run, "on_train_end")
     if run.interrupted is not None:
-        epoch, batch = run.position
-        message = (f"training stopped by {run.interrupted.name} after {epoch} epoch(s) "
-                   f"and {batch} batch(es)")
+        message = f"training stopped by {run.interrupted.name} after {position_text(run.view)}"
         log.warning("%s.", message)
         if run.workers > 1 and run.trainer.stopping:   # every worker stopped here: leave together
             run.trainer.sum_over_workers([0.0])

@@ -13,6 +13,8 @@ line: a checkpoint taken in the middle of an update (its accumulated gradients a
 saving workers' own), a run on shards of each worker's own (not global batches), and, in
 mid-epoch, global batches cut otherwise than the interrupted run's.
 """
+import os
+
 from ..data.global_batches import GlobalBatchSampler
 from ._archive import CheckpointError
 
@@ -59,6 +61,35 @@ def _refusal(path, saved_by, workers, why):
                            f"{why}")
 
 
+def _epoch_end_before(path):
+    """``(file, newer)``: the newest checkpoint file of ``path``'s directory, older than
+    ``path``, saved at an epoch's end on global batches (any number of workers resumes it),
+    and the files after it up to ``path``; ``(None, [])`` if there is none."""
+    from .checkpoint import Checkpoint   # it imports this module (through resume)
+
+    directory, name = os.path.split(os.fspath(path))
+    paths = Checkpoint(directory).paths
+    names = [os.path.basename(p) for p in paths]
+    last = names.index(name) if name in names else -1
+    for i in range(last - 1, -1, -1):
+        try:
+            snap = Checkpoint.saved_state(paths[i]).get("fit") or {}
+        except CheckpointError:   # damaged: not one to resume from
+            continue
+        if snap.get("global") and not snap.get("batch"):
+            return paths[i], paths[i + 1:last + 1]
+    return None, []
+
+
+def _from_epoch_end(path):
+    """How to resume the run of ``path`` (a mid-epoch checkpoint) from its last epoch's end."""
+    earlier, newer = _epoch_end_before(path)
+    if earlier is None:
+        return "start without resuming (no checkpoint of an epoch's end precedes it)"
+    return (f"from the end of an epoch: move {' and '.join(newer)} out of {os.path.dirname(earlier)}, and the "
+            f"same resume goes on from {earlier}")
+
+
 def reshard(snap, saved_by, sampler, workers, path):
     """This worker's snapshot of ``snap`` (``fit``'s, from rank 0's file ``path``, saved by a job
     of ``saved_by`` workers) for a job of ``workers`` workers, whose loader's sampler is
@@ -94,9 +125,7 @@ def reshard(snap, saved_by, sampler, workers, path):
         raise _refusal(path, saved_by, workers,
                        f"it was saved in the middle of epoch {snap['epoch'] + 1} on global batches of "
                        f"{was}, and this run's have {now}, so the rest of the epoch would not be the one "
-                       "interrupted; resume on the same global batches and micro-batches (a recipe "
-                       f"without --micro-batch cuts them by the number of workers), {again}, or from an "
-                       "epoch's end.")
+                       f"interrupted; {again}, or {_from_epoch_end(path)}.")
     snap = {**snap, "global": {**saved, "workers": int(workers)},
             "settings": {**snap["settings"], "accumulate": sampler.accumulate}}
     if snap["batch"]:   # this worker's micro-batches of the updates done, in its new share

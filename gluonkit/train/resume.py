@@ -434,7 +434,8 @@ class Resumer:
             return {**self.pending, "history": history, "callbacks": callback_states}
         # the batches done, not those taken ahead (fit with counts by head counts a window first)
         done = self.sizes[:batch] if batch else self.sizes
-        snap = {"epoch": epoch, "batch": batch, "step": state.step, "history": history,
+        updates = self.updates_done(state) if batch else 0
+        snap = {"epoch": epoch, "batch": batch, "updates": updates, "step": state.step, "history": history,
                 "callbacks": callback_states, "settings": self.settings(state),
                 "batch_size": max(done, default=0)}
         sampler = sampler_of(state.train_data)
@@ -443,8 +444,7 @@ class Resumer:
         global_batches = global_sampler(state.train_data)
         if global_batches is not None:   # the place in the global order: another number of workers takes it
             pending = state.trainer.pending[0] if hasattr(state.trainer, "pending") else 0
-            snap["global"] = global_position(global_batches, state.step - self.steps_at_start if batch else 0,
-                                             pending, getattr(state.trainer, "num_workers", 1))
+            snap["global"] = global_position(global_batches, updates, pending, getattr(state.trainer, "num_workers", 1))
         if batch:
             tally.settle()
             rng = get_rng_state()
@@ -503,6 +503,13 @@ class Resumer:
             if states:
                 cb.load_state_dict(states.pop(0))
 
+    def updates_done(self, state):
+        """The updates applied in the current epoch of ``state`` (a ``Run``): since it began,
+        or as the snapshot it continues from recorded them, until it continues."""
+        if self.pending is not None:
+            return _updates_of(self.pending)
+        return state.step - self.steps_at_start
+
     @staticmethod
     def _skips(state):
         return int(getattr(state.trainer, "nonfinite_skips", 0))
@@ -535,7 +542,7 @@ class Resumer:
             except ValueError as err:
                 raise CheckpointError(f"The checkpoint's metric sums do not fit the run's metrics: {err}") from None
         self.skips_at_start = self._skips(state) - snap.get("nonfinite_skips", 0)
-        self.steps_at_start = state.step - (snap.get("global") or {}).get("updates", 0)
+        self.steps_at_start = state.step - _updates_of(snap)
         self.epoch_rng = snap["epoch_rng"]
         set_rng_state(self.epoch_rng)   # replay the epoch's data order from its start
         return self._batches(state.train_data, snap["batch"], snap.get("batch_samples"), snap["rng"],
@@ -577,6 +584,16 @@ class Resumer:
             + (f" of {saved} samples ({samples} in all)" if saved else f" holding {samples} samples")
             + f", but the batches of train_data hold {self.largest} ({self.seen} in its first {skip}); "
             f"resume with {_batches_of(saved)} (it may change at an epoch's end).", saved, self.largest)
+
+
+def _updates_of(snap):
+    """The updates applied in the epoch a mid-epoch snapshot was taken in; one of an earlier
+    gluonkit, without them: its global position's, else its batches per accumulation window."""
+    if "updates" in snap:
+        return snap["updates"]
+    if snap.get("global"):
+        return snap["global"]["updates"]
+    return snap["batch"] // snap.get("settings", {}).get("accumulate", 1)
 
 
 def convert_legacy_snapshot(snap):

@@ -2,7 +2,7 @@
 from .resume import Resumer
 from .tally import Tally
 
-__all__ = ["FitState", "Run"]
+__all__ = ["FitState", "Run", "position_text"]
 
 
 class Run:
@@ -53,6 +53,13 @@ class Run:
         if self.resumer.pending is not None:
             return self.epoch, self.resumer.pending["batch"]
         return self.epoch + (self.phase == "end"), 0
+
+    @property
+    def epoch_updates(self):
+        """int: Updates applied in the epoch of ``position`` (0 at an epoch's end)."""
+        if self.phase == "train" or self.resumer.pending is not None:
+            return self.resumer.updates_done(self)
+        return 0
 
     def snapshot(self):
         """See ``FitState.snapshot``."""
@@ -106,9 +113,12 @@ class FitState:
         number completed. The history's 'epoch', the epoch lines and the checkpoint names
         count from 1: the epoch that just ended is ``state.epoch + 1`` there.
     batch : int
-        Batches done in the current epoch.
+        Batches done in the current epoch (this worker's own).
     step : int
         Optimizer updates applied so far (one per ``accumulate`` batches).
+    epoch_updates : int
+        Updates applied in the epoch of ``position`` (0 at an epoch's end): the same on every
+        worker, and on global batches on any number of workers.
     logs : dict
         During an epoch: running 'loss' and metrics (reading them waits for the last batch);
         at ``on_epoch_end``: the epoch's row.
@@ -145,6 +155,7 @@ class FitState:
     is_main_process = property(lambda self: self._run.is_main_process)
     logs = property(lambda self: self._run.logs)
     position = property(lambda self: self._run.position)
+    epoch_updates = property(lambda self: self._run.epoch_updates)
 
     @property
     def stop_training(self):
@@ -181,3 +192,11 @@ class FitState:
         interrupted run's is refused when the epoch resumes.
         """
         self._run.restore(saved)
+
+
+def position_text(state):
+    """Where ``state`` (a ``FitState``) is, in units that are the same on every worker:
+    '1 epoch(s) and 2 update(s)', and the batches of the next update accumulated, if any."""
+    steps = state.trainer.pending[0] if hasattr(state.trainer, "pending") else 0
+    return (f"{state.position[0]} epoch(s) and {state.epoch_updates} update(s)"
+            + (f" (and {steps} batch(es) of the next update)" if steps else ""))

@@ -1,4 +1,7 @@
 """Global batches: every worker's micro-batches, their samples and augmentations, whatever the count."""
+import doctest
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -49,8 +52,17 @@ def test_the_workers_shares_cover_each_global_batch_once_and_accumulate_counts_a
                                                                                            workers):
     micro = min(micro, batch)
     if -(-batch // micro) < workers:
-        with pytest.raises(ValueError, match="fewer than the"):
+        with pytest.raises(ValueError, match="fewer than the") as refused:
             GlobalBatchSampler(length, batch, micro, 0, workers)
+        fix = re.search(r"pass a micro-batch of at most (\d+)\.$", str(refused.value))
+        if fix is None:   # no micro-batch gives every worker one
+            assert batch < workers and str(refused.value).endswith(f"batch_size of at least {workers}, or run "
+                                                                    "fewer workers.")
+            return
+        largest = int(fix.group(1))   # the largest micro-batch that fits, the one named
+        assert GlobalBatchSampler(length, batch, largest, 0, workers).micro_batches_per_batch >= workers
+        assert largest == batch or -(-batch // (largest + 1)) < workers
+        assert GlobalBatchSampler.largest_micro_batch(batch, workers) == largest
         return
     samplers = [GlobalBatchSampler(length, batch, micro, r, workers, seed=1) for r in range(workers)]
     ranges = samplers[0].micro_batch_ranges()
@@ -66,7 +78,7 @@ def test_bad_settings_are_refused_with_the_value_and_the_fix():
         GlobalBatchSampler(10, 4, 2, rank=2, workers=2)
     with pytest.raises(ValueError, match="micro_batch 8 is larger than the global batch_size 4"):
         GlobalBatchSampler(10, 4, 8)
-    with pytest.raises(ValueError, match="pass a micro-batch of at most 2"):
+    with pytest.raises(ValueError, match=r"pass a micro-batch of at most 3\.$"):   # 3 and 1: one for each
         GlobalBatchSampler(10, 4, 4, 0, 2)
     with pytest.raises(ValueError, match="'keep' or 'discard'"):
         GlobalBatchSampler(10, 4, 2, last_batch="rollover")
@@ -118,6 +130,23 @@ def test_sizes_give_every_global_batch_one_size_the_same_on_any_number_of_worker
         assert all(drawn[b] == drawn[b - b % interval] for b in range(len(drawn)))   # one size per interval
         assert drawn == GlobalBatchSampler(29, 8, 2, seed=5, sizes=sizes, interval=interval).batch_sizes(epoch)
     assert GlobalBatchSampler(29, 8, 2, seed=5).batch_sizes(0) is None
+
+
+def test_an_interval_without_sizes_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"^interval=2 is the global batches per input size drawn from sizes, but "
+                                         r"sizes is None; pass sizes=\[\.\.\.\] too, or leave interval out\.$"):
+        GlobalBatchSampler(10, 4, 2, interval=2)
+    with pytest.raises(ValueError, match=r"interval=3 .* sizes is None"):
+        global_loader(Jittered(), 4, 2, interval=3)
+    assert GlobalBatchSampler(10, 4, 2, sizes=[32], interval=2).batch_sizes(0) == [(32, 32)] * 3
+
+
+@pytest.mark.parametrize("documented", [GlobalBatchSampler, global_loader])
+def test_the_docstring_example_runs_as_pasted(documented):
+    runner = doctest.DocTestRunner()
+    for example in doctest.DocTestFinder(recurse=False).find(documented, globs={}):   # nothing imported for it
+        runner.run(example)
+    assert runner.summarize(verbose=False) == (0, runner.tries) and runner.tries >= 6
 
 
 def test_bad_sizes_are_refused_by_value():

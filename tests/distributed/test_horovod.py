@@ -132,7 +132,7 @@ def test_a_sigterm_to_one_rank_stops_both_and_neither_leaves_before_the_other_en
     job = os.path.join(os.path.dirname(__file__), "horovod_fit_job.py")
     code, output = horovodrun(2, [sys.executable, job, str(tmp_path), "stop"], timeout=200)
     assert output.count("SIGTERM received") == 1, output[-3000:]            # rank 0's own
-    assert output.count("training stopped by SIGTERM after 0 epoch(s) and 4 batch(es)") == 2, output[-3000:]
+    assert output.count("training stopped by SIGTERM after 0 epoch(s) and 4 update(s)") == 2, output[-3000:]
     assert (tmp_path / "ended1").read_text() == "0 4"
     # what the user sees (docs/distributed.md): the ranks exit 143, horovodrun 1 with its traceback
     assert code == 1, output[-3000:]

@@ -60,7 +60,7 @@ def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_n
                       timeout=300, cwd=tmp_path)
     output = _finish(stopped, code=143)   # the launcher did not get the signal: a worker's stop ends the job
     assert "stopped by SIGTERM (exit code 143" in output and "Its last lines" not in output, output[-3000:]
-    assert "training stopped by SIGTERM after 1 epoch(s) and 6 batch(es)" in output, output[-3000:]
+    assert "training stopped by SIGTERM after 1 epoch(s) and 3 update(s)" in output, output[-3000:]
     saved = [Checkpoint(tmp_path / "two" / "checkpoints" / rank).latest for rank in ("", "rank-1")]
     assert [Checkpoint.saved_at(path) for path in saved] == [(1, 13 + 3)] * 2    # epoch 1, then 3 updates
     for workers in (1, 3):
@@ -68,12 +68,12 @@ def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_n
     one = Watched(_one_process(CLASSIFY, *OPTIONS, "--resume", "--out", str(tmp_path / "two-on-1")),
                   timeout=300, cwd=tmp_path)
     output = _finish(one)
-    assert "Resumed from" in output and "1 epoch(s) and 12 batch(es) done" in output   # its 4 of each update
+    assert "Resumed from" in output and "1 epoch(s) and 3 update(s) done" in output   # in 12 micro-batches of its own
     assert "It was saved by 2 worker(s); this job's 1 worker(s) continue after 3 update(s) of epoch 2" in output
     three = Watched(_launch(3, CLASSIFY, *OPTIONS, "--resume", "--out", str(tmp_path / "two-on-3")),
                     timeout=300, cwd=tmp_path)
     output = _finish(three)
-    assert output.count("Resumed from") == 1 and "1 epoch(s) and 6 batch(es) done" in output  # rank 0: 2 of 4
+    assert output.count("Resumed from") == 1 and "1 epoch(s) and 3 update(s) done" in output  # rank 0: 2 of each 4
     assert "in micro-batches: 2 (100 samples an epoch), 1 (52 samples an epoch), 1 (48 samples an epoch)" in output
     _finish(never)
 
@@ -92,7 +92,7 @@ def test_two_horovod_ranks_stopped_mid_epoch_resume_on_three_and_on_one_like_the
     # rank 0 gets SIGTERM after its 5th micro-batch of epoch 2: both ranks stop after update 3
     code, output = horovodrun(2, [sys.executable, STOP_JOB, "term:0:5", *OPTIONS, "--kvstore", "horovod",
                                   "--out", str(tmp_path / "two")], timeout=300, cwd=tmp_path)
-    assert code != 0 and "training stopped by SIGTERM after 1 epoch(s) and 6 batch(es)" in output, output[-3000:]
+    assert code != 0 and "training stopped by SIGTERM after 1 epoch(s) and 3 update(s)" in output, output[-3000:]
     saved = [Checkpoint(tmp_path / "two" / "checkpoints" / rank).latest for rank in ("", "rank-1")]
     assert [Checkpoint.saved_at(path) for path in saved] == [(1, 13 + 3)] * 2
     shutil.copytree(tmp_path / "two", tmp_path / "two-on-1")
@@ -115,10 +115,10 @@ def test_one_process_stops_between_updates_and_resumes_on_two_workers(tmp_path):
     output = _finish(Watched(_one_process(sys.executable, STOP_JOB, "term:0:5", *OPTIONS, "--out",
                                           str(tmp_path / "one")), timeout=300, cwd=tmp_path), code=143)
     assert "SIGTERM received: stopping after the current update" in output
-    assert "training stopped by SIGTERM after 1 epoch(s) and 8 batch(es)" in output
+    assert "training stopped by SIGTERM after 1 epoch(s) and 2 update(s)" in output
     output = _finish(Watched(_launch(2, CLASSIFY, *OPTIONS, "--resume", "--out", str(tmp_path / "one")),
                              timeout=300, cwd=tmp_path))
-    assert "1 epoch(s) and 4 batch(es) done" in output    # rank 0: 2 micro-batches of each of the 2 updates
+    assert "1 epoch(s) and 2 update(s) done" in output    # rank 0: in 2 micro-batches of each
     _finish(never)
     epoch, expected = _latest(tmp_path / "never" / "checkpoints")
     assert epoch == 2

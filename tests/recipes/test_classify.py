@@ -170,6 +170,11 @@ def test_option_errors(tmp_path, capsys):
     assert "--resume reads the checkpoints in --out" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         recipe.parse_args(["--lr-schedule", "linear"])
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--multiscale-interval", "3", "--out", ""])   # it would do nothing
+    assert capsys.readouterr().err.endswith("error: --multiscale-interval 3 is the batches per size drawn from "
+                                            "--multiscale, which is not given; pass --multiscale SIZES too, or "
+                                            "drop --multiscale-interval.\n")
     with pytest.raises(ValueError, match="neither 'cnn' nor a GluonCV model-zoo name.*"
                                          "resnet18_v1.*get_model_list"):
         build_model("resnet18-v1", 10)

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from gluonkit.recipes import classify, detect, multitask
+from gluonkit.recipes import classify, detect, multitask, predict
 
 from conftest import CLONE_ENV
 
@@ -31,7 +31,25 @@ def test_a_misspelled_or_abbreviated_option_is_refused_with_the_option_meant(rec
 def test_an_unknown_option_without_a_close_name_gets_no_guess(capsys):
     with pytest.raises(SystemExit):
         classify.parse_args(["--frobnicate"])
-    assert capsys.readouterr().err.strip().endswith("unrecognized arguments: --frobnicate")
+    assert capsys.readouterr().err == ("gluonkit-classify: error: unrecognized arguments: --frobnicate "
+                                       "(gluonkit-classify --help lists the options)\n")
+
+
+@pytest.mark.parametrize("parse, argv, line", [
+    (classify.parse_args, ["--micro-batch", "80"], "gluonkit-classify: error: --micro-batch 80 is larger than"),
+    (multitask.parse_args, ["--micro-batch", "8", "--per-worker-batch"],
+     "gluonkit-multitask: error: --micro-batch cuts a global batch"),
+    (detect.parse_args, ["--batch-size", "4", "--micro-batch", "8"],
+     "gluonkit-detect: error: --micro-batch 8 is larger than the global --batch-size 4"),
+    (detect.parse_args, ["--batch-size", "x"], "gluonkit-detect: error: argument --batch-size: expected an integer"),
+    (predict.parse_args, ["--model", "m"], "gluonkit-predict: error: the following arguments are required: "
+                                           "IMAGE_OR_DIR"),
+])
+def test_a_refused_option_is_one_line_without_the_usage_block(parse, argv, line, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse(argv if parse is predict.parse_args else [*argv, "--out", ""])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith(line) and err.count("\n") == 1, err
 
 
 def test_a_download_that_fails_is_one_line_without_the_retries(tmp_path):

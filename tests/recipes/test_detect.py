@@ -72,6 +72,9 @@ def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
                          (["--per-device", "2", "--micro-batch", "4"], "both set the images per device"),
                          (["--image-size", "0", "--micro-batch", "4"], "--image-size 0 trains on batches of each"),
                          (["--micro-batch", "9"], "--micro-batch 9 is larger than the global --batch-size 8"),
+                         (["--multiscale-interval", "2"], "gluonkit-detect: error: --multiscale-interval 2 is the "
+                          "batches per size drawn from --multiscale, which is not given; pass --multiscale SIZES "
+                          "too, or drop --multiscale-interval.\n"),
                          (["--per-device", "2", "--batch-size", "8", "--image-size", "0"],
                           "--per-device 2 on 1 device(s) makes --batch-size 2 per worker and step, not 8; pass one.")]:
         with pytest.raises(SystemExit):

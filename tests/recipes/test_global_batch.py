@@ -40,12 +40,79 @@ def test_options_that_do_not_go_together_are_named(capsys, recipe, argv, message
     assert message in _error(capsys, [*argv, "--out", ""], recipe)
 
 
-def test_too_many_workers_for_the_micro_batches_of_a_global_batch_names_the_micro_batch_that_fits():
-    class FourWorkers:   # the rank and count of a distributed kvstore, as the loader reads them
-        rank, num_workers = 0, 4
-    with pytest.raises(OptionError, match=r"makes 2 micro-batch\(es\) per update, fewer than the 4 workers; pass "
-                                         r"--micro-batch 16 or less"):
-        global_batch.global_train_loader(digits(), 64, 32, 1, FourWorkers(), 0, 0)
+class Workers:
+    """The rank and count of a distributed kvstore, as the loader reads them."""
+
+    def __init__(self, workers):
+        self.rank, self.num_workers = 0, workers
+
+
+def _refusal(batch_size, micro_batch, workers, devices=1, resume=False):
+    with pytest.raises(OptionError) as refused:
+        global_batch.global_train_loader(digits(), batch_size, micro_batch, devices, Workers(workers), 0, 0,
+                                         resume=resume)
+    return str(refused.value)
+
+
+def _fits(batch_size, micro_batch, workers, devices=1):
+    """Whether the options give each of ``workers`` workers a micro-batch of every global batch."""
+    try:
+        loader = global_batch.global_train_loader(digits(), batch_size, micro_batch, devices, Workers(workers), 0, 0)
+    except OptionError:
+        return False
+    return loader.batch_sampler.sampler.micro_batches_per_batch >= workers
+
+
+@pytest.mark.parametrize("batch_size, micro_batch, workers, devices, fix, largest, smallest", [
+    (64, 32, 4, 1, "pass --micro-batch 21 or less, or --batch-size 97 or more.", 21, 97),
+    (8, 4, 3, 1, "pass --micro-batch 3 or less, or --batch-size 9 or more.", 3, 9),   # 3 micro-batches of 3, 3, 2
+    (8, 2, 5, 2, "pass --batch-size 17 or more.", None, 17),   # even 1 per device makes 4 steps of 2
+])
+def test_too_many_workers_for_the_micro_batches_of_a_global_batch_names_the_largest_micro_batch_that_fits(
+        batch_size, micro_batch, workers, devices, fix, largest, smallest):
+    message = _refusal(batch_size, micro_batch, workers, devices)
+    assert message == (f"--batch-size {batch_size} with --micro-batch {micro_batch} on {devices} device(s) per "
+                       f"worker makes {-(-batch_size // (micro_batch * devices))} micro-batch(es) per update, "
+                       f"fewer than the {workers} workers; {fix}")
+    if largest is not None:
+        assert _fits(batch_size, largest, workers, devices) and not _fits(batch_size, largest + 1, workers, devices)
+    assert _fits(smallest, micro_batch, workers, devices) and not _fits(smallest - 1, micro_batch, workers, devices)
+
+
+def test_too_many_workers_without_micro_batch_names_the_micro_batch_and_the_batch_sizes_that_fit():
+    assert _refusal(4, None, 3) == ("--batch-size 4 without --micro-batch runs each worker's share of a global "
+                                    "batch (2 sample(s)) in one step: 2 micro-batch(es) per update, fewer than the "
+                                    "3 workers; pass --micro-batch 1 or less, or a --batch-size that is a multiple "
+                                    "of 3 (e.g. 6).")
+    assert _fits(4, 1, 3) and _fits(6, None, 3) and _fits(9, None, 3)
+
+
+def test_a_resume_on_too_many_workers_names_the_workers_the_runs_global_batches_fit():
+    # --resume keeps the run's --batch-size and --micro-batch: the fix is the number of workers
+    message = _refusal(4, 2, 3, resume=True)
+    assert message == ("--resume on 3 workers: this run's global batch of 4 in micro-batches of 2 fits at most 2 "
+                       "worker(s) (each needs a micro-batch of every update); resume on 2 or fewer.")
+    assert _fits(4, 2, 2)
+    assert _refusal(8, 2, 3, devices=2, resume=True).endswith(
+        "in micro-batches of 4 (2 per device on 2) fits at most 2 worker(s) (each needs a micro-batch of every "
+        "update); resume on 2 or fewer, or with fewer devices per worker (--ctx; on one device each it fits 4).")
+    assert _fits(8, 2, 4, devices=1)
+    # without --micro-batch each worker's share is its micro-batch: 3 workers of a batch of 4 get 2 of 2
+    assert _refusal(4, None, 3, resume=True) == (
+        "--resume on 3 workers: this run's global batch of 4, without --micro-batch, is each worker's share in one "
+        "step, 2 sample(s) on 3 workers: 2 micro-batch(es), fewer than the workers; resume on 2 or 4 workers.")
+    assert _fits(4, None, 2) and _fits(4, None, 4)
+
+
+def test_micro_batch_on_the_resume_of_a_run_without_it_says_what_the_run_trained_with(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    classify.train(classify.parse_args(["--limit", "40", "--epochs", "1", "--batch-size", "8", "--no-progress",
+                                        "--out", out]))
+    err = _error(capsys, ["--out", out, "--resume", "--epochs", "2", "--micro-batch", "2"])
+    assert err.endswith(f"error: --micro-batch 2 differs from the run in {out}, trained without "
+                        "--micro-batch, in micro-batches of 8 on 1 worker(s) (its args.json); a resumed run goes on "
+                        f"as it was trained: drop --micro-batch, or start a new run with it (--config {out}/args.json "
+                        "--micro-batch ... --out NEW).\n")
 
 
 def test_one_process_runs_every_micro_batch_of_the_global_batch_in_order_and_says_so(tmp_path, caplog):

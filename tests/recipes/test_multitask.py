@@ -139,7 +139,7 @@ def test_resume_after_a_stop_in_mid_epoch_equals_an_uninterrupted_run(tmp_path):
     # 15 batches per epoch; the aux head trains on batches 3, 6, ...: the stop after batch 5
     # of epoch 2 falls inside a window, so the resumed run must pick the heads by position
     straight = run(*TINY, "--out", str(tmp_path / "a"))
-    with pytest.raises(KeyboardInterrupt, match=r"after 1 epoch\(s\) and 5 batch\(es\)"):
+    with pytest.raises(KeyboardInterrupt, match=r"after 1 epoch\(s\) and 5 update\(s\)$"):
         run(*TINY, "--out", str(tmp_path / "b"), callbacks=[StopAt(2, 5)])
     assert not (tmp_path / "b" / "model.json").exists()
     resumed = run(*TINY, "--out", str(tmp_path / "b"), "--resume")

@@ -122,6 +122,24 @@ def test_batchnorm_statistics_of_each_device_are_restored_on_it(tmp_path):
     assert resumed_history["loss"] == history["loss"]
 
 
+def test_a_stop_inside_an_accumulation_window_says_the_updates_and_the_batches_of_the_next(tmp_path, caplog):
+    caplog.set_level("INFO", logger="gluonkit")
+    loader = gluon.data.DataLoader(images(), batch_size=4, batchify_fn=cropped)
+
+    def three_batches_an_update(callbacks):
+        net = conv_net([mx.cpu()], seed=1)
+        trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, accumulate=3)
+        fit(net, LOSS, trainer, loader, epochs=2, callbacks=callbacks, progress=False)
+
+    with pytest.raises(KeyboardInterrupt, match=r"^training stopped by SIGINT after 1 epoch\(s\) and 1 update\(s\) "
+                                                r"\(and 2 batch\(es\) of the next update\)$"):
+        three_batches_an_update([StopAt(1, 5), ModelCheckpoint(tmp_path)])   # batch 5 of 10 in epoch 2
+    path = Checkpoint(tmp_path).latest
+    three_batches_an_update([ModelCheckpoint(tmp_path, resume=True)])
+    assert (f"Resumed from {path}: 1 epoch(s) and 1 update(s) (and 2 batch(es) of the next update) done."
+            in caplog.text)
+
+
 class SaveAt(Callback):
     """Save a mid-epoch checkpoint at batch ``batch`` of epoch ``epoch`` and go on training."""
 

@@ -33,13 +33,14 @@ class Flat(gluon.data.Dataset):
 
 
 class At(Callback):
-    """After micro-batch ``batch`` of epoch 2: send SIGTERM to this process, or save a checkpoint."""
+    """After micro-batch ``batch`` of epoch ``epoch + 1`` (2 by default): send SIGTERM to this
+    process, or save a checkpoint."""
 
-    def __init__(self, batch, save_into=None):
-        self.batch, self.save_into = batch, save_into
+    def __init__(self, batch, save_into=None, epoch=1):
+        self.batch, self.save_into, self.epoch = batch, save_into, epoch
 
     def on_batch_end(self, state):
-        if state.epoch != 1 or state.batch != self.batch:
+        if state.epoch != self.epoch or state.batch != self.batch:
             return
         if self.save_into is None:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -137,3 +138,42 @@ def test_the_new_workers_shares_of_the_updates_done_hold_those_updates_samples_o
         assert sum(map(len, yielded)) == mine["batch_samples"]
         taken += [i for b in yielded for i in b]
     assert sorted(taken) == sorted(saver.order(0)[:min(updates * batch, length)].tolist())
+
+
+def test_the_stop_and_resume_lines_count_updates_not_a_workers_micro_batches(tmp_path, caplog):
+    caplog.set_level("INFO", logger="gluonkit")
+    folder = str(tmp_path / "ckpt")
+    with pytest.raises(SystemExit):   # SIGTERM after micro-batch 5: it stops after 8, the second update
+        _fit([At(5), ModelCheckpoint(folder)])
+    assert "training stopped by SIGTERM after 1 epoch(s) and 2 update(s)." in caplog.text
+    path = gluonkit.Checkpoint(folder).latest
+    _fit([ModelCheckpoint(folder, resume=True)])
+    assert f"Resumed from {path}: 1 epoch(s) and 2 update(s) done." in caplog.text
+    # 3 workers would each resume 2 updates, in 4, 2 and 2 of their own micro-batches
+    snap = _snapshot(path)
+    assert [reshard(snap, 1, GlobalBatchSampler(SAMPLES, BATCH, MICRO, rank, 3, seed=0), 3, path)["updates"]
+            for rank in range(3)] == [2, 2, 2]
+
+
+def test_global_batches_cut_otherwise_in_mid_epoch_name_the_checkpoint_of_the_epochs_end_to_resume(tmp_path):
+    folder = str(tmp_path / "ckpt")
+    with pytest.raises(SystemExit):
+        _fit([At(5), ModelCheckpoint(folder)])
+    epoch_end, stop = gluonkit.Checkpoint(folder).paths
+    coarser = GlobalBatchSampler(SAMPLES, BATCH, 8, 0, 2, seed=0)
+    with pytest.raises(gluonkit.CheckpointError) as refused:
+        reshard(_snapshot(stop), 1, coarser, 2, stop)
+    assert str(refused.value).endswith(
+        f"so the rest of the epoch would not be the one interrupted; resume with 1 worker(s), or from the end of "
+        f"an epoch: move {stop} out of {folder}, and the same resume goes on from {epoch_end}.")
+    os.rename(stop, str(tmp_path / "aside.ckpt"))   # as the message says: the epoch's end resumes on 2
+    assert gluonkit.Checkpoint(folder).latest == epoch_end
+    assert reshard(_snapshot(epoch_end), 1, coarser, 2, epoch_end)["batch"] == 0
+
+    first = str(tmp_path / "first")
+    with pytest.raises(SystemExit):   # stopped in epoch 1: no epoch's end to go back to
+        _fit([At(5, epoch=0), ModelCheckpoint(first)])
+    stop = gluonkit.Checkpoint(first).latest
+    with pytest.raises(gluonkit.CheckpointError, match=r"resume with 1 worker\(s\), or start without resuming "
+                       r"\(no checkpoint of an epoch's end precedes it\)\.$"):
+        reshard(_snapshot(stop), 1, coarser, 2, stop)

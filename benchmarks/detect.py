@@ -226,7 +226,7 @@ def parse_args(argv=None):
     data.add_argument("--seed", type=int, default=0)
     add_output_options(parser, SECTION)
     args = parse_with_config(parser, argv)
-    defaults = {"repeats": 2, "samples": 8, "batch_size": 4, "size": 64,
+    defaults = {"repeats": 2, "samples": 4, "batch_size": 4, "size": 64,
                 "model": "yolo3_mobilenet0.25_custom"} if args.quick else \
         {"repeats": 5, "samples": 64, "batch_size": 8, "size": 128, "model": "yolo3_mobilenet0.25_custom"}
     apply_defaults(args, defaults, "detect")

@@ -1,15 +1,24 @@
 // Time a model.onnx in onnxruntime-node (run by benchmarks.serving, NODE_PATH set to the
 // node_modules of benchmarks.serving_env.node_modules()).
 //
-//     node benchmarks/onnx_worker.js MODEL.onnx SHAPE BATCH CALLS REPEATS
+//     node benchmarks/onnx_worker.js MODEL.onnx SHAPE BATCHES REPEATS
 //
-// prints one JSON list: the seconds per call of each repeat (after a warm-up), as
-// onnx_worker.py does for onnxruntime in Python.
+// BATCHES is BATCHxCALLS,... (1x20,16x4); prints one JSON list per batch: the seconds per call
+// of each repeat (after a warm-up), as onnx_worker.py does for onnxruntime in Python.
 const ort = require("onnxruntime-node");
 
-async function main([path, shape, batch, calls, repeats]) {
+async function main([path, shape, batches, repeats]) {
   const session = await ort.InferenceSession.create(path);
-  const dims = [Number(batch), ...shape.split(",").map(Number)];
+  const times = [];
+  for (const item of batches.split(",")) {
+    const [batch, calls] = item.split("x").map(Number);
+    times.push(await timeBatch(session, shape, batch, calls, Number(repeats)));
+  }
+  console.log(JSON.stringify(times));
+}
+
+async function timeBatch(session, shape, batch, calls, repeats) {
+  const dims = [batch, ...shape.split(",").map(Number)];
   const count = dims.reduce((a, b) => a * b, 1);
   const pixels = (session.inputMetadata?.[0]?.type ?? "float32") === "uint8";
   const values = pixels ? Uint8Array.from({ length: count }, (_, i) => (i * 7919) % 256)
@@ -18,12 +27,12 @@ async function main([path, shape, batch, calls, repeats]) {
     dims) };
   for (let i = 0; i < 3; i++) await session.run(feed);
   const times = [];
-  for (let r = 0; r < Number(repeats); r++) {
+  for (let r = 0; r < repeats; r++) {
     const tic = process.hrtime.bigint();
-    for (let c = 0; c < Number(calls); c++) await session.run(feed);
-    times.push(Number(process.hrtime.bigint() - tic) / 1e9 / Number(calls));
+    for (let c = 0; c < calls; c++) await session.run(feed);
+    times.push(Number(process.hrtime.bigint() - tic) / 1e9 / calls);
   }
-  console.log(JSON.stringify(times));
+  return times;
 }
 
 main(process.argv.slice(2)).catch((err) => { console.error(err.message); process.exit(1); });

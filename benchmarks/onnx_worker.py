@@ -1,9 +1,10 @@
 """Time a model.onnx in onnxruntime (run by ``benchmarks.serving`` in the serving environment:
 it imports numpy and onnxruntime only).
 
-    python benchmarks/onnx_worker.py MODEL.onnx SHAPE BATCH CALLS REPEATS
+    python benchmarks/onnx_worker.py MODEL.onnx SHAPE BATCHES REPEATS
 
-prints one JSON list: the seconds per call of each repeat (after a warm-up).
+BATCHES is ``BATCHxCALLS,...`` (``1x20,16x4``: 20 calls per repeat at batch 1, then 4 at batch
+16); prints one JSON list per batch: the seconds per call of each repeat (after a warm-up).
 """
 import json
 import sys
@@ -13,8 +14,12 @@ import numpy as np
 import onnxruntime
 
 
-def main(path, shape, batch, calls, repeats):
+def main(path, shape, batches, repeats):
     runtime = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return [_times(runtime, shape, batch, calls, repeats) for batch, calls in batches]
+
+
+def _times(runtime, shape, batch, calls, repeats):
     given = runtime.get_inputs()[0]
     if given.type == "tensor(uint8)":              # an export that takes pixels
         x = np.random.RandomState(0).randint(0, 256, (batch,) + shape).astype(np.uint8)
@@ -34,4 +39,5 @@ def main(path, shape, batch, calls, repeats):
 
 if __name__ == "__main__":
     shape = tuple(int(n) for n in sys.argv[2].split(","))
-    print(json.dumps(main(sys.argv[1], shape, *(int(v) for v in sys.argv[3:6]))))
+    batches = [tuple(int(n) for n in item.split("x")) for item in sys.argv[3].split(",")]
+    print(json.dumps(main(sys.argv[1], shape, batches, int(sys.argv[4]))))

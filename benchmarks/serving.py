@@ -25,7 +25,8 @@ SECTION = "serving"
 MODELS = {"cnn": (1, 8, 8), "resnet18_v1": (3, 224, 224),
           "yolo3_mobilenet0.25_custom": (3, 96, 96)}
 CONTESTANTS = ("symbolblock", "module", "onnxruntime", "onnxruntime-node", "onnxruntime-uint8")
-#: (batch, calls per repeat) in a full run and with --quick
+#: (batch, calls per repeat) in a full run and with --quick; one process of a contestant times
+#: every batch of a model, one after the other
 BATCHES = {False: ((1, 20), (16, 4)), True: ((1, 2), (16, 1))}
 
 
@@ -57,8 +58,14 @@ def _export(name, shape, folder):
     return prefix
 
 
-def _mxnet_times(prefix, shape, batch, calls, repeats, contestant):
-    """Seconds per call of the MXNet export, per repeat."""
+def _mxnet_times(prefix, shape, batches, repeats, contestant):
+    """Seconds per call of the MXNet export, per repeat, for each (batch, calls) of ``batches``."""
+    return [_mxnet_batch_times(prefix, shape, batch, calls, repeats, contestant)
+            for batch, calls in batches]
+
+
+def _mxnet_batch_times(prefix, shape, batch, calls, repeats, contestant):
+    """Seconds per call of the MXNet export at ``batch``, per repeat."""
     import mxnet as mx
     import numpy as np
 
@@ -90,12 +97,18 @@ def _mxnet_times(prefix, shape, batch, calls, repeats, contestant):
     return times
 
 
+def _batches(text):
+    """The workers' BATCHES argument, ``1x20,16x4``: a list of (batch, calls per repeat)."""
+    return [tuple(int(n) for n in item.split("x")) for item in text.split(",")]
+
+
 def _as_list(outputs):
     return outputs if isinstance(outputs, (list, tuple)) else [outputs]
 
 
-def _measure(contestant, prefix, shape, batch, calls, repeats, serve_python, node_path):
-    """One contestant's seconds per call, in a process of its own."""
+def _measure(contestant, prefix, shape, batches, repeats, serve_python, node_path):
+    """One contestant's seconds per call, per repeat, for each (batch, calls) of ``batches``,
+    in a process of its own."""
     env = None
     if contestant in ("onnxruntime", "onnxruntime-uint8"):
         model = f"{prefix}-uint8.onnx" if contestant.endswith("uint8") else f"{prefix}.onnx"
@@ -105,7 +118,7 @@ def _measure(contestant, prefix, shape, batch, calls, repeats, serve_python, nod
         env = dict(os.environ, NODE_PATH=node_path)
     else:
         command = [sys.executable, "-m", "benchmarks.serving", "--worker", contestant, prefix]
-    command += [",".join(map(str, shape)), str(batch), str(calls), str(repeats)]
+    command += [",".join(map(str, shape)), ",".join(f"{b}x{c}" for b, c in batches), str(repeats)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800,
                             cwd=os.path.dirname(HERE), env=env)
     if result.returncode:
@@ -127,20 +140,26 @@ def run(args, serve_python, node_path):
             if args.quick and name == "resnet18_v1":
                 continue
             prefix = _export(name, shape, folder)
-            for batch, calls in BATCHES[args.quick]:
-                times = {c: [] for c in CONTESTANTS if node_path or c != "onnxruntime-node"}
-                for _ in range(args.rounds):          # interleaved
-                    for contestant in times:
-                        times[contestant] += _measure(contestant, prefix, shape, batch, calls,
-                                                      args.repeats, serve_python, node_path)
-                for contestant, seconds in times.items():
+            batches = BATCHES[args.quick]
+            contestants = [c for c in CONTESTANTS if node_path or c != "onnxruntime-node"]
+            times = {(b, c): [] for b, _ in batches for c in contestants}
+            for _ in range(args.rounds):          # interleaved
+                for contestant in contestants:
+                    measured = _measure(contestant, prefix, shape, batches, args.repeats,
+                                        serve_python, node_path)
+                    for (batch, _), seconds in zip(batches, measured):
+                        times[batch, contestant] += seconds
+            for batch, _ in batches:
+                for contestant in contestants:
+                    seconds = times[batch, contestant]
                     rows.append({"model": name, "batch": batch, "contestant": contestant,
                                  "ms_per_call": 1e3 * _median(seconds),
                                  "ms_min": 1e3 * min(seconds), "ms_max": 1e3 * max(seconds),
                                  "images_per_s": batch / _median(seconds),
-                                 "vs_symbolblock": _median(times["symbolblock"]) / _median(seconds),
+                                 "vs_symbolblock":
+                                     _median(times[batch, "symbolblock"]) / _median(seconds),
                                  "vs_onnxruntime":
-                                     _median(times["onnxruntime"]) / _median(seconds)})
+                                     _median(times[batch, "onnxruntime"]) / _median(seconds)})
     return rows
 
 
@@ -173,9 +192,9 @@ def parse_args(argv=None):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:                  # one MXNet contestant, in its own process
-        contestant, prefix, shape, batch, calls, repeats = argv[1:7]
+        contestant, prefix, shape, batches, repeats = argv[1:6]
         print(json.dumps(_mxnet_times(prefix, tuple(int(n) for n in shape.split(",")),
-                                      int(batch), int(calls), int(repeats), contestant)))
+                                      _batches(batches), int(repeats), contestant)))
         return
     set_env("benchmarks.serving")
     args = parse_args(argv)

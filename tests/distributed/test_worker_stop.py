@@ -46,7 +46,7 @@ def test_sigterm_to_one_worker_stops_the_job_with_every_checkpoint_and_exit_code
     assert re.search(r"gluonkit\.launch: worker \d stopped by SIGTERM \(exit code 143, as fit exits after writing "
                      r"its checkpoint\); ending the job as on a SIGTERM to the launcher, without a restart\.",
                      output), output[-3000:]
-    assert output.count("training stopped by SIGTERM after 1 epoch(s) and 4 batch(es)") == 2
+    assert output.count("training stopped by SIGTERM after 1 epoch(s) and 2 update(s)") == 2
     (rank0_at, rank0), (rank1_at, rank1) = (_saved(tmp_path / "run" / "checkpoints" / rank) for rank in ("", "rank-1"))
     assert rank0_at == rank1_at == (1, 4 + 2)
     for name, value in rank0.items():

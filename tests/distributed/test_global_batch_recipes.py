@@ -43,10 +43,29 @@ def _assert_same_model(expected, out):
 
 
 def _one_process(command, out, cwd):
-    one = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=cwd,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert one.returncode == 0, one.stderr[-3000:]
-    return one
+    """Start ``command`` on one process, to run alongside the distributed jobs compared with it;
+    ``finished()`` waits for its end and gives it as a ``CompletedProcess``."""
+    logs = {stream: open(cwd / f"{out.name}.{stream}", "w+") for stream in ("stdout", "stderr")}
+    proc = subprocess.Popen([*command, "--out", str(out)], stdout=logs["stdout"], stderr=logs["stderr"], text=True,
+                            cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def finished():
+        try:
+            proc.wait(300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        texts = {}
+        for stream, log in logs.items():
+            log.seek(0)
+            texts[stream] = log.read()
+            log.close()
+        one = subprocess.CompletedProcess(proc.args, proc.returncode, **texts)
+        assert one.returncode == 0, one.stderr[-3000:]
+        return one
+
+    return finished
 
 
 def _two_workers(command, out, cwd):
@@ -67,11 +86,12 @@ def _horovod_ranks(ranks, command, out, cwd):
 
 def test_one_process_two_workers_and_three_horovod_ranks_export_the_same_model(tmp_path):
     one = _one_process([CLASSIFY, *OPTIONS], tmp_path / "one", tmp_path)
+    two = _two_workers([CLASSIFY, *OPTIONS], tmp_path / "two", tmp_path)
+    one = one()
     assert ("global batch 32 (samples per update over 1 worker(s)), micro-batches of 8 (8 per device on 1), "
             "4 per global batch; each worker's share of a global batch, in micro-batches: 4 (") in one.stderr
     expected, accuracy = _exported(tmp_path / "one"), _test_accuracy(one.stdout)
 
-    two = _two_workers([CLASSIFY, *OPTIONS], tmp_path / "two", tmp_path)
     assert "in micro-batches: 2 (" in two and "updates per epoch" in two
     _assert_same_model(expected, tmp_path / "two")
     assert _test_accuracy(two) == accuracy
@@ -94,13 +114,14 @@ def test_multitask_on_one_process_two_workers_and_three_horovod_ranks_exports_th
     # the aux head trains on every 3rd update: on 1 process steps 8-11 of an epoch, on 2 workers
     # each worker's steps 4-5, on 3 ranks steps 4-5 of rank 0 and step 2 of the others
     one = _one_process(MULTITASK_OPTIONS, tmp_path / "one", tmp_path)
+    two = _two_workers(MULTITASK_OPTIONS, tmp_path / "two", tmp_path)
+    one = one()
     assert ("global batch 32 (samples per update over 1 worker(s)), micro-batches of 8 (8 per device on 1), "
             "4 per global batch; each worker's share of a global batch, in micro-batches: 4 (240 samples an "
             "epoch); 8 updates per epoch.") in one.stderr
     expected, accuracy = _exported(tmp_path / "one"), _test_accuracy(one.stdout)
     assert accuracy.startswith("digit ") and ", aux " in accuracy
 
-    two = _two_workers(MULTITASK_OPTIONS, tmp_path / "two", tmp_path)
     assert ("over 2 worker(s)), micro-batches of 8 (8 per device on 1), 4 per global batch; each worker's share "
             "of a global batch, in micro-batches: 2 (120 samples an epoch), 2 (120 samples an epoch); 8 updates "
             "per epoch.") in two
@@ -119,6 +140,7 @@ def test_multitask_with_missing_labels_on_three_horovod_ranks_exports_the_model_
     command = [*MULTITASK_OPTIONS, "--missing-labels", "0.5"]
     one = _one_process(command, tmp_path / "one", tmp_path)
     three = _horovod_ranks(3, command, tmp_path / "three", tmp_path)
+    one = one()
     _assert_same_model(_exported(tmp_path / "one"), tmp_path / "three")
     assert _test_accuracy(three) == _test_accuracy(one.stdout)
 
@@ -141,13 +163,14 @@ def _mean_ap(output):
 
 def test_detect_on_one_process_two_workers_and_two_horovod_ranks_exports_the_same_model(tmp_path):
     one = _one_process(DETECT_OPTIONS, tmp_path / "one", tmp_path)
+    two = _two_workers(DETECT_OPTIONS, tmp_path / "two", tmp_path)
+    one = one()
     assert ("global batch 8 (samples per update over 1 worker(s)), micro-batches of 4 (4 per device on 1), "
             "2 per global batch; each worker's share of a global batch, in micro-batches: 2 (20 samples an "
             "epoch); 3 updates per epoch.") in one.stderr
     expected, mean_ap = _exported(tmp_path / "one"), _mean_ap(one.stdout)
     shares = "in micro-batches: 1 (12 samples an epoch), 1 (8 samples an epoch); 3 updates per epoch."
 
-    two = _two_workers(DETECT_OPTIONS, tmp_path / "two", tmp_path)
     assert "on shapes (20 images, classes" in two and shares in two   # every worker reads every image
     _assert_same_model(expected, tmp_path / "two")
     assert _mean_ap(two) == mean_ap
@@ -181,8 +204,9 @@ def test_ssd_on_one_process_and_two_workers_ends_with_the_same_weights_and_runni
     # the exports hold the epoch of the best val_mAP, which the float rounding of the statistics
     # can tie otherwise (measured: epoch 2 on 1 process, epoch 1 on 2 workers): the last epoch's
     # checkpoints are compared
-    _one_process(SSD_OPTIONS, tmp_path / "one", tmp_path)
+    one = _one_process(SSD_OPTIONS, tmp_path / "one", tmp_path)
     _two_workers(SSD_OPTIONS, tmp_path / "two", tmp_path)
+    one()
     expected = _last_checkpoint(tmp_path / "one" / "checkpoints")
     got, second = (_last_checkpoint(tmp_path / "two" / "checkpoints" / rank) for rank in ("", "rank-1"))
     statistics = [name for name in expected if name.endswith(("running_mean", "running_var", "moving_mean",

@@ -35,11 +35,27 @@ def _classify(tmp_path, *options):
     return output
 
 
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory):
+    """``git clone URL gluonkit`` and the README's horovodrun line from its parent folder, for 1
+    epoch (OMP_WAIT_POLICY unset, as in a user's shell): the run folder, which the resume test
+    copies and continues too."""
+    require_horovod()
+    folder = tmp_path_factory.mktemp("readme")
+    shutil.copytree(os.path.join(ROOT, "recipes"), folder / "gluonkit" / "recipes")
+    _classify(folder, "--epochs", "1", "--out", str(folder / "run"))
+    return folder / "run"
+
+
 def test_classify_on_two_horovod_ranks_tests_the_export_on_the_whole_test_split_and_resumes_exactly(
-        tmp_path):
+        tmp_path, readme_run):
     require_horovod()
     never, resumed = tmp_path / "never", tmp_path / "resumed"
-    output = _classify(tmp_path, "--epochs", "2", "--out", str(never))
+    run = start(2, [CLASSIFY, *OPTIONS, "--epochs", "2", "--out", str(never)], timeout=240, cwd=tmp_path)
+    shutil.copytree(readme_run, resumed)   # 1 epoch of the same options; resumed alongside the run never stopped
+    resumed_output = _classify(tmp_path, "--epochs", "2", "--resume", "--out", str(resumed))
+    code, output = run.finish()
+    assert code == 0, output[-3000:]
     assert output.count("Training cnn on digits (") == 1   # rank 0 speaks
     tested = re.findall(r"test accuracy: ([0-9.]+) on (\d+) images of the test split", output)
     assert len(tested) == 1, output[-3000:]
@@ -57,9 +73,7 @@ def test_classify_on_two_horovod_ranks_tests_the_export_on_the_whole_test_split_
                                          "model-0000.params", "model-symbol.json", "model.json", "model.onnx"]
     assert output.count("exported epoch") == 1
 
-    _classify(tmp_path, "--epochs", "1", "--out", str(resumed))
-    output = _classify(tmp_path, "--epochs", "2", "--resume", "--out", str(resumed))
-    assert "Resumed from" in output
+    assert "Resumed from" in resumed_output
     for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
         assert [r[key] for r in _history(resumed)] == [r[key] for r in _history(never)], key
     expected, got = _weights(never / "model-0000.params"), _weights(resumed / "model-0000.params")
@@ -68,14 +82,10 @@ def test_classify_on_two_horovod_ranks_tests_the_export_on_the_whole_test_split_
         assert np.array_equal(got[name], expected[name]), name
 
 
-def test_the_readmes_horovod_line_runs_from_the_folder_that_holds_a_clone_named_gluonkit(tmp_path):
-    """``git clone URL gluonkit`` and the README's horovodrun line from its parent folder: both
-    ranks start the command once and train (OMP_WAIT_POLICY unset, as in a user's shell)."""
-    require_horovod()
-    shutil.copytree(os.path.join(ROOT, "recipes"), tmp_path / "gluonkit" / "recipes")
-    _classify(tmp_path, "--epochs", "1", "--out", str(tmp_path / "run"))
-    assert (tmp_path / "run" / "model-symbol.json").exists()
-    assert len(_history(tmp_path / "run")) == 1
+def test_the_readmes_horovod_line_runs_from_the_folder_that_holds_a_clone_named_gluonkit(readme_run):
+    """Both ranks start the command once and train (``readme_run``)."""
+    assert (readme_run / "model-symbol.json").exists()
+    assert len(_history(readme_run)) == 1
 
 
 @pytest.mark.parametrize("kvstore, message", [
@@ -97,16 +107,20 @@ def test_classify_stopped_by_sigterm_on_both_ranks_then_resumed_ends_like_the_ru
     require_horovod()
     # batches per worker: on global batches a mid-epoch resume gives the weights bit for bit, and the
     # running statistics merged over the workers to float rounding (tests/distributed/test_stop_and_resume.py)
-    options = ["--kvstore", "horovod", "--epochs", "3", "--batch-size", "8", "--per-worker-batch", "--no-progress"]
+    # --limit 800: 400 training images a rank, 50 updates an epoch (the test split whole)
+    options = ["--kvstore", "horovod", "--epochs", "3", "--limit", "800", "--batch-size", "8", "--per-worker-batch",
+               "--no-progress"]
     never, stopped = tmp_path / "never", tmp_path / "stopped"
+    reference = start(2, [CLASSIFY, *options, "--out", str(never)], timeout=400, cwd=tmp_path)
     run = start(2, [CLASSIFY, *options, "--out", str(stopped)], timeout=300, cwd=tmp_path)
-    run.wait_for(r"epoch 1/3: ")   # rank 0 finished epoch 1 (after every rank's last update of it)
     # SIGTERM to both ranks, as a cluster's preemption sends it: not through horovodrun, which
     # kills the ranks 5 s after it passes a signal on, however far their checkpoints got
+    run.wait_for(r"Training cnn on digits \(")   # the ranks run (found now, signalled at once below)
     ranks = rank_pids(run, 2)
     if sorted(ranks) != [0, 1]:
         run.proc.kill()   # leaves no job training on: horovodrun's helpers end the ranks when it dies
         pytest.fail(f"found ranks {ranks} below horovodrun; output:\n" + "".join(run.seen[-40:]))
+    run.wait_for(r"epoch 1/3: ")   # rank 0 finished epoch 1 (after every rank's last update of it)
     for pid in ranks.values():
         os.kill(pid, signal.SIGTERM)
     code, output = run.finish()
@@ -121,7 +135,7 @@ def test_classify_stopped_by_sigterm_on_both_ranks_then_resumed_ends_like_the_ru
     code, output = horovodrun(2, [CLASSIFY, *options, "--out", str(stopped), "--resume"], timeout=300, cwd=tmp_path)
     assert code == 0, output[-3000:]
     assert "Resumed from" in output
-    code, output = horovodrun(2, [CLASSIFY, *options, "--out", str(never)], timeout=300, cwd=tmp_path)
+    code, output = reference.finish()
     assert code == 0, output[-3000:]
     for key in ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "lr"):
         assert [r[key] for r in _history(stopped)] == [r[key] for r in _history(never)], key

@@ -15,7 +15,7 @@ from gluonkit.launch import launch
 from gluonkit.params import select
 from gluonkit.recipes.models import build_model
 from job_check import JOB
-from watch import Watched, no_process_left
+from watch import Shared, Watched, no_process_left
 
 CLASSIFY_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "classify_stop_job.py")
 # 200 images: 13 global batches of 16 an epoch, each 4 micro-batches of 4 (the default CNN has BatchNorm);
@@ -45,8 +45,20 @@ def _finish(job):
     return output
 
 
-def _assert_like_never(tmp_path, run, ranks):
-    epoch, expected = _latest(tmp_path / "never" / "checkpoints")
+@pytest.fixture(scope="module")
+def never(tmp_path_factory):
+    """The 3-worker job never interrupted that both tests of a lost worker compare with: run once,
+    alongside the first of them; ``(job, folder)``."""
+    out = tmp_path_factory.mktemp("reference") / "never"
+    job = Shared(_launch(3, job=_classify(out)), timeout=300, cwd=out.parent)
+    yield job, out
+    job.finish()
+
+
+def _assert_like_never(never, tmp_path, run, ranks):
+    job, out = never
+    _finish(job)
+    epoch, expected = _latest(out / "checkpoints")
     assert epoch == 2
     for folder in [tmp_path / run / "checkpoints"] + [tmp_path / run / "checkpoints" / f"rank-{r}" for r in ranks]:
         epoch, got = _latest(folder)
@@ -58,8 +70,7 @@ def _assert_like_never(tmp_path, run, ranks):
                 assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{folder} {name}")
 
 
-def test_a_worker_killed_mid_epoch_continues_on_the_two_that_remain_like_the_job_never_interrupted(tmp_path):
-    never = Watched(_launch(3, job=_classify(tmp_path / "never")), timeout=300, cwd=tmp_path)
+def test_a_worker_killed_mid_epoch_continues_on_the_two_that_remain_like_the_job_never_interrupted(tmp_path, never):
     # the worker of rank 2 is SIGKILLed after its 3rd micro-batch of epoch 2 (3 updates into it)
     run = Watched(_launch(3, "--max-restarts", "1", "--min-workers", "2", job=_classify(tmp_path / "lost", "kill:2:3")),
                   timeout=300, cwd=tmp_path)
@@ -71,12 +82,10 @@ def test_a_worker_killed_mid_epoch_continues_on_the_two_that_remain_like_the_job
     assert output.count("worker 2 started") == 1 and output.count("server 2 started") == 1   # 3 servers, then 2
     assert "It was saved by 3 worker(s); this job's 2 worker(s) continue after 0 update(s) of epoch 2" in output
     assert "in micro-batches: 2 (100 samples an epoch), 2 (100 samples an epoch)" in output
-    _finish(never)
-    _assert_like_never(tmp_path, "lost", ranks=[1])
+    _assert_like_never(never, tmp_path, "lost", ranks=[1])
 
 
-def test_an_error_in_the_program_does_not_shrink_the_job_and_the_worker_left_out_comes_back(tmp_path):
-    never = Watched(_launch(3, job=_classify(tmp_path / "never")), timeout=300, cwd=tmp_path)
+def test_an_error_in_the_program_does_not_shrink_the_job_and_the_worker_left_out_comes_back(tmp_path, never):
     # attempt 0: rank 2 is SIGKILLed, attempt 1 (2 workers): rank 0 raises, attempt 2: 3 workers again
     run = Watched(_launch(3, "--max-restarts", "2", "--min-workers", "2",
                           job=_classify(tmp_path / "back", "kill:2:3:0", "raise:0:5:1")), timeout=300, cwd=tmp_path)
@@ -95,8 +104,7 @@ def test_an_error_in_the_program_does_not_shrink_the_job_and_the_worker_left_out
     assert output.count("Resumed from") == 2      # attempt 2 on the 3 workers' own checkpoints of epoch 1
     three = "in micro-batches: 2 (100 samples an epoch), 1 (52 samples an epoch), 1 (48 samples an epoch)"
     assert output.count(three) == 2 and output.count("worker 2 started") == 2
-    _finish(never)
-    _assert_like_never(tmp_path, "back", ranks=[1, 2])
+    _assert_like_never(never, tmp_path, "back", ranks=[1, 2])
 
 
 def test_fewer_workers_than_min_workers_end_the_job_in_one_line(tmp_path):

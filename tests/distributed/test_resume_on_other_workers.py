@@ -7,13 +7,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from numpy.testing import assert_allclose
 
 from gluonkit import Checkpoint
 from gluonkit.params import select
 from gluonkit.recipes.models import build_model
 from horovod_run import horovodrun, require_horovod
-from watch import Watched
+from watch import Shared, Watched
 
 CLASSIFY = os.path.join(os.path.dirname(sys.executable), "gluonkit-classify")
 STOP_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "classify_stop_job.py")
@@ -53,8 +54,19 @@ def _assert_like(expected, folder):
             assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{folder} {name}")
 
 
-def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_never_stopped(tmp_path):
-    never = Watched(_launch(2, CLASSIFY, *OPTIONS, "--out", str(tmp_path / "never")), timeout=300, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def never_on_two(tmp_path_factory):
+    """The run on 2 workers never stopped that the resumes of 2 workers' and of one process's
+    checkpoints compare with: run once, alongside the first of them; ``(job, folder)``."""
+    out = tmp_path_factory.mktemp("reference") / "never"
+    job = Shared(_launch(2, CLASSIFY, *OPTIONS, "--out", str(out)), timeout=300, cwd=out.parent)
+    yield job, out
+    job.finish()
+
+
+def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_never_stopped(tmp_path,
+                                                                                            never_on_two):
+    never, never_out = never_on_two
     # rank 0 gets SIGTERM after its 5th micro-batch of epoch 2, inside its 3rd window: both stop after update 3
     stopped = Watched(_launch(2, sys.executable, STOP_JOB, "term:0:5", *OPTIONS, "--out", str(tmp_path / "two")),
                       timeout=300, cwd=tmp_path)
@@ -77,7 +89,7 @@ def test_two_workers_stopped_mid_epoch_resume_on_one_and_on_three_like_the_run_n
     assert "in micro-batches: 2 (100 samples an epoch), 1 (52 samples an epoch), 1 (48 samples an epoch)" in output
     _finish(never)
 
-    epoch, expected = _latest(tmp_path / "never" / "checkpoints")
+    epoch, expected = _latest(never_out / "checkpoints")
     assert epoch == 2
     _, at_stop = _latest(tmp_path / "two" / "checkpoints")
     assert max(float(np.abs(at_stop[k] - v).max()) for k, v in expected.items() if "running" not in k) > 1e-2
@@ -109,8 +121,8 @@ def test_two_horovod_ranks_stopped_mid_epoch_resume_on_three_and_on_one_like_the
         _assert_like(expected, tmp_path / run)
 
 
-def test_one_process_stops_between_updates_and_resumes_on_two_workers(tmp_path):
-    never = Watched(_launch(2, CLASSIFY, *OPTIONS, "--out", str(tmp_path / "never")), timeout=300, cwd=tmp_path)
+def test_one_process_stops_between_updates_and_resumes_on_two_workers(tmp_path, never_on_two):
+    never, never_out = never_on_two
     # SIGTERM after micro-batch 5 of epoch 2, inside the second update's window of 4: it stops after 8
     output = _finish(Watched(_one_process(sys.executable, STOP_JOB, "term:0:5", *OPTIONS, "--out",
                                           str(tmp_path / "one")), timeout=300, cwd=tmp_path), code=143)
@@ -120,7 +132,7 @@ def test_one_process_stops_between_updates_and_resumes_on_two_workers(tmp_path):
                              timeout=300, cwd=tmp_path))
     assert "1 epoch(s) and 2 update(s) done" in output    # rank 0: in 2 micro-batches of each
     _finish(never)
-    epoch, expected = _latest(tmp_path / "never" / "checkpoints")
+    epoch, expected = _latest(never_out / "checkpoints")
     assert epoch == 2
     for run in ("one/checkpoints", "one/checkpoints/rank-1"):
         _assert_like(expected, tmp_path / run)

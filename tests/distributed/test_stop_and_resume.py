@@ -15,7 +15,7 @@ import gluonkit
 from gluonkit.callbacks import ModelCheckpoint
 from gluonkit.params import select
 from job_check import load_job
-from watch import Watched, no_process_left
+from watch import Shared, Watched, no_process_left
 
 RESUME_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
 
@@ -82,10 +82,19 @@ def test_shards_of_different_numbers_of_updates_train_like_one_process_and_resum
     _assert_bit_identical(never, stopped, "worker")   # stopped in mid-window and resumed
 
 
-def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped(tmp_path):
-    never, stopped = tmp_path / "never", tmp_path / "stopped"
-    never.mkdir(), stopped.mkdir()
-    reference = Watched(_command(never, "fit", 3), timeout=240)
+@pytest.fixture(scope="module")
+def never_fit(tmp_path_factory):
+    """``fit`` on 2 workers for 3 epochs, never stopped, that a job stopped by SIGTERM and one that
+    lost a worker's checkpoints compare with: run once, alongside the first of them; ``(job, folder)``."""
+    never = tmp_path_factory.mktemp("never")
+    job = Shared(_command(never, "fit", 3), timeout=240)
+    yield job, never
+    job.finish()
+
+
+def test_sigterm_mid_epoch_then_the_same_command_ends_like_the_job_never_stopped(tmp_path, never_fit):
+    (reference, never), stopped = never_fit, tmp_path / "stopped"
+    stopped.mkdir()
     run = Watched(_command(stopped, "fit", 3, "wait"), timeout=240)
     run.wait_for(r"worker 0 waits for a signal")   # inside epoch 2, inside an accumulation window
     run.proc.send_signal(signal.SIGTERM)
@@ -124,15 +133,15 @@ def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_like_one_never_
     _assert_bit_identical(never, killed, "final")
 
 
-def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worker_counts_are_refused(tmp_path):
-    never, lost, single = tmp_path / "never", tmp_path / "lost", tmp_path / "single"
-    for folder in (never, lost, single):
+def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worker_counts_are_refused(tmp_path,
+                                                                                                     never_fit):
+    (reference, never), lost, single = never_fit, tmp_path / "lost", tmp_path / "single"
+    for folder in (lost, single):
         folder.mkdir()
-    reference = Watched(_command(never, "fit", 2), timeout=240)
     code, output = Watched(_command(lost, "fit", 1), timeout=240).finish()
     assert code == 0, output[-3000:]
     shutil.rmtree(lost / "checkpoints" / "rank-1")     # as if worker 1 died before its first save
-    code, output = Watched(_command(lost, "fit", 2), timeout=240).finish()
+    code, output = Watched(_command(lost, "fit", 3), timeout=240).finish()
     assert code == 0, output[-3000:]
     assert output.count("holds no checkpoint that all 2 workers saved (rank(s) [1] saved none): "
                         "training from the start.") == 1 and "Resumed from" not in output
@@ -157,10 +166,10 @@ def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worke
 
     net.initialize(force_reinit=True)    # and one process may not resume two workers' checkpoints
     before = {name: p.data().asnumpy() for name, p in select(net).items()}
-    with pytest.raises(gluonkit.CheckpointError, match=r"epoch0002.ckpt was saved by a job of 2 worker\(s\) and "
+    with pytest.raises(gluonkit.CheckpointError, match=r"epoch0003.ckpt was saved by a job of 2 worker\(s\) and "
                                                        r"this one has 1: it was not trained on global batches .* "
                                                        r"resume with 2 worker\(s\)"):
-        gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=3, progress=False,
+        gluonkit.fit(net, gluon.loss.L2Loss(), trainer, loader, epochs=4, progress=False,
                      callbacks=[ModelCheckpoint(str(lost / "checkpoints"), resume=True)])
     for name, p in select(net).items():
         assert np.array_equal(p.data().asnumpy(), before[name]), name

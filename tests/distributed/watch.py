@@ -5,7 +5,7 @@ import subprocess
 import threading
 import time
 
-__all__ = ["Watched", "alive", "no_process_left"]
+__all__ = ["Shared", "Watched", "alive", "no_process_left"]
 
 
 def alive(pid):
@@ -67,6 +67,18 @@ class Watched:
     def pids(self):
         """Every pid the launcher reported as started."""
         return [int(p) for p in re.findall(r"started \(pid (\d+)\)", "".join(self.seen))]
+
+
+class Shared(Watched):
+    """A ``Watched`` job that several tests compare with (a module-scoped fixture's): ``finish``
+    waits for its end once and gives every caller the same (exit code, whole output)."""
+
+    _result = None
+
+    def finish(self):
+        if self._result is None:
+            self._result = super().finish()
+        return self._result
 
 
 def no_process_left(pids, seconds=5.0):

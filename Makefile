@@ -34,8 +34,12 @@ horovod: $(HOROVOD_STAMP)
 run: $(STAMP)
 	$(PY) -m gluonkit.recipes.classify $(ARGS)
 
+# the suite in TEST_JOBS processes (pytest-xdist), each test file in one of them; the tests
+# mostly wait on the processes they start, so one per core (at most 4) fills the cores
+TEST_JOBS ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: $(STAMP)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile $(ARGS)
 
 # the environment gluonkit-serve runs in (onnxruntime, numpy 2, Pillow; no mxnet), as the
 # tests build it: prints its Python

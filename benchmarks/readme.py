@@ -69,9 +69,10 @@ def run_recipe(name, extra=(), timeout=3600):
     launcher = ["python -m gluonkit.launch", "-n", str(LAUNCHED[name]), "-s", "1", "--"] if name in LAUNCHED else []
     shown = " ".join([*launcher, "python -m", module, *extra] + (["--kvstore", "dist_sync"] if launcher else []))
     with tempfile.TemporaryDirectory(prefix=f"readme-{name}-") as work:
-        if name == "tests":       # make test: pytest from the clone's root
-            command, cwd = [sys.executable, "-m", module, "-q", "-p", "no:cacheprovider",
-                            *extra], _common.ROOT
+        if name == "tests":       # make test: pytest from the clone's root, a process per core (at most 4)
+            jobs = min(4, os.cpu_count() or 1)
+            command, cwd = [sys.executable, "-m", module, "-q", "-p", "no:cacheprovider", "-n", str(jobs),
+                            "--dist", "loadfile", *extra], _common.ROOT
         else:
             command, cwd = [sys.executable, "-m", module, "--no-progress",
                             "--out", os.path.join(work, name), *extra], work

@@ -8,28 +8,28 @@
 const ort = require("onnxruntime-node");
 
 async function main([path, shape, batches, repeats]) {
-  const session = await ort.InferenceSession.create(path);
+  const runtime = await ort.InferenceSession.create(path);
   const times = [];
   for (const item of batches.split(",")) {
     const [batch, calls] = item.split("x").map(Number);
-    times.push(await timeBatch(session, shape, batch, calls, Number(repeats)));
+    times.push(await timeBatch(runtime, shape, batch, calls, Number(repeats)));
   }
   console.log(JSON.stringify(times));
 }
 
-async function timeBatch(session, shape, batch, calls, repeats) {
+async function timeBatch(runtime, shape, batch, calls, repeats) {
   const dims = [batch, ...shape.split(",").map(Number)];
   const count = dims.reduce((a, b) => a * b, 1);
-  const pixels = (session.inputMetadata?.[0]?.type ?? "float32") === "uint8";
+  const pixels = (runtime.inputMetadata?.[0]?.type ?? "float32") === "uint8";
   const values = pixels ? Uint8Array.from({ length: count }, (_, i) => (i * 7919) % 256)
     : Float32Array.from({ length: count }, (_, i) => ((i * 7919) % 2001) / 1000 - 1);
-  const feed = { [session.inputNames[0]]: new ort.Tensor(pixels ? "uint8" : "float32", values,
+  const feed = { [runtime.inputNames[0]]: new ort.Tensor(pixels ? "uint8" : "float32", values,
     dims) };
-  for (let i = 0; i < 3; i++) await session.run(feed);
+  for (let i = 0; i < 3; i++) await runtime.run(feed);
   const times = [];
   for (let r = 0; r < repeats; r++) {
     const tic = process.hrtime.bigint();
-    for (let c = 0; c < calls; c++) await session.run(feed);
+    for (let c = 0; c < calls; c++) await runtime.run(feed);
     times.push(Number(process.hrtime.bigint() - tic) / 1e9 / calls);
   }
   return times;

@@ -397,8 +397,8 @@ def make_loaders(net, family, train_set, val_set, batch_size, *, image_size, mul
     image's shorter side to ``image_size`` (the longer within ``max_size``) and batches are
     lists of images at their own sizes.
 
-    ``global_batches`` (not for ``image_size`` 0): ``{'micro_batch', 'devices', 'kvstore'}``
-    (and ``'resume'``, as ``global_batch.global_train_loader`` takes it) for a training loader
+    ``global_batches`` (not for ``image_size`` 0): ``{'micro_batch', 'devices', 'kvstore', 'resume'}``
+    (as ``global_batch.global_train_loader`` takes them) for a training loader
     of this worker's micro-batches of global batches of ``batch_size``
     (``global_batch.global_train_loader``), one size per global batch.
     """
@@ -447,7 +447,7 @@ def _global_loader(train_set, transform, batchify, batch_size, sizes, interval, 
     """This worker's micro-batches of the global batches of ``train_set`` (see ``make_loaders``)."""
     return global_batch.global_train_loader(MultiScaleDataset(train_set, transform), batch_size, plan["micro_batch"],
                                             plan["devices"], plan["kvstore"], seed, num_workers,
-                                            resume=plan.get("resume", False), sizes=sizes, interval=interval,
+                                            resume=plan["resume"], sizes=sizes, interval=interval,
                                             batchify_fn=batchify)
 
 

@@ -166,7 +166,7 @@ class _RCNNContestant(_Loop):
             self._batches = [rcnn.train_batchify(group) for group in groups]
         else:                      # GluonCV's: padded to one shape per device
             batchify = FasterRCNNTrainBatchify(self._net, num_shards=devices)
-            self._batches = [list(zip(*batchify(group))) for group in groups]
+            self._batches = [list(zip(*batchify([sample[:5] for sample in group]))) for group in groups]
         optimizer = ("sgd", {"learning_rate": 1e-3, "momentum": 0.9, "wd": 5e-4})
         if self._loop == "gluonkit":
             import gluonkit
@@ -189,8 +189,8 @@ class _RCNNContestant(_Loop):
     def _gluoncv_epoch(self):
         seen = 0
         for batch in self._batches:
-            for shard, ctx in zip(batch, self._ctx):
-                self._task.forward_backward([a.as_in_context(ctx) for a in shard])
+            for shard, ctx in zip(batch, self._ctx):   # the recipe's images end with a region seed
+                self._task.forward_backward([a.as_in_context(ctx) for a in shard[:5]])
                 seen += shard[0].shape[0]
             if seen % self._images == 0:
                 self._trainer.step(self._images)

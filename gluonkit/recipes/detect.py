@@ -534,6 +534,12 @@ def _train(args, folder):
                         "pretrained_file": args.pretrained_file}
     kvstore = common.create_kvstore(args.kvstore)
     job_images, per_worker = len(train_set), _per_worker(args)
+    if family == "faster_rcnn" and not per_worker and args.micro_batch > 1 and \
+            global_batch.workers_of(kvstore)[1] > 1:
+        # its BatchNorm layers update their statistics once per image, the merge once per micro-batch
+        raise common.OptionError(f"--micro-batch {args.micro_batch}: Faster R-CNN on several workers runs one "
+                                 "image per device in a micro-batch, so that its BatchNorm statistics merge into "
+                                 "one process's; use --micro-batch 1 (the default) and the same --batch-size.")
     if not isinstance(kvstore, str) and per_worker:
         train_set = common.worker_shard(train_set, kvstore)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,

@@ -30,6 +30,7 @@ __all__ = ["BACKBONES", "backbone_of", "build_faster_rcnn", "place_target_genera
 BACKBONES = ("mobilenet0.25", "resnet18_v1b")
 ZOO_SCALES = (8, 16, 32)          # GluonCV's anchor scales (x 16 px) for 600 px images
 _STRIDE = 16                      # both backbones' features end at 1/16 of the input
+_MAX_SEED = 2 ** 31 - 1           # region seeds are below it (mx.random.seed takes an int32)
 
 
 def backbone_of(name):
@@ -163,17 +164,27 @@ class _BackgroundRPNTargets:
 class FasterRCNNTrainTransform(presets.rcnn.FasterRCNNDefaultTrainTransform):
     """GluonCV's Faster R-CNN training transform (resize, random flip, RPN targets), which also
     takes images without objects: the RPN's anchors train as background (and the batch's label,
-    one row of -1, makes the R-CNN's regions background too)."""
+    one row of -1, makes the R-CNN's regions background too).
+
+    Each sample ends with a sixth item, the image's region seed: an int drawn from NumPy's
+    generator, so under gluonkit's per-sample seeds it depends on the sample alone.
+    ``FasterRCNNBatch`` seeds MXNet with it before the image's forward pass, in which the
+    R-CNN samples its regions from MXNet's generator: the same image then samples the same
+    regions on any device, worker or number of workers.
+    """
 
     @property
     def _target_generator(self):
         generator = super()._target_generator
         return None if generator is None else _BackgroundRPNTargets(generator, self._num_sample)
 
+    def __call__(self, src, label):
+        return (*super().__call__(src, label), int(np.random.randint(_MAX_SEED)))
+
 
 def train_transform(net, short, max_size):
     """GluonCV's Faster R-CNN training transform (resize, random flip, RPN targets), taking
-    images without objects too (``FasterRCNNTrainTransform``)."""
+    images without objects too, each sample with its region seed (``FasterRCNNTrainTransform``)."""
     return FasterRCNNTrainTransform(short, max_size, net, ashape=net.ashape)
 
 
@@ -196,11 +207,11 @@ def _batch_label(label):
 
 
 def train_batchify(samples):
-    """A list of per-image tuples (image, label, RPN class, box and mask targets), every array
-    with a batch axis of one: the images keep their own sizes (nothing is padded)."""
+    """A list of per-image tuples (image, label, RPN class, box and mask targets, region seed),
+    every array with a batch axis of one: the images keep their own sizes (nothing is padded)."""
     return [(image.expand_dims(0), _batch_label(label), _rpn_targets(cls, (1, -1)),
-             _rpn_targets(box, (1, -1, 4)), _rpn_targets(mask, (1, -1, 4)))
-            for image, label, cls, box, mask in samples]
+             _rpn_targets(box, (1, -1, 4)), _rpn_targets(mask, (1, -1, 4)), seed)
+            for image, label, cls, box, mask, seed in samples]
 
 
 def val_batchify(samples):
@@ -222,7 +233,8 @@ class FasterRCNNBatch:
     Per image, as GluonCV's ``train_faster_rcnn.py`` computes them: the RPN's sigmoid
     cross-entropy and smooth-L1 (``rpn_rho``) over the sampled anchors and the R-CNN's softmax
     cross-entropy and smooth-L1 (``rcnn_rho``) over the sampled regions, each summed and
-    divided by the number sampled.
+    divided by the number sampled. Before each image's forward pass MXNet's generator of its
+    device is seeded with the image's region seed (the last item ``train_batchify`` gives).
     """
 
     def __init__(self, rpn_rho=1 / 9, rcnn_rho=1.0):
@@ -248,8 +260,9 @@ class FasterRCNNBatch:
 
     def __call__(self, net, batch, ctx_list):
         by_device = {}
-        for sample, ctx in _per_device(batch, ctx_list):
-            loss = self.image_loss(net, *[a.as_in_context(ctx) for a in sample])
+        for (*arrays, seed), ctx in _per_device(batch, ctx_list):
+            mx.random.seed(seed, ctx=ctx)
+            loss = self.image_loss(net, *[a.as_in_context(ctx) for a in arrays])
             by_device[ctx] = loss if ctx not in by_device else by_device[ctx] + loss
         return list(by_device.values()), len(batch)
 

@@ -220,3 +220,32 @@ def test_ssd_on_one_process_and_two_workers_ends_with_the_same_weights_and_runni
         # so the worker without a micro-batch in an update keeps another, unused, gamma.)
         assert_array_equal(second[name], got[name], err_msg=name)
     assert not any(np.allclose(expected[name], 1.0) for name in statistics if name.endswith("var"))
+
+
+# Faster R-CNN samples each image's regions from MXNet's generator, seeded with the image's own
+# region seed: 8 shapes images in global batches of 2 (one image per worker and update)
+RCNN_OPTIONS = [DETECT, "--model", "faster_rcnn_mobilenet0.25_custom", "--limit", "8", "--epochs", "2",
+                "--image-size", "64", "--batch-size", "2", "--no-progress"]
+
+
+def test_faster_rcnn_on_one_process_and_two_workers_ends_with_the_same_weights_and_running_statistics(tmp_path):
+    one = _one_process(RCNN_OPTIONS, tmp_path / "one", tmp_path)
+    _two_workers(RCNN_OPTIONS, tmp_path / "two", tmp_path)
+    one()
+    expected, got = (_last_checkpoint(tmp_path / run / "checkpoints") for run in ("one", "two"))
+    statistics = [name for name in expected if name.endswith(("running_mean", "running_var"))]
+    assert sorted(got) == sorted(expected) and "top_features.7.running_var" in statistics
+    for name, value in expected.items():   # measured: weights bit-identical, statistics within 1.1e-6 of the largest
+        if name in statistics:
+            assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        else:
+            assert_array_equal(got[name], value, err_msg=name)
+    assert not any(np.allclose(expected[name], 1.0) for name in statistics if name.endswith("var"))
+
+    refused = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "2", "-s", "1", "--", *RCNN_OPTIONS,
+                              "--micro-batch", "2", "--batch-size", "4", "--kvstore", "dist_sync",
+                              "--out", str(tmp_path / "refused")], capture_output=True, text=True, timeout=300,
+                             cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert "--micro-batch 2: Faster R-CNN on several workers runs one image per device" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "refused").exists()

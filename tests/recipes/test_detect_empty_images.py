@@ -73,7 +73,7 @@ def test_faster_rcnn_loss_of_an_image_without_objects_is_its_background_loss():
                                  scales=(1, 2))      # anchors of 16 and 32 px: inside the image
     net.initialize()
     transform = rcnn.train_transform(net, 64, 96)
-    image, label, *rpn = rcnn.train_batchify([transform(*_empty_sample(80))])[0]
+    image, label, *rpn, _ = rcnn.train_batchify([transform(*_empty_sample(80))])[0]   # _: region seed
     assert_array_equal(label.asnumpy(), -np.ones((1, 1, 6)))       # the padding of GluonCV's batches
     rpn_cls, rpn_box, rpn_mask = (t.asnumpy() for t in rpn)
     # RPN: only negatives (0) and ignored anchors (-1), as many negatives as the sampler keeps

@@ -40,7 +40,7 @@ def _params(net):
 
 def _gluoncv_loop(net, batches, ctx, images_per_update):
     """GluonCV's train_faster_rcnn.py: ForwardBackwardTask per image (grad_req 'add'), then
-    one gluon.Trainer.step(images) per update."""
+    one gluon.Trainer.step(images) per update; MXNet seeded with each image's region seed."""
     for param in net.collect_params().values():
         if param.grad_req != "null":
             param.grad_req = "add"
@@ -51,7 +51,8 @@ def _gluoncv_loop(net, batches, ctx, images_per_update):
     seen = 0
     net.collect_params().zero_grad()
     for batch in batches:
-        for sample, device in zip(batch, ctx):
+        for (*sample, seed), device in zip(batch, ctx):
+            mx.random.seed(seed, ctx=device)
             task.forward_backward([a.as_in_context(device) for a in sample])
             seen += 1
         if seen == images_per_update:
@@ -72,11 +73,9 @@ def test_recipe_step_equals_gluoncv_forward_backward_task_loop(ctx):
     batches = [samples[i:i + len(ctx)] for i in range(0, len(samples), len(ctx))]
     accumulate = 4 // len(ctx)                              # 4 images per update, 2 updates
     initial = _params(ref)
-    state = get_rng_state()     # the R-CNN target sampler draws from MXNet's generators, which
-    mx.random.seed(5)           # fit's first epoch takes as they are: both loops start from one seed
+    state = get_rng_state()
     _gluoncv_loop(ref, batches, ctx, 4)
     set_rng_state(state)
-    mx.random.seed(5)
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.02, "momentum": 0.9, "wd": 5e-4},
                       accumulate=accumulate)
     fit(net, None, trainer, batches, epochs=1, ctx=ctx, batch_fn=rcnn.FasterRCNNBatch(), progress=False)

@@ -3,6 +3,7 @@ import argparse
 import signal
 import sys
 
+from ..arguments import OneLineParser
 from .launcher import STOP_SECONDS, launch
 from .output import say
 
@@ -15,7 +16,7 @@ _DESCRIPTION = ("Launch a parameter-server job on MXNet's kvstore, on this machi
 
 def parse_args(argv):
     """The options of ``argv`` (a list of str, without the program name) as a namespace."""
-    parser = argparse.ArgumentParser(prog="python -m gluonkit.launch", description=_DESCRIPTION, allow_abbrev=False)
+    parser = OneLineParser(prog="python -m gluonkit.launch", description=_DESCRIPTION, allow_abbrev=False)
     job = parser.add_argument_group("job")
     job.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
     job.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")

@@ -22,6 +22,7 @@ import mxnet as mx
 import numpy as np
 
 from gluonkit import validate
+from gluonkit.arguments import OneLineParser
 from gluonkit.commands import thread_settings
 from gluonkit.data import DataFileError
 from gluonkit.train.callbacks import Callback
@@ -53,31 +54,6 @@ _KVSTORES = ("device", "local", "nccl", "dist_sync", "dist_device_sync", "horovo
 _CONFIG_BYTES = 1 << 20     # a config is a page of options: anything larger is not one
 
 
-class _Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line (no usage block), naming the options
-    closest to one it does not know."""
-
-    def parse_args(self, args=None, namespace=None):
-        namespace, extras = self.parse_known_args(args, namespace)
-        if extras:
-            hints = []
-            for token in extras:
-                option = token.split("=", 1)[0]
-                if option.startswith("-"):
-                    known = sorted(self._option_string_actions)
-                    close = ([name for name in known if name.startswith(option)]   # abbreviated
-                             or difflib.get_close_matches(option, known, n=1))     # misspelled
-                    if close:
-                        hints.append(f"did you mean {' or '.join(close)}?")
-            self.error(f"unrecognized arguments: {' '.join(extras)}"
-                       + (f" ({'; '.join(hints)})" if hints else f" ({self.prog} --help lists the options)"))
-        return namespace
-
-    def error(self, message):
-        """Exit with status 2 and ``prog: error: message`` on one line of stderr."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 class OptionError(ValueError):
     """A command-line option whose value cannot be used (a dataset or model that does not exist,
     a pretrained file of another network): the commands print its message as one line."""
@@ -106,7 +82,7 @@ def build_parser(description, **kwargs):
     Options must be spelled out (``--epoch`` is not taken for ``--epochs``), and one it does
     not know is refused with the closest names (``--epcohs``: did you mean ``--epochs``?).
     """
-    parser = _Parser(description=description, allow_abbrev=False, **kwargs)
+    parser = OneLineParser(description=description, allow_abbrev=False, **kwargs)
     parser.add_argument("--config", metavar="FILE",
                         help="JSON or YAML file of option defaults (keys as in --help, e.g. "
                              "batch_size); options on the command line override it")

@@ -214,6 +214,10 @@ def parse_args(argv=None):
     elif args.pretrained_file:
         parser.error("--pretrained-file loads a Faster R-CNN backbone; for YOLOv3 and SSD use "
                      "--pretrained-base.")
+    if family == "ssd" and args.batchnorm == "frozen":
+        parser.error(f"--batchnorm frozen: {args.model}'s BatchNorm layers are inside the symbol graph GluonCV "
+                     "builds its features as, which cannot be frozen; use --batchnorm plain or sync, or a "
+                     "YOLOv3 or Faster R-CNN model.")
     if args.pretrained_file and not os.path.isfile(args.pretrained_file):
         parser.error(f"--pretrained-file {args.pretrained_file}: no such file.")
     ctx = common.parse_ctx(args.ctx)

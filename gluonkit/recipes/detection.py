@@ -72,7 +72,8 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
         'frozen': BatchNorm layers use their running statistics (``gluonkit.nn.freeze_batchnorm``),
         for tiny per-device batches on a pretrained backbone; 'sync': MXNet's ``SyncBatchNorm``
         over ``num_devices`` devices (not Faster R-CNN, which sees one image per device). SSD's
-        extra feature layers keep plain BatchNorm either way: GluonCV builds them as a symbol graph.
+        extra feature layers keep plain BatchNorm either way: GluonCV builds them as a symbol graph
+        (SSD refuses 'frozen': none of its BatchNorm layers is a Gluon layer).
     num_devices : int, default 1
         Devices the batch is split over (for 'sync').
     **rcnn_options
@@ -98,8 +99,9 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
             net = model_zoo.get_model(name, pretrained=False, pretrained_base=pretrained_base,
                                       classes=list(classes), **norm)
     declare_norm_init(net)      # SSD's extra layers: BatchNorm built as symbols declares no init
-    if batchnorm == "frozen":
-        freeze_batchnorm(net)
+    if batchnorm == "frozen" and not freeze_batchnorm(net):
+        raise ValueError(f"batchnorm 'frozen': {name} has no Gluon BatchNorm layer to freeze (SSD's are inside "
+                         "the symbol graph of its features); use 'plain' or 'sync'.")
     return net
 
 

@@ -125,13 +125,14 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "0", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "-n/--num-workers must be at least 1, got 0" in result.stderr
+    assert result.stderr == "python -m gluonkit.launch: error: -n/--num-workers must be at least 1, got 0.\n"
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--launcher", "ssh", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "needs --hostfile" in result.stderr
     result = subprocess.run([sys.executable, "-m", "gluonkit.launch", "-n", "1", "--max-restart", "1", "--", "true"],
                             capture_output=True, text=True, timeout=60)   # no option is taken for a typo of it
     assert result.returncode == 2 and "unrecognized arguments: --max-restart" in result.stderr
+    assert "(did you mean --max-restarts?)" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("options, error, message", [

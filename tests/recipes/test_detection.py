@@ -194,6 +194,8 @@ def test_bad_model_names_and_batchnorm_are_refused():
         D.model_family("yolo3_mobilenet1_custom")
     with pytest.raises(ValueError, match="batchnorm must be"):
         D.build_detector("yolo3_mobilenet0.25_custom", ["a"], batchnorm="group")
+    with pytest.raises(ValueError, match="has no Gluon BatchNorm layer to freeze"):   # SSD's are symbols
+        D.build_detector("ssd_300_mobilenet0.25_custom", ["a"], batchnorm="frozen")
 
 
 @pytest.mark.parametrize("batchnorm, independent", [("frozen", True), ("plain", False)])

@@ -11,8 +11,7 @@ their probabilities, or the boxes with class, score and corners in the image's o
 ``--json`` prints one JSON list. A file that cannot be used (a damaged model or image, an
 image beyond the limits) ends the command with one line naming it, and status 1.
 """
-import argparse
-
+from ...arguments import OneLineParser
 from ..imagefiles import add_limit_options
 from ..results import command_options, exit_as_command, print_stream
 from ...validate import argument_type, finite_real, positive_int
@@ -27,7 +26,7 @@ _score = argument_type(lambda value, name: finite_real(value, name, minimum=0.0)
 
 def parse_args(argv=None):
     """Parse the command line (``argv``, default ``sys.argv[1:]``)."""
-    parser = argparse.ArgumentParser(prog="gluonkit-serve", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="gluonkit-serve", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("model", metavar="MODEL.onnx", help="the model.onnx of an export")
     parser.add_argument("images", nargs="+", metavar="IMAGE_OR_DIR",
                         help="image files, or directories searched for them")

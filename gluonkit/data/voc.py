@@ -188,6 +188,9 @@ def _listed(root, split):
                 raise DataFileError(f"{where}: {ident[:60]!r} is not an image id (a file name "
                                     "without its folder or extension).")
             listed.append((where, ident))
+    if not listed:
+        raise DataFileError(f"{path} lists no image; put the ids of the {split} images in it, one per line "
+                            "(their file names without folder or extension).")
     return listed
 
 
@@ -246,7 +249,8 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
     DataFileError
         A bad annotation (see :func:`read_annotation`), a <size> that is not its image's
         (checked before the boxes, naming an EXIF orientation that turns it), a list left with
-        no object by ``skip_bad``, an id in a list that is not a file name, or an object whose
+        no object by ``skip_bad``, a list without any image, a first split without any object
+        when ``classes`` is None, an id in a list that is not a file name, or an object whose
         class is not among ``classes`` (by default: one that the
         first split never shows, which training could not learn).
     FileNotFoundError
@@ -260,6 +264,10 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
     if classes is None:
         classes = sorted({name for _, (_, _, objects) in read[0][1] for name, _, _ in objects})
         origin = f"the classes of {splits[0]}.txt's images"
+        if not classes and not bads[0].left_out:
+            raise DataFileError(f"{os.path.join(root, 'ImageSets', 'Main', f'{splits[0]}.txt')}: none of its "
+                                f"{len(read[0][0])} images' annotations holds an <object>, so there is no class to "
+                                "train; annotate the objects, or name the classes (--classes, or classes=).")
     else:
         classes = [str(c).strip().lower() for c in classes]
         origin = "the classes named"

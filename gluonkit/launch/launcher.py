@@ -404,8 +404,9 @@ def _supervise(roles, wake, started, timeout, after_failure):
         if stopped:
             role = stopped[0]
             name = role.stopped_by.name
-            say(f"{role.name}{role.where} stopped by {name} (exit code {role.code}, as fit exits after writing its "
-                f"checkpoint); ending the job as on a {name} to the launcher, without a restart.")
+            say(f"the job stopped on a {name}: {role.name}{role.where} ended first (exit code {role.code}, as fit "
+                "exits after writing its checkpoint); ending the job without a restart (a recipe's run continues "
+                "from its checkpoints with --resume).")
             return role.code
         if workers_done:
             finished_at = finished_at or now

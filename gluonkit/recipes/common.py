@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
 import warnings
 
@@ -453,7 +454,7 @@ def check_output_options(parser, args):
     except RunFolderError as err:
         parser.error(f"--out {err}")
     if args.resume:
-        _check_resumable(parser, args.out, args.epochs)
+        _check_resumable(parser, args.out, args.epochs, exports=hasattr(args, "export"))
 
 
 def check_multiscale_interval(parser, args):
@@ -464,10 +465,11 @@ def check_multiscale_interval(parser, args):
                      "--multiscale, which is not given; pass --multiscale SIZES too, or drop --multiscale-interval.")
 
 
-def _check_resumable(parser, out, epochs):
+def _check_resumable(parser, out, epochs, exports):
     """``parser.error`` if ``out`` holds no checkpoint to resume (a typo in the path must not
     start a new run); exit 0 with a line that says so if the run has trained ``epochs``
-    already (nothing to train, nothing changed)."""
+    already (nothing to train, nothing changed), offering ``--export`` if the recipe ``exports``
+    on its own."""
     directory = os.path.join(out, "checkpoints")
     done = Checkpoint(directory).latest_epoch if os.path.isdir(directory) else None
     if done is None:
@@ -476,7 +478,8 @@ def _check_resumable(parser, out, epochs):
     if epochs <= done:
         parser.exit(0, f"{parser.prog}: the run in {out} has trained {done} epoch(s) and --epochs "
                        f"{epochs} asks for no more: nothing was trained or changed. Pass --epochs "
-                       f"{done + 1} or more to train it further, or --export to export it again.\n")
+                       f"{done + 1} or more to train it further"
+                       + (", or --export to export it again.\n" if exports else ".\n"))
 
 
 class RecordArgs(Callback):
@@ -686,16 +689,34 @@ def warnings_logged(leave=()):
                 log.warning("%s", text)
 
 
+def _say_how_to_continue(module, args):
+    """After a stop by a signal, one line of a run's only process (not of a launched worker or a
+    Horovod rank, whose launcher says it): the command that continues the run."""
+    out = getattr(args, "out", "")
+    if out and os.path.isdir(os.path.join(out, "checkpoints")) and os.environ.get("DMLC_ROLE") != "worker" \
+            and os.environ.get("HOROVOD_RANK") is None:
+        command = f"gluonkit-{module.rsplit('.', 1)[-1]}"
+        print(f"{command}: stopped with its checkpoint in {out}; {command} --out {out} --resume continues the run "
+              "(its options recorded in args.json).", file=sys.stderr)
+
+
 def run_command(module, parse_args, train, argv=None):
     """A recipe's ``main``: INFO logging, then ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
     that cannot be read or written (a full disk too), a refused data file, a checkpoint that
     cannot be resumed (under another batch size: with the ``--batch-size`` to pass) or a run
     folder that cannot be taken, with one line naming it (status 1)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    args = None
     try:
-        train(parse_args(argv))
+        args = parse_args(argv)
+        train(args)
     except KeyboardInterrupt:
+        _say_how_to_continue(module, args)
         sys.exit(130)
+    except SystemExit as stop:
+        if stop.code == 128 + signal.SIGTERM:   # fit stopped on SIGTERM, its checkpoint written
+            _say_how_to_continue(module, args)
+        raise
     except BatchSizeError as err:       # the option that resumes: the interrupted run's size
         fix = f": pass --batch-size {err.saved}." if err.saved else "."
         sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {str(err).rstrip('.')}{fix}")

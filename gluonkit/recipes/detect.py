@@ -356,6 +356,10 @@ def load_detection(dataset, limit=None, classes=None, *, images_dir=None, uprigh
             raise FileNotFoundError(f"--dataset {dataset}: missing {', '.join(missing)} (Pascal "
                                     "VOC layout: Annotations/, JPEGImages/, ImageSets/Main/).")
         (train, val), classes = load_voc(where, ("train", "val"), classes, **options)
+        if not any(len(label) for label in val.labels):
+            raise common.OptionError(f"--dataset {dataset}: none of the images of val.txt holds an object, so "
+                                     "validation could not score the detector; annotate objects in them, or "
+                                     "list images with objects in ImageSets/Main/val.txt.")
     elif kind == "rec" and where:
         train, val, classes = _load_rec(where, classes, limits, upright)
     elif kind == "coco" and where:

@@ -239,3 +239,34 @@ def test_skipping_every_object_of_a_split_is_refused_naming_its_list_and_the_cou
         "--skip-bad-annotations left out 2 objects of the 2 in its annotations: empty box (2: "
         f"{xml / '0.xml'}, object 0; {xml / '1.xml'}, object 0); fix those records (or export "
         "the file again) rather than leave them all out.")
+
+
+def test_a_list_without_images_and_a_training_split_without_objects_are_named(tmp_path):
+    root = write_voc(tmp_path / "a", GOOD, train=())
+    with pytest.raises(DataFileError, match=r"train\.txt lists no image; put the ids of the train images in it"):
+        load_voc(str(root))
+    empty = {ident: [] for ident in GOOD}
+    root = write_voc(tmp_path / "b", empty)
+    with pytest.raises(DataFileError, match=r"train\.txt: none of its 2 images' annotations holds an <object>, "
+                                            r"so there is no class to train"):
+        load_voc(str(root))
+    (train, val), classes = load_voc(str(root), classes=["cat"])      # named classes: negatives only
+    assert classes == ["cat"] and [len(label) for label in train.labels + val.labels] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("annotations, train, val, message", [
+    ("empty", ("0", "1"), ("2",), "none of its 2 images' annotations holds an <object>"),
+    ("good", (), ("2",), "train.txt lists no image"),
+    ("good", ("0", "1"), (), "val.txt lists no image"),
+    ("no-val-object", ("0", "1"), ("2",), "none of the images of val.txt holds an object, so validation could "
+                                          "not score the detector"),
+], ids=["no-object", "empty-train", "empty-val", "no-val-object"])
+def test_the_detect_command_names_an_empty_list_or_split_in_one_line(tmp_path, annotations, train, val, message):
+    objects = {"good": GOOD, "empty": {ident: [] for ident in GOOD}, "no-val-object": {**GOOD, "2": []}}
+    root = write_voc(tmp_path / "voc", objects[annotations], train=train, val=val)
+    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.detect", "--dataset", f"voc:{root}",
+                           "--out", str(tmp_path / "out"), "--epochs", "1", "--image-size", "64"],
+                          capture_output=True, text=True, timeout=120, env=CLONE_ENV)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert message in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -133,6 +133,11 @@ def test_bad_launch_arguments_are_refused_before_starting_anything():
                             capture_output=True, text=True, timeout=60)   # no option is taken for a typo of it
     assert result.returncode == 2 and "unrecognized arguments: --max-restart" in result.stderr
     assert "(did you mean --max-restarts?)" in result.stderr and len(result.stderr.splitlines()) == 1
+    command = os.path.join(os.path.dirname(sys.executable), "gluonkit-launch")   # named as typed
+    result = subprocess.run([command, "-n", "2", "--min-workers", "3", "--max-restarts", "1", "--", "true"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr == (
+        "gluonkit-launch: error: --min-workers must be from 1 to -n/--num-workers (2), got 3.\n")
 
 
 @pytest.mark.parametrize("options, error, message", [

@@ -106,6 +106,9 @@ def test_sigterm_to_the_process_group_with_workers_stops_with_a_checkpoint_and_r
     reader.join(5)
     assert code == 128 + signal.SIGTERM, "".join(lines)[-3000:]
     assert left == [] and any("stopped by SIGTERM" in line for line in lines)
+    out = tmp_path / "b"   # the last line says how to continue, as done here
+    assert lines[-1] == (f"gluonkit-classify: stopped with its checkpoint in {out}; gluonkit-classify --out {out} "
+                         "--resume continues the run (its options recorded in args.json).\n"), lines[-3:]
     resumed = classify.train(classify.parse_args(["--no-progress", "--out", str(tmp_path / "b"),
                                                   "--resume", "--num-workers", "1"]))
     straight = classify.train(classify.parse_args(argv + ["--out", str(tmp_path / "a"),

@@ -102,7 +102,7 @@ def test_buckets_pad_so_validation_boxes_are_the_images_own(tmp_path):
     assert seen == 8
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path):
+def test_resume_equals_an_uninterrupted_run(tmp_path, capsys):
     whole = _run(tmp_path, "--epochs", "2", out="whole")
     _run(tmp_path, "--epochs", "1", out="parts")
     resumed = _run(tmp_path, "--epochs", "2", "--resume", out="parts")
@@ -111,6 +111,11 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     for name in a:
         assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
     assert_allclose(whole["history"]["val_mAP"], resumed["history"]["val_mAP"], atol=1e-7)
+    with pytest.raises(SystemExit) as done:   # nothing left to train: said, and only what detect can do
+        detect.parse_args(["--out", str(tmp_path / "parts"), "--resume", "--epochs", "2"])
+    assert done.value.code == 0
+    assert capsys.readouterr().err.strip().endswith("nothing was trained or changed. Pass --epochs 3 or more to "
+                                                   "train it further.")
 
 
 def test_a_voc_folder_made_here_is_read_and_trained(tmp_path):

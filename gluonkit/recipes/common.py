@@ -468,14 +468,18 @@ def check_multiscale_interval(parser, args):
 def _check_resumable(parser, out, epochs, exports):
     """``parser.error`` if ``out`` holds no checkpoint to resume (a typo in the path must not
     start a new run); exit 0 with a line that says so if the run has trained ``epochs``
-    already (nothing to train, nothing changed), offering ``--export`` if the recipe ``exports``
-    on its own."""
+    already and exported (nothing to train, nothing changed), offering ``--export`` if the
+    recipe ``exports`` on its own; a run stopped after its last epoch's checkpoint but before its
+    export goes on to the export."""
     directory = os.path.join(out, "checkpoints")
     done = Checkpoint(directory).latest_epoch if os.path.isdir(directory) else None
     if done is None:
         parser.error(f"--resume: {out} holds no checkpoint to continue from (none in "
                      f"{directory}); check --out, or start the run without --resume.")
-    if epochs <= done:
+    if epochs <= done and not os.path.exists(os.path.join(out, "model.json")):
+        log.info("The run in %s has trained its %d epoch(s) but was stopped before its export: exporting it.",
+                 out, done)
+    elif epochs <= done:
         parser.exit(0, f"{parser.prog}: the run in {out} has trained {done} epoch(s) and --epochs "
                        f"{epochs} asks for no more: nothing was trained or changed. Pass --epochs "
                        f"{done + 1} or more to train it further"

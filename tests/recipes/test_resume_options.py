@@ -7,6 +7,7 @@ import logging
 import os
 
 import cv2
+import mxnet as mx
 import numpy as np
 import pytest
 
@@ -93,6 +94,20 @@ def test_a_resume_that_trains_nothing_says_so_and_changes_nothing(tmp_path, caps
             "asks for no more: nothing was trained or changed. Pass --epochs 3 or more to train "
             "it further, or --export to export it again.")
         assert tree(out) == two_epochs
+
+
+def test_a_run_stopped_after_its_last_checkpoint_but_before_its_export_is_exported_by_resume(tmp_path, two_epochs):
+    exported = ("model-symbol.json", "model-0000.params", "model.json")
+    out = materialize({name: data for name, data in two_epochs.items() if name not in exported}, tmp_path / "a")
+    reference = materialize(two_epochs, tmp_path / "b")
+    assert classify_main("--out", out, "--resume", "--epochs", "2") == 0
+    files = tree(out)
+    arrays = [list(mx.nd.load(os.path.join(run, "model-0000.params")).values()) for run in (out, reference)]
+    assert len(arrays[0]) == len(arrays[1]) > 0
+    for got, want in zip(*arrays):   # the model the run exported (its layers' names count from this process's)
+        np.testing.assert_array_equal(got.asnumpy(), want.asnumpy())
+    assert {name: files[name] for name in two_epochs if name.startswith("checkpoints")} == \
+        {name: data for name, data in two_epochs.items() if name.startswith("checkpoints")}
 
 
 def test_resume_of_a_folder_without_a_checkpoint_is_refused(tmp_path, capsys, two_epochs):

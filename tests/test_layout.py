@@ -149,7 +149,7 @@ def test_the_rules_catch_what_they_forbid():
 WITHOUT_MXNET = ("metadata", "imagefiles", "preprocessing", "results", "serve")
 #: What it may import from gluonkit: itself and the small modules that import no mxnet.
 SERVING_IMPORTS = ["gluonkit.deploy." + name for name in WITHOUT_MXNET] + [
-    "gluonkit.validate", "gluonkit.atomic", "gluonkit.errors", "gluonkit"]
+    "gluonkit.validate", "gluonkit.atomic", "gluonkit.errors", "gluonkit.arguments", "gluonkit"]
 
 
 def test_the_serving_side_of_deploy_imports_neither_mxnet_nor_the_mxnet_side():

@@ -405,7 +405,7 @@ def _supervise(roles, wake, started, timeout, after_failure):
             role = stopped[0]
             name = role.stopped_by.name
             say(f"the job stopped on a {name}: {role.name}{role.where} ended first (exit code {role.code}, as fit "
-                "exits after writing its checkpoint); ending the job without a restart (a recipe's run continues "
+                "exits after writing its checkpoint); ending it without a restart (a recipe's run continues "
                 "from its checkpoints with --resume).")
             return role.code
         if workers_done:

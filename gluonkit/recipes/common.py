@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import signal
 import sys
 import warnings
@@ -468,9 +469,9 @@ def check_multiscale_interval(parser, args):
 def _check_resumable(parser, out, epochs, exports):
     """``parser.error`` if ``out`` holds no checkpoint to resume (a typo in the path must not
     start a new run); exit 0 with a line that says so if the run has trained ``epochs``
-    already and exported (nothing to train, nothing changed), offering ``--export`` if the
-    recipe ``exports`` on its own; a run stopped after its last epoch's checkpoint but before its
-    export goes on to the export."""
+    already and holds an export (nothing to train, nothing changed), offering ``--export`` if
+    the recipe has that option (``exports``); a run stopped after its last epoch's checkpoint but
+    before its first export goes on to the export."""
     directory = os.path.join(out, "checkpoints")
     done = Checkpoint(directory).latest_epoch if os.path.isdir(directory) else None
     if done is None:
@@ -693,38 +694,41 @@ def warnings_logged(leave=()):
                 log.warning("%s", text)
 
 
-def _say_how_to_continue(module, args):
-    """After a stop by a signal, one line of a run's only process (not of a launched worker or a
-    Horovod rank, whose launcher says it): the command that continues the run."""
+def _say_how_to_continue(command, args):
+    """After a training run's stop by a signal, one line of its only process (not of a launched
+    worker or a Horovod rank, whose launcher says it): the command that continues the run."""
     out = getattr(args, "out", "")
-    if out and os.path.isdir(os.path.join(out, "checkpoints")) and os.environ.get("DMLC_ROLE") != "worker" \
-            and os.environ.get("HOROVOD_RANK") is None:
-        command = f"gluonkit-{module.rsplit('.', 1)[-1]}"
-        print(f"{command}: stopped with its checkpoint in {out}; {command} --out {out} --resume continues the run "
-              "(its options recorded in args.json).", file=sys.stderr)
+    training = args is not None and not getattr(args, "export", False)
+    if training and out and os.path.isfile(os.path.join(out, runs.ARGS_FILE)) and \
+            os.environ.get("DMLC_ROLE") != "worker" and os.environ.get("HOROVOD_RANK") is None:
+        print(f"{command}: stopped with its checkpoint in {out}; {command} --out {shlex.quote(out)} --resume "
+              "continues the run (its options recorded in args.json).", file=sys.stderr)
 
 
 def run_command(module, parse_args, train, argv=None):
-    """A recipe's ``main``: INFO logging, then ``train(parse_args(argv))``; Ctrl-C that stopped training exits with status 130; a file
-    that cannot be read or written (a full disk too), a refused data file, a checkpoint that
-    cannot be resumed (under another batch size: with the ``--batch-size`` to pass) or a run
-    folder that cannot be taken, with one line naming it (status 1)."""
+    """A recipe's ``main``: INFO logging, then ``train(parse_args(argv))``. Ctrl-C (SIGINT) or
+    SIGTERM that stopped training exits with status 130 or 143 after a line saying the command
+    that continues the run; a file that cannot be read or written (a full disk too), a refused
+    data file, a checkpoint that cannot be resumed (under another batch size: with the
+    ``--batch-size`` to pass) or a run folder that cannot be taken, with one line naming it
+    (status 1)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    command = f"gluonkit-{module.rsplit('.', 1)[-1]}"
     args = None
     try:
         args = parse_args(argv)
         train(args)
     except KeyboardInterrupt:
-        _say_how_to_continue(module, args)
+        _say_how_to_continue(command, args)
         sys.exit(130)
     except SystemExit as stop:
         if stop.code == 128 + signal.SIGTERM:   # fit stopped on SIGTERM, its checkpoint written
-            _say_how_to_continue(module, args)
+            _say_how_to_continue(command, args)
         raise
     except BatchSizeError as err:       # the option that resumes: the interrupted run's size
         fix = f": pass --batch-size {err.saved}." if err.saved else "."
-        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {str(err).rstrip('.')}{fix}")
+        sys.exit(f"{command}: {str(err).rstrip('.')}{fix}")
     except CheckpointError as err:
-        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {_checkpoint_fix(err)}")
+        sys.exit(f"{command}: {_checkpoint_fix(err)}")
     except (OSError, RunFolderError, DataFileError, OptionError) as err:   # a file or a folder: one line
-        sys.exit(f"gluonkit-{module.rsplit('.', 1)[-1]}: {err}")
+        sys.exit(f"{command}: {err}")

@@ -215,8 +215,8 @@ def parse_args(argv=None):
         parser.error("--pretrained-file loads a Faster R-CNN backbone; for YOLOv3 and SSD use "
                      "--pretrained-base.")
     if family == "ssd" and args.batchnorm == "frozen":
-        parser.error(f"--batchnorm frozen: {args.model}'s BatchNorm layers are inside the symbol graph GluonCV "
-                     "builds its features as, which cannot be frozen; use --batchnorm plain or sync, or a "
+        parser.error(f"--batchnorm frozen: {args.model} has no Gluon BatchNorm layer to freeze (SSD's are inside "
+                     "the symbol graph GluonCV builds its features as); use --batchnorm plain or sync, or a "
                      "YOLOv3 or Faster R-CNN model.")
     if args.pretrained_file and not os.path.isfile(args.pretrained_file):
         parser.error(f"--pretrained-file {args.pretrained_file}: no such file.")
@@ -356,10 +356,6 @@ def load_detection(dataset, limit=None, classes=None, *, images_dir=None, uprigh
             raise FileNotFoundError(f"--dataset {dataset}: missing {', '.join(missing)} (Pascal "
                                     "VOC layout: Annotations/, JPEGImages/, ImageSets/Main/).")
         (train, val), classes = load_voc(where, ("train", "val"), classes, **options)
-        if not any(len(label) for label in val.labels):
-            raise common.OptionError(f"--dataset {dataset}: none of the images of val.txt holds an object, so "
-                                     "validation could not score the detector; annotate objects in them, or "
-                                     "list images with objects in ImageSets/Main/val.txt.")
     elif kind == "rec" and where:
         train, val, classes = _load_rec(where, classes, limits, upright)
     elif kind == "coco" and where:
@@ -372,6 +368,11 @@ def load_detection(dataset, limit=None, classes=None, *, images_dir=None, uprigh
                                  "'rec:TRAIN.rec,VAL.rec' or 'coco:TRAIN.json,VAL.json'.")
     if limit:
         train, val = train.take(limit), val.take(limit)
+    if kind == "voc" and not any(len(label) for label in val.labels):
+        raise common.OptionError(f"--dataset {dataset}: none of the {len(val.labels)} validation images (val.txt"
+                                 + (f", --limit {limit}" if limit else "") + ") holds an object, so validation "
+                                 "could not score the detector; annotate objects in them, or list images with "
+                                 "objects in ImageSets/Main/val.txt.")
     _warn_shared_images(train, val)
     return train, val, classes
 
@@ -542,12 +543,13 @@ def _train(args, folder):
                         "pretrained_file": args.pretrained_file}
     kvstore = common.create_kvstore(args.kvstore)
     job_images, per_worker = len(train_set), _per_worker(args)
-    if family == "faster_rcnn" and not per_worker and args.micro_batch > 1 and \
+    if family == "faster_rcnn" and not per_worker and args.micro_batch > 1 and args.batchnorm != "frozen" and \
             global_batch.workers_of(kvstore)[1] > 1:
         # its BatchNorm layers update their statistics once per image, the merge once per micro-batch
-        raise common.OptionError(f"--micro-batch {args.micro_batch}: Faster R-CNN on several workers runs one "
-                                 "image per device in a micro-batch, so that its BatchNorm statistics merge into "
-                                 "one process's; use --micro-batch 1 (the default) and the same --batch-size.")
+        raise common.OptionError(f"{args.micro_batch} images per device in a micro-batch (--micro-batch or "
+                                 "--per-device): Faster R-CNN on several workers runs one, so that its BatchNorm "
+                                 "statistics merge into one process's; use --micro-batch 1 (the default) and the "
+                                 "same --batch-size, or --batchnorm frozen.")
     if not isinstance(kvstore, str) and per_worker:
         train_set = common.worker_shard(train_set, kvstore)
     net = det.build_detector(args.model, classes, pretrained_base=args.pretrained_base,

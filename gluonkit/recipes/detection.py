@@ -71,9 +71,9 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
     batchnorm : {'plain', 'frozen', 'sync'}, default 'plain'
         'frozen': BatchNorm layers use their running statistics (``gluonkit.nn.freeze_batchnorm``),
         for tiny per-device batches on a pretrained backbone; 'sync': MXNet's ``SyncBatchNorm``
-        over ``num_devices`` devices (not Faster R-CNN, which sees one image per device). SSD's
-        extra feature layers keep plain BatchNorm either way: GluonCV builds them as a symbol graph
-        (SSD refuses 'frozen': none of its BatchNorm layers is a Gluon layer).
+        over ``num_devices`` devices (not Faster R-CNN, which sees one image per device); SSD's
+        extra feature layers keep plain BatchNorm under 'sync' (GluonCV builds them as a symbol
+        graph), and SSD refuses 'frozen' (none of its BatchNorm layers is a Gluon layer).
     num_devices : int, default 1
         Devices the batch is split over (for 'sync').
     **rcnn_options

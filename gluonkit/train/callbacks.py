@@ -156,7 +156,8 @@ class ModelCheckpoint(Callback):
     ``rank-r`` folder. Each holds the worker's own data position, generators, pending window
     and running sums (and the parameters, so that a file alone resumes). A resume takes, on
     every worker, the newest checkpoint that every rank saved (a worker lost while saving
-    leaves its set incomplete, and the one before is taken: keep at least 2), by rank: the
+    leaves its set incomplete, and the one before is taken: keep at least 2; a damaged file too,
+    with a warning that names it), by rank: the
     worker that has rank ``r`` now, and so reads shard ``r``, resumes rank ``r``'s state,
     whichever order the workers started in. Each checkpoint records the number of workers
     that saved it: when none is complete (a worker lost before its first save), a job of as
@@ -223,8 +224,11 @@ class ModelCheckpoint(Callback):
             for path in self._of_rank(r).paths:    # oldest first: the newest file of a position wins
                 try:
                     by_position[Checkpoint.saved_at(path)] = path
-                except CheckpointError:
-                    continue   # damaged: not part of a complete set
+                except CheckpointError as err:   # damaged: not part of a complete set, and said
+                    if rank == 0:
+                        log.warning("%s; every worker resumes from the newest checkpoint all %d worker(s) saved "
+                                    "without it (the work since is trained again): remove the damaged file.",
+                                    err.reason.rstrip("."), workers)
             saved.append(by_position)
         if not any(saved):
             return None

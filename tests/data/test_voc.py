@@ -258,13 +258,16 @@ def test_a_list_without_images_and_a_training_split_without_objects_are_named(tm
     ("empty", ("0", "1"), ("2",), "none of its 2 images' annotations holds an <object>"),
     ("good", (), ("2",), "train.txt lists no image"),
     ("good", ("0", "1"), (), "val.txt lists no image"),
-    ("no-val-object", ("0", "1"), ("2",), "none of the images of val.txt holds an object, so validation could "
-                                          "not score the detector"),
-], ids=["no-object", "empty-train", "empty-val", "no-val-object"])
+    ("no-val-object", ("0", "1"), ("2",), "none of the 1 validation images (val.txt) holds an object, so "
+                                          "validation could not score the detector"),
+    ("no-val-object", ("0", "1"), ("2", "0"), "none of the 1 validation images (val.txt, --limit 1) holds an "
+                                               "object"),
+], ids=["no-object", "empty-train", "empty-val", "no-val-object", "no-val-object-in-the-limit"])
 def test_the_detect_command_names_an_empty_list_or_split_in_one_line(tmp_path, annotations, train, val, message):
     objects = {"good": GOOD, "empty": {ident: [] for ident in GOOD}, "no-val-object": {**GOOD, "2": []}}
     root = write_voc(tmp_path / "voc", objects[annotations], train=train, val=val)
-    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.detect", "--dataset", f"voc:{root}",
+    limit = ["--limit", "1"] if "--limit" in message else []
+    done = subprocess.run([sys.executable, "-m", "gluonkit.recipes.detect", "--dataset", f"voc:{root}", *limit,
                            "--out", str(tmp_path / "out"), "--epochs", "1", "--image-size", "64"],
                           capture_output=True, text=True, timeout=120, env=CLONE_ENV)
     assert done.returncode == 1, done.stderr[-2000:]

@@ -247,5 +247,5 @@ def test_faster_rcnn_on_one_process_and_two_workers_ends_with_the_same_weights_a
                               "--out", str(tmp_path / "refused")], capture_output=True, text=True, timeout=300,
                              cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert refused.returncode == 1, refused.stderr[-3000:]
-    assert "--micro-batch 2: Faster R-CNN on several workers runs one image per device" in refused.stderr
+    assert "2 images per device in a micro-batch (--micro-batch or --per-device): Faster R-CNN on several workers runs one" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "refused").exists()

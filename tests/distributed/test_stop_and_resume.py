@@ -149,6 +149,18 @@ def test_a_worker_lost_before_its_first_save_starts_the_job_over_and_other_worke
     assert code == 0, output[-3000:]
     _assert_bit_identical(never, lost, "final")
 
+    [damaged] = (lost / "checkpoints" / "rank-1").glob("*epoch0003.ckpt")   # a byte flipped in rank 1's newest
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    code, output = Watched(_command(lost, "fit", 3), timeout=240).finish()
+    assert code == 0, output[-3000:]
+    assert output.count(f"Checkpoint '{damaged}' is corrupted or truncated") == 1, output[-3000:]
+    assert ("every worker resumes from the newest checkpoint all 2 worker(s) saved without it (the work since is "
+            "trained again): remove the damaged file.") in output
+    assert "Resumed from" in output and "epoch0002.ckpt" in output
+    _assert_bit_identical(never, lost, "final")      # epoch 3 trained again from the set of epoch 2
+
     job = load_job(RESUME_JOB)     # one process saves; two workers may not resume it
     net = job.make_net()
     net.initialize()

@@ -44,7 +44,7 @@ def test_sigterm_to_one_worker_stops_the_job_with_every_checkpoint_and_exit_code
     code, output = _stopped_job(tmp_path, 2, "term:1:3")
     assert code == 143, output[-3000:]
     assert re.search(r"gluonkit\.launch: the job stopped on a SIGTERM: worker \d ended first \(exit code 143, as fit "
-                     r"exits after writing its checkpoint\); ending the job without a restart \(a recipe's run "
+                     r"exits after writing its checkpoint\); ending it without a restart \(a recipe's run "
                      r"continues from its checkpoints with --resume\)\.", output), output[-3000:]
     assert output.count("training stopped by SIGTERM after 1 epoch(s) and 2 update(s)") == 2
     (rank0_at, rank0), (rank1_at, rank1) = (_saved(tmp_path / "run" / "checkpoints" / rank) for rank in ("", "rank-1"))
@@ -59,5 +59,5 @@ def test_sigint_to_the_only_worker_stops_the_job_with_exit_code_130(tmp_path):
     code, output = _stopped_job(tmp_path, 1, "int:0:3")
     assert code == 130, output[-3000:]
     assert "gluonkit.launch: the job stopped on a SIGINT: worker 0 ended first (exit code 130, as fit exits after " \
-           "writing its checkpoint); ending the job without a restart" in output
+           "writing its checkpoint); ending it without a restart" in output
     assert _saved(tmp_path / "run" / "checkpoints")[0] == (1, 4 + 1)

@@ -11,7 +11,10 @@ import threading
 __all__ = ["PREFIX", "say", "forward", "forward_stdout"]
 
 PREFIX = "gluonkit.launch: "
-_LOCK = threading.Lock()
+# reentrant: the launcher's signal handler says which signal came from the main thread, which
+# may hold the lock at that moment (a plain Lock deadlocked a second SIGTERM sent while the
+# launcher wrote its "stopping the workers first" message)
+_LOCK = threading.RLock()
 
 
 def _write(text, stream=None):

@@ -1,4 +1,5 @@
-"""The launcher's output under stress: messages and forwarded lines from many threads stay whole."""
+"""The launcher's output under stress: messages and forwarded lines from many threads stay whole,
+and a signal that comes while the launcher writes a message is said too."""
 import re
 import subprocess
 import sys
@@ -56,3 +57,34 @@ def test_the_workers_stdout_lines_reach_the_launchers_stdout_whole(tmp_path):
     lines = result.stdout.splitlines()
     malformed = [line for line in lines if not re.fullmatch(r"worker [01] line \d{6} x{50}", line)]
     assert malformed == [] and len(lines) == 2 * LINES
+
+
+# stderr replaced by a stream that signals its own process in the middle of a write, as a second
+# SIGTERM does when it comes while the launcher writes a message: the handler, on the same
+# thread, says which signal came while the first message holds the output's lock
+SCRIPT = """
+import os, signal, sys
+from gluonkit.launch.output import say
+
+class Stream:
+    def __init__(self):
+        self.parts, self.signalled = [], False
+    def write(self, text):
+        self.parts.append(text)
+        if not self.signalled:
+            self.signalled = True
+            os.kill(os.getpid(), signal.SIGUSR1)
+    def flush(self):
+        pass
+
+stream = sys.stderr = Stream()
+signal.signal(signal.SIGUSR1, lambda *_: say("SIGUSR1 received."))
+say("stopping the workers first.")
+sys.__stdout__.write("".join(stream.parts))
+"""
+
+
+def test_a_signal_handler_that_speaks_while_a_message_is_written_does_not_hang_the_launcher():
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "gluonkit.launch: stopping the workers first.\ngluonkit.launch: SIGUSR1 received.\n"

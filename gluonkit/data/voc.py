@@ -174,9 +174,14 @@ class VOCFolder(gluon.data.Dataset):
                          left_out=self.left_out, **self.limits)
 
 
+def _list_path(root, split):
+    """The list of a split's image ids: ImageSets/Main/``split``.txt of the VOC folder ``root``."""
+    return os.path.join(root, "ImageSets", "Main", f"{split}.txt")
+
+
 def _listed(root, split):
     """``[(where, image id)]`` of ImageSets/Main/``split``.txt, ``where`` its file and line."""
-    path = os.path.join(root, "ImageSets", "Main", f"{split}.txt")
+    path = _list_path(root, split)
     listed = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
@@ -265,7 +270,7 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
         classes = sorted({name for _, (_, _, objects) in read[0][1] for name, _, _ in objects})
         origin = f"the classes of {splits[0]}.txt's images"
         if not classes and not bads[0].left_out:
-            raise DataFileError(f"{os.path.join(root, 'ImageSets', 'Main', f'{splits[0]}.txt')}: none of its "
+            raise DataFileError(f"{_list_path(root, splits[0])}: none of its "
                                 f"{len(read[0][0])} images' annotations holds an <object>, so there is no class to "
                                 "train; annotate the objects, or name the classes (--classes, or classes=).")
     else:
@@ -284,7 +289,7 @@ def load_voc(root, splits=("train", "val"), classes=None, *, upright=True, skip_
             labels.append(np.array([box + [index[name], difficult] for name, box, difficult
                                     in objects], dtype=np.float64).reshape(-1, 6))
         objects = sum(len(label) for label in labels)
-        bad.refuse_if_empty(objects, os.path.join(root, "ImageSets", "Main", f"{split}.txt"),
+        bad.refuse_if_empty(objects, _list_path(root, split),
                             f" of the {objects + bad.count()} in its annotations", "object")
         if bad.left_out:
             warnings.warn(bad.summary("object", f" of {split}.txt's annotations"), LeftOutWarning,

@@ -1,10 +1,10 @@
 """The command line of ``gluonkit-launch`` (``python -m gluonkit.launch``): options, exit codes."""
 import argparse
-import os
 import signal
 import sys
 
 from ..arguments import OneLineParser
+from ..commands import running_command
 from .launcher import STOP_SECONDS, launch
 from .output import say
 
@@ -17,8 +17,8 @@ _DESCRIPTION = ("Launch a parameter-server job on MXNet's kvstore, on this machi
 
 def parse_args(argv):
     """The options of ``argv`` (a list of str, without the program name) as a namespace."""
-    command = "gluonkit-launch" if os.path.basename(sys.argv[0]) == "gluonkit-launch" else "python -m gluonkit.launch"
-    parser = OneLineParser(prog=command, description=_DESCRIPTION, allow_abbrev=False)
+    parser = OneLineParser(prog=running_command() or "python -m gluonkit.launch", description=_DESCRIPTION,
+                           allow_abbrev=False)
     job = parser.add_argument_group("job")
     job.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
     job.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")

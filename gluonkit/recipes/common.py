@@ -700,7 +700,7 @@ def _say_how_to_continue(command, args):
     out = getattr(args, "out", "")
     training = args is not None and not getattr(args, "export", False)
     if training and out and os.path.isfile(os.path.join(out, runs.ARGS_FILE)) and \
-            os.environ.get("DMLC_ROLE") != "worker" and os.environ.get("HOROVOD_RANK") is None:
+            os.environ.get("DMLC_ROLE") != "worker" and launched_ranks() is None:
         print(f"{command}: stopped with its checkpoint in {out}; {command} --out {shlex.quote(out)} --resume "
               "continues the run (its options recorded in args.json).", file=sys.stderr)
 

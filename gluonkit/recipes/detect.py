@@ -215,9 +215,8 @@ def parse_args(argv=None):
         parser.error("--pretrained-file loads a Faster R-CNN backbone; for YOLOv3 and SSD use "
                      "--pretrained-base.")
     if family == "ssd" and args.batchnorm == "frozen":
-        parser.error(f"--batchnorm frozen: {args.model} has no Gluon BatchNorm layer to freeze (SSD's are inside "
-                     "the symbol graph GluonCV builds its features as); use --batchnorm plain or sync, or a "
-                     "YOLOv3 or Faster R-CNN model.")
+        parser.error(f"--batchnorm frozen: {det.nothing_to_freeze(args.model)}; use --batchnorm plain or sync, "
+                     "or a YOLOv3 or Faster R-CNN model.")
     if args.pretrained_file and not os.path.isfile(args.pretrained_file):
         parser.error(f"--pretrained-file {args.pretrained_file}: no such file.")
     ctx = common.parse_ctx(args.ctx)

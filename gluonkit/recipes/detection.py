@@ -26,8 +26,8 @@ from gluonkit.data import BucketSampler, DataLoader, MultiScaleDataset, seeded_l
 from gluonkit.nn import declare_norm_init, freeze_batchnorm
 from gluonkit.split import split_and_load
 
-__all__ = ["FAMILIES", "model_family", "build_detector", "initialize", "one_image_network",
-           "no_object_row", "YOLO3TrainTransform", "YOLO3FlipTrainTransform", "SSDTrainTransform",
+__all__ = ["FAMILIES", "model_family", "build_detector", "nothing_to_freeze", "initialize",
+           "one_image_network", "no_object_row", "YOLO3TrainTransform", "YOLO3FlipTrainTransform", "SSDTrainTransform",
            "train_transforms", "val_transforms", "train_batchify", "val_batchify", "SizedTransform",
            "BucketSizes", "bucket_sampler", "sample_shapes", "detection_loader", "nms_for_eval",
            "yolo3_batch_fn", "SSDBatch", "detection_eval_fn", "voc_metric"]
@@ -100,9 +100,13 @@ def build_detector(name, classes, *, pretrained_base=False, batchnorm="plain", n
                                       classes=list(classes), **norm)
     declare_norm_init(net)      # SSD's extra layers: BatchNorm built as symbols declares no init
     if batchnorm == "frozen" and not freeze_batchnorm(net):
-        raise ValueError(f"batchnorm 'frozen': {name} has no Gluon BatchNorm layer to freeze (SSD's are inside "
-                         "the symbol graph of its features); use 'plain' or 'sync'.")
+        raise ValueError(f"batchnorm 'frozen': {nothing_to_freeze(name)}; use 'plain' or 'sync'.")
     return net
+
+
+def nothing_to_freeze(name):
+    """Why the detector ``name`` (an SSD) takes no ``batchnorm='frozen'``, for a refusal."""
+    return f"{name} has no Gluon BatchNorm layer to freeze (SSD's are inside the symbol graph of its features)"
 
 
 def initialize(net, ctx):

@@ -65,7 +65,8 @@ def test_per_device_sets_the_batch_and_bad_options_are_refused(capsys):
                          (["--clip-global-norm", "0"], "must be positive"),
                          (["--batchnorm", "group"], "batchnorm"),
                          (["--model", "ssd_300_mobilenet0.25_custom", "--batchnorm", "frozen"],
-                          "has no Gluon BatchNorm layer to freeze (SSD's are inside the symbol graph"),
+                          "has no Gluon BatchNorm layer to freeze (SSD's are inside the symbol graph of its "
+                          "features); use --batchnorm plain or sync"),
                          (["--batchnorm", "sync", "--ctx", "cpu:0,cpu:1"], "hangs on several CPU devices"),
                          (["--resume", "--out", ""], "--resume"),
                          (["--accumulate", "2"], "pass --batch-size 16 --micro-batch 8 (the same updates on one device)"),
